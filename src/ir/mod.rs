@@ -1,0 +1,27 @@
+//! The Agent IR: the wire types models propose and the runtime returns.
+//!
+//! Field names, enum spellings and defaults follow `agent-ir-spec.md`
+//! exactly; unknown fields are ignored everywhere.
+
+mod parse;
+mod precondition;
+mod proposal;
+mod result;
+mod reversibility;
+mod stream;
+mod tool;
+mod verification;
+
+pub use parse::{from_json_str, from_value, parse_proposal, parse_proposal_value, to_json_path_error};
+pub use precondition::{Operator, Precondition, json_eq};
+pub use proposal::{Action, ActionProposal, ActionType, FailureBehavior, StateAssumption, short_id};
+pub use result::{
+    ActionResult, ActionStatus, CostBudget, CostSummary, CostTarget, ProposalResult, StateMutation, ToolFailure,
+    ToolFailureClassification,
+};
+pub use reversibility::{Compensation, Reversibility};
+pub use stream::{
+    ToolControl, ToolHandle, ToolInvocationMode, ToolPollResult, ToolStatus, ToolStreamChunk, ToolStreamEvent,
+};
+pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
+pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};

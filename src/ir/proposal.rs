@@ -1,0 +1,250 @@
+//! ActionProposal and Action: what a model proposes.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use super::precondition::Precondition;
+use super::reversibility::{Compensation, Reversibility};
+use super::stream::ToolInvocationMode;
+
+/// 12 lowercase hex characters taken from a fresh UUIDv4.
+pub fn short_id() -> String {
+    let mut s = uuid::Uuid::new_v4().simple().to_string();
+    s.truncate(12);
+    s
+}
+
+fn now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+fn default_source() -> String {
+    "unknown".to_string()
+}
+
+fn default_max_retries() -> u32 {
+    3
+}
+
+/// A batch of actions submitted in one verify-then-execute round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionProposal {
+    /// 12 hex chars from a UUIDv4 if omitted.
+    #[serde(default = "short_id")]
+    pub id: String,
+    /// Who produced this proposal; default "unknown".
+    #[serde(default = "default_source")]
+    pub source: String,
+    /// The actions.
+    pub actions: Vec<Action>,
+    /// When it was produced; default now.
+    #[serde(default = "now")]
+    pub timestamp: chrono::DateTime<chrono::Utc>,
+    /// Freeform, passed through to the event log.
+    #[serde(default)]
+    pub context: Map<String, Value>,
+}
+
+impl ActionProposal {
+    /// A proposal of these actions with every default filled.
+    pub fn new(actions: Vec<Action>) -> Self {
+        ActionProposal { id: short_id(), source: default_source(), actions, timestamp: now(), context: Map::new() }
+    }
+
+    /// The batch's derived rollback contract: the worst declared
+    /// reversibility of its actions; an empty batch is `reversible`.
+    pub fn rollback_contract(&self) -> Reversibility {
+        self.actions.iter().fold(Reversibility::Reversible, |acc, a| acc.worst(a.reversibility))
+    }
+}
+
+/// What kind of step an action is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionType {
+    /// Invoke a registered tool with `parameters`.
+    ToolCall,
+    /// Set state keys directly (no tool dispatch).
+    StateWrite,
+    /// Read state keys.
+    StateRead,
+    /// Check that a state predicate holds; fail the proposal if not.
+    Assertion,
+}
+
+impl ActionType {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionType::ToolCall => "tool_call",
+            ActionType::StateWrite => "state_write",
+            ActionType::StateRead => "state_read",
+            ActionType::Assertion => "assertion",
+        }
+    }
+}
+
+/// What happens when the action's tool errors or a precondition fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureBehavior {
+    /// Stop the proposal; downstream actions are not executed (default).
+    #[default]
+    Abort,
+    /// Retry up to `max_retries` times before aborting.
+    Retry,
+    /// Mark this action skipped and continue.
+    Skip,
+}
+
+/// An assumption about shared state the action did not produce.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateAssumption {
+    /// The state key.
+    pub key: String,
+    /// The value the action believes the key holds (`null` included).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub expected_value: Option<Value>,
+    /// The version of the key the action read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_version: Option<u64>,
+}
+
+/// A present field becomes `Some`, even when it is JSON `null`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// A single unit of agent intent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    /// Unique within the proposal; 12 hex chars from a UUIDv4 if omitted.
+    #[serde(default = "short_id")]
+    pub id: String,
+    /// The kind of step.
+    #[serde(rename = "type")]
+    pub action_type: ActionType,
+    /// Required when `type == "tool_call"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Passed verbatim to the tool callback.
+    #[serde(default)]
+    pub parameters: Map<String, Value>,
+    /// All must hold before the action runs.
+    #[serde(default)]
+    pub preconditions: Vec<Precondition>,
+    /// Claimed state changes, used to model the action without running it.
+    #[serde(default)]
+    pub expected_effects: Map<String, Value>,
+    /// State keys this action reads; informs DAG ordering.
+    #[serde(default)]
+    pub state_dependencies: Vec<String>,
+    /// Explicit ordering edges: ids of actions that must finish first
+    /// (used by published example programs). Omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<String>,
+    /// Explicit transactional read set.
+    #[serde(default)]
+    pub read_set: Vec<String>,
+    /// Explicit transactional write set.
+    #[serde(default)]
+    pub write_set: Vec<String>,
+    /// Assumptions about shared state.
+    #[serde(default)]
+    pub assumptions: Vec<StateAssumption>,
+    /// How a `tool_call` runs; default `one_shot`.
+    #[serde(default)]
+    pub invocation_mode: ToolInvocationMode,
+    /// The rollback contract; default `irreversible`.
+    #[serde(default)]
+    pub reversibility: Reversibility,
+    /// How to undo the action; omitted when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<Compensation>,
+    /// Enables result caching and safe retry.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Only consulted when `failure_behavior == "retry"`; default 3.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Default `abort`.
+    #[serde(default)]
+    pub failure_behavior: FailureBehavior,
+    /// Per-attempt tool-call timeout; unbounded when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Not interpreted by the runtime.
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+}
+
+impl Action {
+    /// An action of this type with every default.
+    pub fn new(action_type: ActionType) -> Self {
+        Action {
+            id: short_id(),
+            action_type,
+            tool: None,
+            parameters: Map::new(),
+            preconditions: Vec::new(),
+            expected_effects: Map::new(),
+            state_dependencies: Vec::new(),
+            dependencies: Vec::new(),
+            read_set: Vec::new(),
+            write_set: Vec::new(),
+            assumptions: Vec::new(),
+            invocation_mode: ToolInvocationMode::OneShot,
+            reversibility: Reversibility::Irreversible,
+            compensation: None,
+            idempotent: false,
+            max_retries: default_max_retries(),
+            failure_behavior: FailureBehavior::Abort,
+            timeout_ms: None,
+            metadata: Map::new(),
+        }
+    }
+
+    /// A `tool_call` of `tool` with every default.
+    pub fn tool_call(tool: impl Into<String>) -> Self {
+        let mut a = Action::new(ActionType::ToolCall);
+        a.tool = Some(tool.into());
+        a
+    }
+
+    /// `compensable` with no `compensation`: representable but incoherent.
+    pub fn missing_required_compensation(&self) -> bool {
+        self.reversibility == Reversibility::Compensable && self.compensation.is_none()
+    }
+
+    /// The key a `state_write` sets, from its `key` parameter.
+    pub fn state_write_key(&self) -> Option<&str> {
+        if self.action_type == ActionType::StateWrite {
+            self.parameters.get("key").and_then(Value::as_str)
+        } else {
+            None
+        }
+    }
+
+    /// The transactional read set: explicit, or `state_dependencies` plus
+    /// assumption keys (first occurrence order, no duplicates).
+    pub fn effective_read_set(&self) -> Vec<String> {
+        if !self.read_set.is_empty() {
+            return dedup(self.read_set.iter().map(String::as_str));
+        }
+        dedup(self.state_dependencies.iter().map(String::as_str).chain(self.assumptions.iter().map(|a| a.key.as_str())))
+    }
+
+    /// The transactional write set: explicit, or `expected_effects` keys plus
+    /// a `state_write`'s `key` parameter.
+    pub fn effective_write_set(&self) -> Vec<String> {
+        if !self.write_set.is_empty() {
+            return dedup(self.write_set.iter().map(String::as_str));
+        }
+        dedup(self.expected_effects.keys().map(String::as_str).chain(self.state_write_key()))
+    }
+}
+
+fn dedup<'a>(items: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    items.filter(|k| seen.insert(*k)).map(str::to_string).collect()
+}

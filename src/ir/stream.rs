@@ -1,0 +1,142 @@
+//! The streaming / long-running tool contract.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a `tool_call` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolInvocationMode {
+    /// Dispatch awaits the result inline (default).
+    #[default]
+    OneShot,
+    /// Detached: produces chunks incrementally.
+    Streaming,
+    /// Detached: runs longer than a single request.
+    LongRunning,
+}
+
+impl ToolInvocationMode {
+    /// True for the detached modes.
+    pub fn is_detached(self) -> bool {
+        !matches!(self, ToolInvocationMode::OneShot)
+    }
+}
+
+/// Opaque handle of a detached tool invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ToolHandle {
+    /// The handle id.
+    pub id: String,
+}
+
+/// One piece of a detached tool's output. Tagged by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolStreamChunk {
+    /// Text output.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Structured output.
+    Data {
+        /// The data.
+        data: Value,
+    },
+    /// Progress report.
+    Progress {
+        /// Fraction done in [0, 1].
+        fraction: f64,
+        /// Optional message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Terminal: success with an optional result.
+    Done {
+        /// The final result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+    },
+    /// Terminal: failure.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl ToolStreamChunk {
+    /// True for `done` and `error`.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, ToolStreamChunk::Done { .. } | ToolStreamChunk::Error { .. })
+    }
+}
+
+/// Control messages to a detached tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolControl {
+    /// Ask for buffered output.
+    Poll,
+    /// Cooperative cancellation.
+    Cancel,
+}
+
+/// Status of a detached tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    /// Still running.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl ToolStatus {
+    /// True for every status but `running`.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, ToolStatus::Running)
+    }
+}
+
+/// Handle-tagged envelope streamed to a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolStreamEvent {
+    /// The handle.
+    pub handle: ToolHandle,
+    /// The chunk.
+    pub chunk: ToolStreamChunk,
+}
+
+/// What `tools.poll` / `tool_poll` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolPollResult {
+    /// The handle.
+    pub handle: ToolHandle,
+    /// The tool name.
+    pub tool: String,
+    /// The action that started it.
+    pub action_id: String,
+    /// Current status.
+    pub status: ToolStatus,
+    /// Chunks buffered since the last poll.
+    #[serde(default)]
+    pub chunks: Vec<ToolStreamChunk>,
+    /// Chunks dropped because the buffer was full.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped_chunks: u64,
+    /// The final result once succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error once failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

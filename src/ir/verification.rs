@@ -1,0 +1,101 @@
+//! The verification result returned by `verify`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// How bad a finding would be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Makes the proposal invalid.
+    Error,
+    /// Worth knowing; does not invalidate.
+    Warning,
+    /// Informational.
+    Info,
+}
+
+/// Which kind of check produced a finding. Deliberately not ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceTier {
+    /// Decides the property over the inputs it was handed.
+    DecisionProcedure,
+    /// A proxy signal over complete inputs.
+    Heuristic,
+    /// An exact measurement over incomplete inputs.
+    Sampled,
+}
+
+/// One finding of `verify`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerificationIssue {
+    /// The action, or `"proposal"` for proposal-wide findings.
+    pub action_id: String,
+    /// Severity.
+    pub severity: Severity,
+    /// What was found.
+    pub message: String,
+    /// How it was derived. Older daemons omit it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<EvidenceTier>,
+}
+
+/// One check of the evidence bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceCheck {
+    /// Stable check name, e.g. `write_conflicts`.
+    pub name: String,
+    /// Whether it ran (some need a registry or schemas).
+    pub ran: bool,
+    /// What it verifies.
+    pub verifies: String,
+    /// What it cannot verify.
+    pub cannot_verify: String,
+    /// Number of issues it produced.
+    pub findings: u64,
+    /// How its findings are derived.
+    pub tier: EvidenceTier,
+}
+
+/// What the verdict rests on and what it leaves open.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Every check, ran or not.
+    #[serde(default)]
+    pub checks: Vec<EvidenceCheck>,
+    /// What the verdict assumes.
+    #[serde(default)]
+    pub assumptions: Vec<String>,
+    /// What was not examined.
+    #[serde(default)]
+    pub untested_regions: Vec<String>,
+    /// Risks that remain.
+    #[serde(default)]
+    pub residual_risks: Vec<String>,
+    /// In [0, 1].
+    #[serde(default)]
+    pub confidence: f64,
+}
+
+/// Returned by `verify`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerificationResult {
+    /// False iff an issue has severity `error`.
+    pub valid: bool,
+    /// Flat list of findings.
+    #[serde(default)]
+    pub issues: Vec<VerificationIssue>,
+    /// Post-execution state if the proposal ran with no failures.
+    #[serde(default)]
+    pub simulated_state: Map<String, Value>,
+    /// Layered topological order.
+    #[serde(default)]
+    pub execution_levels: Vec<Vec<String>>,
+    /// `(action_a, action_b, key)`: unordered writers of one key.
+    #[serde(default)]
+    pub conflicts: Vec<(String, String, String)>,
+    /// The evidence bundle.
+    #[serde(default)]
+    pub evidence: Evidence,
+}

@@ -1,0 +1,229 @@
+//! The policy engine: closure rules evaluated against every action before it
+//! runs. Every action passes every policy and all violations are collected; a
+//! panicking policy is caught and becomes a violation naming the policy.
+
+mod rules;
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ir::Action;
+
+pub use rules::{DenyCallback, coerce_to_string, deny_tool, deny_tool_callback, deny_tool_param, require_state};
+
+/// A policy rule: `(action, state) -> Some(reason)` to deny, `None` to pass.
+pub type PolicyFn = Arc<dyn Fn(&Action, &Map<String, Value>) -> Option<String> + Send + Sync>;
+
+/// A denial of one action by one policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyViolation {
+    /// The policy's name.
+    pub policy_name: String,
+    /// The denied action.
+    pub action_id: String,
+    /// Why it was denied (never echoes a secret value).
+    pub reason: String,
+}
+
+/// `{name, description}` as `list` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// The policy's name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+}
+
+#[derive(Clone)]
+struct Entry {
+    name: String,
+    description: String,
+    rule: PolicyFn,
+}
+
+/// Registered policies: global ones and per-session scopes.
+#[derive(Clone, Default)]
+pub struct PolicyEngine {
+    global: Vec<Entry>,
+    sessions: HashMap<String, Vec<Entry>>,
+}
+
+impl std::fmt::Debug for PolicyEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyEngine")
+            .field("global", &self.global.iter().map(|e| e.name.as_str()).collect::<Vec<_>>())
+            .field("sessions", &self.sessions.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl PolicyEngine {
+    /// An engine with no policies.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a global policy.
+    pub fn register(&mut self, name: impl Into<String>, rule: PolicyFn, description: impl Into<String>) {
+        self.global.push(Entry { name: name.into(), description: description.into(), rule });
+    }
+
+    /// Registers a policy in an open session scope.
+    pub fn register_in_session(
+        &mut self,
+        session_id: &str,
+        name: impl Into<String>,
+        rule: PolicyFn,
+        description: impl Into<String>,
+    ) -> crate::Result<()> {
+        let scope = self.sessions.get_mut(session_id).ok_or_else(|| unknown_session(session_id))?;
+        scope.push(Entry { name: name.into(), description: description.into(), rule });
+        Ok(())
+    }
+
+    /// Opens a policy scope and returns its id.
+    pub fn open_session(&mut self) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions.insert(id.clone(), Vec::new());
+        id
+    }
+
+    /// Drops a session scope and its policies; false when it did not exist.
+    pub fn close_session(&mut self, session_id: &str) -> bool {
+        self.sessions.remove(session_id).is_some()
+    }
+
+    /// True when the session scope is open.
+    pub fn has_session(&self, session_id: &str) -> bool {
+        self.sessions.contains_key(session_id)
+    }
+
+    /// Removes every global policy of that name; returns the count (0 is fine).
+    pub fn unregister(&mut self, name: &str) -> usize {
+        let before = self.global.len();
+        self.global.retain(|e| e.name != name);
+        before - self.global.len()
+    }
+
+    /// Removes every policy of that name from a session scope.
+    pub fn unregister_in_session(&mut self, session_id: &str, name: &str) -> crate::Result<usize> {
+        let scope = self.sessions.get_mut(session_id).ok_or_else(|| unknown_session(session_id))?;
+        let before = scope.len();
+        scope.retain(|e| e.name != name);
+        Ok(before - scope.len())
+    }
+
+    /// Global policies in registration order.
+    pub fn list(&self) -> Vec<PolicyInfo> {
+        info(&self.global)
+    }
+
+    /// A session's own policies in registration order.
+    pub fn list_session(&self, session_id: &str) -> crate::Result<Vec<PolicyInfo>> {
+        self.sessions.get(session_id).map(|s| info(s)).ok_or_else(|| unknown_session(session_id))
+    }
+
+    /// Number of global policies.
+    pub fn len(&self) -> usize {
+        self.global.len()
+    }
+
+    /// True when no global policy is registered.
+    pub fn is_empty(&self) -> bool {
+        self.global.is_empty()
+    }
+
+    /// Checks an action against every global policy.
+    pub fn check(&self, action: &Action, state: &Map<String, Value>) -> Vec<PolicyViolation> {
+        let mut out = Vec::new();
+        run(&self.global, action, state, &mut out);
+        out
+    }
+
+    /// Checks an action against every global policy and, when given, every
+    /// policy of the session scope. An unknown session id is a violation
+    /// (fail closed), not a silent pass.
+    pub fn check_in_session(
+        &self,
+        action: &Action,
+        state: &Map<String, Value>,
+        session_id: Option<&str>,
+    ) -> Vec<PolicyViolation> {
+        let mut out = self.check(action, state);
+        if let Some(sid) = session_id {
+            match self.sessions.get(sid) {
+                Some(scope) => run(scope, action, state, &mut out),
+                None => out.push(PolicyViolation {
+                    policy_name: "session".into(),
+                    action_id: action.id.clone(),
+                    reason: format!("unknown policy session `{sid}`"),
+                }),
+            }
+        }
+        out
+    }
+}
+
+fn unknown_session(id: &str) -> crate::Error {
+    crate::Error::not_found("unknown_session", format!("unknown policy session `{id}`"))
+}
+
+fn info(entries: &[Entry]) -> Vec<PolicyInfo> {
+    entries.iter().map(|e| PolicyInfo { name: e.name.clone(), description: e.description.clone() }).collect()
+}
+
+fn run(entries: &[Entry], action: &Action, state: &Map<String, Value>, out: &mut Vec<PolicyViolation>) {
+    for e in entries {
+        let verdict = catch_unwind(AssertUnwindSafe(|| (e.rule)(action, state)));
+        let reason = match verdict {
+            Ok(None) => continue,
+            Ok(Some(reason)) => reason,
+            Err(_) => format!("policy `{}` panicked; treated as a violation", e.name),
+        };
+        out.push(PolicyViolation { policy_name: e.name.clone(), action_id: action.id.clone(), reason });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn collects_every_violation_and_catches_panics() {
+        let mut e = PolicyEngine::new();
+        e.register("no_x", deny_tool("x"), "deny x");
+        e.register("boom", Arc::new(|_: &Action, _: &Map<String, Value>| panic!("bad policy")), "panics");
+        e.register("no_rm", deny_tool_param("x", "cmd", "rm -rf"), "");
+        let mut a = Action::tool_call("x");
+        a.parameters.insert("cmd".into(), json!("sudo rm -rf /"));
+        let v = e.check(&a, &Map::new());
+        let names: Vec<_> = v.iter().map(|v| v.policy_name.as_str()).collect();
+        assert_eq!(names, ["no_x", "boom", "no_rm"]);
+        assert!(v[1].reason.contains("panicked"));
+        let other = e.check(&Action::tool_call("y"), &Map::new());
+        assert_eq!(other.len(), 1, "only the panicking policy fires on another tool");
+    }
+
+    #[test]
+    fn sessions_and_unregister() {
+        let mut e = PolicyEngine::new();
+        e.register("p", deny_tool("x"), "");
+        e.register("p", deny_tool("y"), "");
+        let s = e.open_session();
+        e.register_in_session(&s, "sp", deny_tool("z"), "").unwrap();
+        let z = Action::tool_call("z");
+        assert!(e.check(&z, &Map::new()).is_empty());
+        assert_eq!(e.check_in_session(&z, &Map::new(), Some(&s)).len(), 1);
+        assert_eq!(e.check_in_session(&z, &Map::new(), Some("nope")).len(), 1);
+        assert_eq!(e.unregister("p"), 2);
+        assert_eq!(e.unregister("p"), 0);
+        assert!(e.close_session(&s));
+        assert!(!e.close_session(&s));
+        assert!(e.register_in_session(&s, "sp", deny_tool("z"), "").is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Module reserved for its issue; empty until that lands.
