@@ -1,11 +1,16 @@
 //! The JSON facade: one function per binding method, JSON text in, JSON text
 //! out. Every binding and the daemon call these and nothing deeper.
+//!
+//! Stateless methods are also reachable through [`call`], a dispatcher by
+//! method name over JSON values, which the conformance corpus drives.
 
 pub mod permission;
 pub mod policy;
 mod proposal;
 pub mod runtime;
 pub mod verify;
+
+use serde_json::Value;
 
 pub use proposal::{normalize_proposal, parse_proposal, proposal_to_json};
 
@@ -17,4 +22,29 @@ pub fn error_json(e: &crate::Error) -> String {
 /// The package version (`clientVersion()` / `client_version()`).
 pub fn client_version() -> String {
     crate::VERSION.to_string()
+}
+
+/// Calls a stateless facade method by name with named parameters.
+///
+/// Each area of the facade answers the methods it owns; an unknown name is an
+/// `unknown_method` error.
+pub fn call(method: &str, params: &Value) -> crate::Result<Value> {
+    proposal::call(method, params)
+        .or_else(|| verify::call(method, params))
+        .or_else(|| policy::call(method, params))
+        .or_else(|| permission::call(method, params))
+        .unwrap_or_else(|| Err(crate::Error::not_found("unknown_method", format!("unknown method `{method}`"))))
+}
+
+/// Reads a required parameter of a [`call`].
+pub(crate) fn required<'a>(params: &'a Value, name: &str) -> crate::Result<&'a Value> {
+    params.get(name).filter(|v| !v.is_null()).ok_or_else(|| crate::Error::invalid_argument(name, "is required"))
+}
+
+/// Reads a parameter that is either JSON text or an already-parsed value.
+pub(crate) fn json_arg(v: &Value) -> crate::Result<Value> {
+    match v {
+        Value::String(s) => crate::ir::from_json_str(s),
+        other => Ok(other.clone()),
+    }
 }
