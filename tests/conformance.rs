@@ -3,8 +3,8 @@
 //!
 //! Each `tests/conformance/**/*.json` file is `{"cases": [case, ...]}` where a
 //! case is `{"name", "method", "params", and one of "expected" (exact),
-//! "expected_subset" (every key given must match; nested objects likewise,
-//! arrays exactly) or "expected_error" (the error code)}`.
+//! "expected_subset" (every key given must match; nested objects likewise;
+//! arrays must have the same length, element by element as subsets) or "expected_error" (the error code)}`.
 
 use std::path::{Path, PathBuf};
 
@@ -23,10 +23,12 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// True when every key of `want` is in `got` with a matching value.
+/// True when every key of `want` is in `got` with a matching value; arrays
+/// match element by element and must have the same length.
 fn subset(want: &Value, got: &Value) -> bool {
     match (want, got) {
         (Value::Object(w), Value::Object(g)) => w.iter().all(|(k, v)| g.get(k).is_some_and(|gv| subset(v, gv))),
+        (Value::Array(w), Value::Array(g)) => w.len() == g.len() && w.iter().zip(g).all(|(w, g)| subset(w, g)),
         (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
         _ => want == got,
     }

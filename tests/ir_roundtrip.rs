@@ -1,0 +1,274 @@
+//! The IR on the wire: defaults, path errors and serialise → parse identity.
+
+use car_runtime::ir::*;
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+#[test]
+fn minimal_document_gets_every_default_and_reparses_identically() {
+    let p = parse_proposal(r#"{"actions":[{"type":"tool_call","tool":"x"}]}"#).unwrap();
+    let text = serde_json::to_string(&p).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+
+    // Proposal defaults.
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(id.len(), 12);
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{id}");
+    assert_eq!(v["source"], "unknown");
+    let ts = v["timestamp"].as_str().unwrap();
+    let parsed = chrono::DateTime::parse_from_rfc3339(ts).unwrap();
+    assert!((chrono::Utc::now() - parsed.with_timezone(&chrono::Utc)).num_seconds().abs() < 60);
+    assert_eq!(v["context"], json!({}));
+
+    // Action defaults, exactly the spec's table.
+    let a = &v["actions"][0];
+    let aid = a["id"].as_str().unwrap();
+    assert_eq!(aid.len(), 12);
+    let mut expected = json!({
+        "id": aid, "type": "tool_call", "tool": "x", "parameters": {}, "preconditions": [],
+        "expected_effects": {}, "state_dependencies": [], "read_set": [], "write_set": [], "assumptions": [],
+        "invocation_mode": "one_shot", "reversibility": "irreversible", "idempotent": false, "max_retries": 3,
+        "failure_behavior": "abort", "metadata": {}
+    });
+    assert_eq!(a, &expected);
+    // `compensation` and `timeout_ms` are omitted when absent.
+    assert!(a.get("compensation").is_none() && a.get("timeout_ms").is_none());
+
+    // Parsing the output again is identical.
+    let again = parse_proposal(&text).unwrap();
+    assert_eq!(again, p);
+    assert_eq!(serde_json::to_string(&again).unwrap(), text);
+    expected["id"] = json!("other");
+    assert_ne!(a, &expected);
+}
+
+#[test]
+fn generated_ids_are_unique() {
+    let p = parse_proposal(r#"{"actions":[{"type":"assertion"},{"type":"assertion"}]}"#).unwrap();
+    assert_ne!(p.actions[0].id, p.actions[1].id);
+    let q = parse_proposal(r#"{"actions":[]}"#).unwrap();
+    assert_ne!(p.id, q.id);
+}
+
+#[test]
+fn errors_name_the_json_path() {
+    let e = parse_proposal(
+        r#"{"actions":[{"type":"assertion"},{"type":"assertion"},{"type":"assertion"},{"type":"tool_call","tool":"x","failure_behavior":"redo"}]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "invalid_document");
+    assert!(e.to_string().starts_with("actions[3].failure_behavior: unknown variant `redo`"), "{e}");
+    assert_eq!(e.to_json()["details"]["path"], "actions[3].failure_behavior");
+
+    let e = parse_proposal(r#"{"actions":[{"type":"state_read"},{"type":"tool_call"}]}"#).unwrap_err();
+    assert_eq!(e.code(), "missing_field");
+    assert_eq!(e.to_string(), "actions[1].tool: missing field `tool`");
+
+    let e = parse_proposal(r#"{"actions":[{"type":"tool_call","tool":"x","preconditions":[{"operator":"eq"}]}]}"#)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("actions[0].preconditions[0]: missing field `key`"), "{e}");
+
+    let e = parse_proposal(r#"{"actions": [}"#).unwrap_err();
+    assert_eq!(e.code(), "invalid_json");
+    assert_eq!(e.to_json()["details"]["line"], 1);
+
+    let e = parse_proposal(r#"{"actions": []} trailing"#).unwrap_err();
+    assert_eq!(e.code(), "invalid_json");
+}
+
+#[test]
+fn hostile_nesting_is_an_error_not_a_crash() {
+    let deep = format!(
+        r#"{{"actions":[{{"type":"tool_call","tool":"x","parameters":{{"p":{}{}}}}}]}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let e = parse_proposal(&deep).unwrap_err();
+    assert_eq!(e.code(), "invalid_json");
+    assert!(e.to_string().contains("recursion limit"), "{e}");
+}
+
+#[test]
+fn rollback_contract_and_missing_compensation() {
+    let mut p = ActionProposal::new(vec![]);
+    assert_eq!(p.rollback_contract(), Reversibility::Reversible, "an empty batch is reversible");
+    let mut a = Action::tool_call("db.insert");
+    a.reversibility = Reversibility::Reversible;
+    p.actions.push(a.clone());
+    assert_eq!(p.rollback_contract(), Reversibility::Reversible);
+    a.reversibility = Reversibility::Compensable;
+    assert!(a.missing_required_compensation());
+    a.compensation = Some(Compensation::Tool { tool: "db.delete".into(), parameters: Map::new() });
+    assert!(!a.missing_required_compensation());
+    p.actions.push(a);
+    assert_eq!(p.rollback_contract(), Reversibility::Compensable);
+    p.actions.push(Action::tool_call("email.send"));
+    assert_eq!(p.rollback_contract(), Reversibility::Irreversible, "the default is irreversible");
+}
+
+#[test]
+fn derived_transactional_sets() {
+    let mut a = Action::new(ActionType::StateWrite);
+    a.parameters.insert("key".into(), json!("k"));
+    a.parameters.insert("value".into(), json!(1));
+    a.expected_effects.insert("e".into(), json!(true));
+    a.state_dependencies = vec!["d".into()];
+    a.assumptions = vec![StateAssumption { key: "s".into(), expected_value: None, read_version: Some(2) }];
+    assert_eq!(a.effective_read_set(), ["d", "s"]);
+    assert_eq!(a.effective_write_set(), ["e", "k"]);
+    a.read_set = vec!["r".into()];
+    a.write_set = vec!["w".into()];
+    assert_eq!(a.effective_read_set(), ["r"]);
+    assert_eq!(a.effective_write_set(), ["w"]);
+    // A tool_call's `key` parameter is not a write.
+    let mut t = Action::tool_call("x");
+    t.parameters.insert("key".into(), json!("k"));
+    assert!(t.effective_write_set().is_empty());
+}
+
+#[test]
+fn cost_target_score_formula() {
+    let t = CostTarget::default();
+    assert!((t.score(1.0, 0.0) - 0.8).abs() < 1e-12);
+    assert!((t.score(0.5, 1.0) - (0.5 * 0.8 + 0.2)).abs() < 1e-12);
+    let t = CostTarget { cost_weight: 1.0, ..CostTarget::default() };
+    assert!((t.score(0.3, 0.9) - 0.9).abs() < 1e-12);
+}
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        ".{0,12}".prop_map(Value::String),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,6}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn json_map() -> impl Strategy<Value = Map<String, Value>> {
+    prop::collection::btree_map("[a-z_.]{1,8}", json_value(), 0..3).prop_map(|m| m.into_iter().collect())
+}
+
+fn keys() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec("[a-z]{1,4}", 0..3)
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let ty = prop_oneof![
+        Just(ActionType::ToolCall),
+        Just(ActionType::StateWrite),
+        Just(ActionType::StateRead),
+        Just(ActionType::Assertion)
+    ];
+    let op = prop_oneof![
+        Just(Operator::Eq),
+        Just(Operator::Neq),
+        Just(Operator::Gt),
+        Just(Operator::Lte),
+        Just(Operator::Exists),
+        Just(Operator::NotExists),
+        Just(Operator::Contains),
+        "[a-z]{8}".prop_map(Operator::Unknown),
+    ];
+    let pre = ("[a-z]{1,4}", op, json_value(), ".{0,6}").prop_map(|(key, operator, value, description)| Precondition {
+        key,
+        operator,
+        value,
+        description,
+    });
+    let assumption = ("[a-z]{1,4}", prop::option::of(json_value()), prop::option::of(any::<u64>()))
+        .prop_map(|(key, expected_value, read_version)| StateAssumption { key, expected_value, read_version });
+    let comp = prop::option::of(prop_oneof![
+        ("[a-z.]{1,8}", json_map()).prop_map(|(tool, parameters)| Compensation::Tool { tool, parameters }),
+        "[a-z0-9]{1,8}".prop_map(|action_id| Compensation::ActionRef { action_id }),
+    ]);
+    let rev = prop_oneof![
+        Just(Reversibility::Reversible),
+        Just(Reversibility::Compensable),
+        Just(Reversibility::Irreversible)
+    ];
+    let mode = prop_oneof![
+        Just(ToolInvocationMode::OneShot),
+        Just(ToolInvocationMode::Streaming),
+        Just(ToolInvocationMode::LongRunning)
+    ];
+    let fb = prop_oneof![Just(FailureBehavior::Abort), Just(FailureBehavior::Retry), Just(FailureBehavior::Skip)];
+    (
+        ("[a-z0-9-]{1,12}", ty, "[a-z_.]{1,10}", json_map(), prop::collection::vec(pre, 0..3), json_map()),
+        (keys(), keys(), keys(), keys(), prop::collection::vec(assumption, 0..2)),
+        (mode, rev, comp, any::<bool>(), any::<u32>(), fb, prop::option::of(any::<u64>()), json_map()),
+    )
+        .prop_map(|(a, b, c)| {
+            let (id, action_type, tool, parameters, preconditions, expected_effects) = a;
+            let (state_dependencies, dependencies, read_set, write_set, assumptions) = b;
+            let (
+                invocation_mode,
+                reversibility,
+                compensation,
+                idempotent,
+                max_retries,
+                failure_behavior,
+                timeout_ms,
+                metadata,
+            ) = c;
+            Action {
+                id,
+                tool: if action_type == ActionType::ToolCall { Some(tool) } else { None },
+                action_type,
+                parameters,
+                preconditions,
+                expected_effects,
+                state_dependencies,
+                dependencies,
+                read_set,
+                write_set,
+                assumptions,
+                invocation_mode,
+                reversibility,
+                compensation,
+                idempotent,
+                max_retries,
+                failure_behavior,
+                timeout_ms,
+                metadata,
+            }
+        })
+}
+
+fn proposal() -> impl Strategy<Value = ActionProposal> {
+    (
+        "[a-f0-9]{12}",
+        ".{0,10}",
+        prop::collection::vec(action(), 0..5),
+        0i64..4_102_444_800,
+        0u32..1_000_000_000,
+        json_map(),
+    )
+        .prop_map(|(id, source, actions, secs, nanos, context)| ActionProposal {
+            id,
+            source,
+            actions,
+            timestamp: chrono::DateTime::from_timestamp(secs, nanos).unwrap_or_default(),
+            context,
+        })
+}
+
+proptest! {
+    #[test]
+    fn any_valid_proposal_survives_serialise_then_parse(p in proposal()) {
+        let text = serde_json::to_string(&p).unwrap();
+        let back = parse_proposal(&text).unwrap();
+        prop_assert_eq!(&back, &p);
+        prop_assert_eq!(serde_json::to_string(&back).unwrap(), text);
+    }
+}
