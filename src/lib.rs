@@ -1,11 +1,4 @@
-//! car-runtime: validate, verify, simulate, authorize and execute the batches
-//! of actions AI models propose (the Agent IR).
-//!
-//! ```
-//! let p = car_runtime::ir::parse_proposal(r#"{"actions":[{"type":"tool_call","tool":"x"}]}"#).unwrap();
-//! assert_eq!(p.source, "unknown");
-//! assert_eq!(p.actions[0].max_retries, 3);
-//! ```
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
