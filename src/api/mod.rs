@@ -19,6 +19,14 @@ pub fn error_json(e: &crate::Error) -> String {
     e.to_json().to_string()
 }
 
+/// The wire protocol version of the daemon (`protocolVersion()`).
+pub const PROTOCOL_VERSION: u32 = 3;
+
+/// The wire protocol version (`protocolVersion()` / `protocol_version()`).
+pub fn protocol_version() -> u32 {
+    PROTOCOL_VERSION
+}
+
 /// The package version (`clientVersion()` / `client_version()`).
 pub fn client_version() -> String {
     crate::VERSION.to_string()

@@ -1,0 +1,175 @@
+//! The Node binding: a thin translation onto `car_runtime::api`.
+//! No logic lives here; every function forwards to the JSON facade.
+
+use napi_derive::napi;
+use serde_json::{Map, Value};
+
+/// Results of binding functions: a JS `Error` whose `.code` is the stable
+/// error code of the facade.
+pub(crate) type Result<T> = napi::Result<T, String>;
+
+/// A facade error as a JS `Error` with `.code` = the stable error code.
+pub(crate) fn to_js_err(e: car_runtime::Error) -> napi::Error<String> {
+    napi::Error::new(e.code().to_string(), e.to_string())
+}
+
+/// A `*Json` argument: JSON text, or a plain JS value serialised.
+pub(crate) fn json_value(name: &str, v: Value) -> Result<Value> {
+    match v {
+        Value::String(text) => serde_json::from_str(&text)
+            .map_err(|e| to_js_err(car_runtime::Error::invalid_argument(name, format!("is not valid JSON: {e}")))),
+        value => Ok(value),
+    }
+}
+
+fn call(method: &str, params: Map<String, Value>) -> Result<Value> {
+    car_runtime::api::call(method, &Value::Object(params)).map_err(to_js_err)
+}
+
+fn put(m: &mut Map<String, Value>, name: &str, v: Option<Value>) {
+    if let Some(v) = v {
+        m.insert(name.to_string(), v);
+    }
+}
+
+fn opt(name: &str, v: Option<Value>) -> Result<Option<Value>> {
+    v.map(|v| json_value(name, v)).transpose()
+}
+
+/// Static verification of a proposal; returns the verification result as JSON text.
+#[napi]
+pub fn verify(
+    proposal_json: Value,
+    initial_state_json: Option<Value>,
+    tool_names: Option<Vec<String>>,
+    max_actions: Option<u32>,
+    tool_schemas_json: Option<Value>,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "initial_state", opt("initialStateJson", initial_state_json)?);
+    put(&mut m, "tool_names", tool_names.map(Value::from));
+    put(&mut m, "max_actions", max_actions.map(Value::from));
+    put(&mut m, "tool_schemas", opt("toolSchemasJson", tool_schemas_json)?);
+    call("verify", m).map(|v| v.to_string())
+}
+
+/// The state a proposal leaves behind, as JSON text.
+#[napi]
+pub fn simulate(proposal_json: Value, initial_state_json: Option<Value>) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "initial_state", opt("initialStateJson", initial_state_json)?);
+    call("simulate", m).map(|v| v.to_string())
+}
+
+/// The proposal with phantom state dependencies pruned, as JSON text.
+#[napi]
+pub fn optimize(proposal_json: Value) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    call("optimize", m).map(|v| v.to_string())
+}
+
+/// Sampled equivalence of two proposals.
+#[napi]
+pub fn equivalent(
+    p1_json: Value,
+    p2_json: Value,
+    test_states_json: Option<Value>,
+) -> Result<bool> {
+    let mut m = Map::new();
+    put(&mut m, "p1", Some(json_value("p1Json", p1_json)?));
+    put(&mut m, "p2", Some(json_value("p2Json", p2_json)?));
+    put(&mut m, "test_states", opt("testStatesJson", test_states_json)?);
+    call("equivalent", m).map(|v| v.as_bool().unwrap_or(false))
+}
+
+/// Transactional hazards: `{consistent, conflicts}` as JSON text.
+#[napi]
+pub fn transaction_check(
+    proposal_json: Value,
+    versions_json: Option<Value>,
+    state_json: Option<Value>,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "versions", opt("versionsJson", versions_json)?);
+    put(&mut m, "state", opt("stateJson", state_json)?);
+    call("transaction_check", m).map(|v| v.to_string())
+}
+
+/// Required tier and reversibility of every action, as JSON text.
+#[napi]
+pub fn permission_classify(proposal_json: Value) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    call("permission_classify", m).map(|v| v.to_string())
+}
+
+/// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
+#[napi]
+pub fn permission_evaluate(
+    proposal_json: Value,
+    granted_tier: String,
+    ledger_path: Option<String>,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "granted_tier", Some(Value::String(granted_tier)));
+    put(&mut m, "ledger_path", ledger_path.map(Value::String));
+    call("permission_evaluate", m).map(|v| v.to_string())
+}
+
+/// `"allow"`, `"ask"` or `"deny"` for a shell command under argv rules.
+#[napi]
+pub fn match_shell_command(command: String, rules_json: Value) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "command", Some(Value::String(command)));
+    put(&mut m, "rules", Some(json_value("rulesJson", rules_json)?));
+    call("match_shell_command", m).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+}
+
+/// Dry run of the permission chain for one call, as JSON text.
+#[napi]
+pub fn evaluate_permission(
+    chain_json: Value,
+    tool_json: Value,
+    input_json: Value,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "chain", Some(json_value("chainJson", chain_json)?));
+    put(&mut m, "tool", Some(json_value("toolJson", tool_json)?));
+    put(&mut m, "input", Some(json_value("inputJson", input_json)?));
+    call("evaluate_permission", m).map(|v| v.to_string())
+}
+
+/// SHA-256 (hex) of a toolset's contract fields.
+#[napi]
+pub fn toolset_hash(tools_json: Value) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "tools", Some(json_value("toolsJson", tools_json)?));
+    call("toolset_hash", m).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+}
+
+/// The proposal with every default filled in, as JSON text.
+#[napi]
+pub fn normalize_proposal(proposal_json: Value) -> Result<String> {
+    let text = match proposal_json {
+        Value::String(t) => t,
+        v => v.to_string(),
+    };
+    car_runtime::api::normalize_proposal(&text).map_err(to_js_err)
+}
+
+/// The wire protocol version.
+#[napi]
+pub fn protocol_version() -> u32 {
+    car_runtime::api::protocol_version()
+}
+
+/// The package version.
+#[napi]
+pub fn client_version() -> String {
+    car_runtime::api::client_version()
+}

@@ -1,0 +1,256 @@
+//! The Python binding: a thin translation onto `car_runtime::api`.
+//! No logic lives here; every function forwards to the JSON facade.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use serde_json::{Map, Value};
+
+create_exception!(_native, CarError, PyException, "Base of every car-runtime error; carries `.code` and `.message`.");
+create_exception!(_native, CarInputError, CarError, "Bad input document or argument.");
+create_exception!(_native, CarConfigError, CarError, "A configuration problem (policy file, tool definition, preset).");
+create_exception!(_native, CarNotFoundError, CarError, "A lookup of something that does not exist.");
+create_exception!(_native, CarRuntimeError, CarError, "A failure while executing.");
+create_exception!(_native, TerminalToolError, PyException, "Raised by a tool: stop retries, abort and roll back.");
+
+/// Converts a facade error into the matching Python exception with `.code`,
+/// `.message`, `.family` and `.details` (JSON text).
+pub(crate) fn to_py_err(py: Python<'_>, e: car_runtime::Error) -> PyErr {
+    let message = e.to_string();
+    let err = match e.family() {
+        "input" => CarInputError::new_err(message.clone()),
+        "config" => CarConfigError::new_err(message.clone()),
+        "not_found" => CarNotFoundError::new_err(message.clone()),
+        _ => CarRuntimeError::new_err(message.clone()),
+    };
+    let value = err.value(py);
+    let _ = value.setattr("code", e.code());
+    let _ = value.setattr("message", message);
+    let _ = value.setattr("family", e.family());
+    let _ = value.setattr("details", e.details().to_string());
+    err
+}
+
+/// A `*_json` argument: JSON text as it is, or a dict/list/other value serialised.
+pub(crate) fn json_text(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_string());
+    }
+    let json = py.import("json")?;
+    json.call_method1("dumps", (obj,))?.extract()
+}
+
+fn parse(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let text = json_text(py, obj)?;
+    serde_json::from_str(&text).map_err(|e| {
+        to_py_err(py, car_runtime::Error::invalid_argument(name, format!("is not valid JSON: {e}")))
+    })
+}
+
+/// Calls a facade method with named parameters, releasing the GIL.
+fn call(py: Python<'_>, method: &str, params: Map<String, Value>) -> PyResult<Value> {
+    let params = Value::Object(params);
+    py.detach(|| car_runtime::api::call(method, &params)).map_err(|e| to_py_err(py, e))
+}
+
+fn text(v: Value) -> String {
+    v.to_string()
+}
+
+macro_rules! params {
+    ($py:expr; $($name:literal => $val:expr),* $(,)?) => {{
+        let mut m = Map::new();
+        $( if let Some(v) = $val { m.insert($name.to_string(), v); } )*
+        m
+    }};
+}
+
+/// Static verification of a proposal; returns the verification result as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, initial_state_json=None, tool_names=None, max_actions=None, tool_schemas_json=None))]
+fn verify(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    initial_state_json: Option<&Bound<'_, PyAny>>,
+    tool_names: Option<Vec<String>>,
+    max_actions: Option<u64>,
+    tool_schemas_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
+        "tool_names" => tool_names.map(|t| Value::from(t)),
+        "max_actions" => max_actions.map(Value::from),
+        "tool_schemas" => tool_schemas_json.map(|o| parse(py, "tool_schemas_json", o)).transpose()?,
+    );
+    call(py, "verify", p).map(text)
+}
+
+/// The state a proposal leaves behind, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, initial_state_json=None))]
+fn simulate(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    initial_state_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
+    );
+    call(py, "simulate", p).map(text)
+}
+
+/// The proposal with phantom state dependencies pruned, as JSON text.
+#[pyfunction]
+fn optimize(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
+    let p = params!(py; "proposal" => Some(parse(py, "proposal_json", proposal_json)?));
+    call(py, "optimize", p).map(text)
+}
+
+/// Sampled equivalence of two proposals.
+#[pyfunction]
+#[pyo3(signature = (p1_json, p2_json, test_states_json=None))]
+fn equivalent(
+    py: Python<'_>,
+    p1_json: &Bound<'_, PyAny>,
+    p2_json: &Bound<'_, PyAny>,
+    test_states_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<bool> {
+    let p = params!(py;
+        "p1" => Some(parse(py, "p1_json", p1_json)?),
+        "p2" => Some(parse(py, "p2_json", p2_json)?),
+        "test_states" => test_states_json.map(|o| parse(py, "test_states_json", o)).transpose()?,
+    );
+    let v = call(py, "equivalent", p)?;
+    Ok(v.as_bool().unwrap_or(false))
+}
+
+/// Transactional hazards of a proposal, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, versions_json=None, state_json=None))]
+fn transaction_check(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    versions_json: Option<&Bound<'_, PyAny>>,
+    state_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "versions" => versions_json.map(|o| parse(py, "versions_json", o)).transpose()?,
+        "state" => state_json.map(|o| parse(py, "state_json", o)).transpose()?,
+    );
+    call(py, "transaction_check", p).map(text)
+}
+
+/// Required tier and reversibility of every action, as JSON text.
+#[pyfunction]
+fn permission_classify(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
+    let p = params!(py; "proposal" => Some(parse(py, "proposal_json", proposal_json)?));
+    call(py, "permission_classify", p).map(text)
+}
+
+/// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, granted_tier, ledger_path=None))]
+fn permission_evaluate(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    granted_tier: String,
+    ledger_path: Option<String>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "granted_tier" => Some(Value::String(granted_tier)),
+        "ledger_path" => ledger_path.map(Value::String),
+    );
+    call(py, "permission_evaluate", p).map(text)
+}
+
+/// `"allow"`, `"ask"` or `"deny"` for a shell command under argv rules.
+#[pyfunction]
+fn match_shell_command(py: Python<'_>, command: String, rules_json: &Bound<'_, PyAny>) -> PyResult<String> {
+    let p = params!(py;
+        "command" => Some(Value::String(command)),
+        "rules" => Some(parse(py, "rules_json", rules_json)?),
+    );
+    let v = call(py, "match_shell_command", p)?;
+    Ok(v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+}
+
+/// Dry run of the permission chain for one call, as JSON text.
+#[pyfunction]
+fn evaluate_permission(
+    py: Python<'_>,
+    chain_json: &Bound<'_, PyAny>,
+    tool_json: &Bound<'_, PyAny>,
+    input_json: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "chain" => Some(parse(py, "chain_json", chain_json)?),
+        "tool" => Some(parse(py, "tool_json", tool_json)?),
+        "input" => Some(parse(py, "input_json", input_json)?),
+    );
+    call(py, "evaluate_permission", p).map(text)
+}
+
+/// SHA-256 (hex) of a toolset's contract fields.
+#[pyfunction]
+fn toolset_hash(py: Python<'_>, tools_json: &Bound<'_, PyAny>) -> PyResult<String> {
+    let p = params!(py; "tools" => Some(parse(py, "tools_json", tools_json)?));
+    let v = call(py, "toolset_hash", p)?;
+    Ok(v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+}
+
+/// The deny and ask rules a preset compiles to, as JSON text.
+#[pyfunction]
+fn compile_permission_preset(py: Python<'_>, name: String) -> PyResult<String> {
+    let p = params!(py; "name" => Some(Value::String(name)));
+    call(py, "compile_permission_preset", p).map(text)
+}
+
+/// The proposal with every default filled in, as JSON text.
+#[pyfunction]
+fn normalize_proposal(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text_in = json_text(py, proposal_json)?;
+    py.detach(|| car_runtime::api::normalize_proposal(&text_in)).map_err(|e| to_py_err(py, e))
+}
+
+/// The wire protocol version.
+#[pyfunction]
+fn protocol_version() -> u32 {
+    car_runtime::api::protocol_version()
+}
+
+/// The package version.
+#[pyfunction]
+fn client_version() -> String {
+    car_runtime::api::client_version()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("CarError", py.get_type::<CarError>())?;
+    m.add("CarInputError", py.get_type::<CarInputError>())?;
+    m.add("CarConfigError", py.get_type::<CarConfigError>())?;
+    m.add("CarNotFoundError", py.get_type::<CarNotFoundError>())?;
+    m.add("CarRuntimeError", py.get_type::<CarRuntimeError>())?;
+    m.add("TerminalToolError", py.get_type::<TerminalToolError>())?;
+    m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(equivalent, m)?)?;
+    m.add_function(wrap_pyfunction!(transaction_check, m)?)?;
+    m.add_function(wrap_pyfunction!(permission_classify, m)?)?;
+    m.add_function(wrap_pyfunction!(permission_evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(match_shell_command, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate_permission, m)?)?;
+    m.add_function(wrap_pyfunction!(toolset_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(compile_permission_preset, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_proposal, m)?)?;
+    m.add_function(wrap_pyfunction!(protocol_version, m)?)?;
+    m.add_function(wrap_pyfunction!(client_version, m)?)?;
+    Ok(())
+}
