@@ -38,17 +38,12 @@ pub fn check_policies(rules: RuleSource<'_>, proposal_json: &str) -> Result<Stri
     Ok(check_policies_value(rules, &proposal)?.to_string())
 }
 
-fn rule_set(rules: RuleSource<'_>) -> Result<PolicySet> {
-    match rules {
-        RuleSource::Dir(d) => load_policy_set(Path::new(d)),
-        RuleSource::Toml(t) => parse_policy_text(t, "<rules>"),
-    }
-}
-
 fn check_policies_value(rules: RuleSource<'_>, proposal: &ActionProposal) -> Result<Value> {
-    let set = rule_set(rules)?;
     let mut engine = PolicyEngine::new();
-    let count = engine.apply_policy_set(&set);
+    let count = match rules {
+        RuleSource::Dir(d) => engine.load_policy_dir(Path::new(d))?,
+        RuleSource::Toml(t) => engine.apply_policy_set(&parse_policy_text(t, "<rules>")?),
+    };
     let state = Map::new();
     let mut violations = Vec::new();
     let mut denied = Vec::new();
