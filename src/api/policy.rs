@@ -28,7 +28,8 @@ pub enum RuleSource<'a> {
 
 /// Every violation each action of `proposal_json` would meet under the rules,
 /// with stable rule names: `{rule_count, violations: [{policy_name,
-/// action_id, reason}], denied_actions: [ids]}`.
+/// action_id, reason}], denied_actions: [ids], by_action: {id: [rule
+/// names]}}`.
 ///
 /// Actions are checked in proposal order against a fresh engine (so rate
 /// limits start empty and count this proposal's calls); trace rules are
@@ -47,6 +48,7 @@ fn check_policies_value(rules: RuleSource<'_>, proposal: &ActionProposal) -> Res
     let state = Map::new();
     let mut violations = Vec::new();
     let mut denied = Vec::new();
+    let mut by_action = Map::new();
     for action in &proposal.actions {
         let mut v = engine.check(action, &state);
         if v.is_empty() && action.tool.is_some() {
@@ -57,10 +59,12 @@ fn check_policies_value(rules: RuleSource<'_>, proposal: &ActionProposal) -> Res
         }
         if !v.is_empty() {
             denied.push(Value::String(action.id.clone()));
+            let names: Vec<Value> = v.iter().map(|x| Value::String(x.policy_name.clone())).collect();
+            by_action.insert(action.id.clone(), Value::Array(names));
         }
         violations.extend(v);
     }
-    Ok(json!({"rule_count": count, "violations": violations, "denied_actions": denied}))
+    Ok(json!({"rule_count": count, "violations": violations, "denied_actions": denied, "by_action": by_action}))
 }
 
 /// Lints a policy directory: `{rule_count, files: [{file, rules}], warnings:
