@@ -158,7 +158,7 @@ pub fn permission_classify(proposal_json: &str) -> Result<String> {
 }
 
 fn classify_value(p: &ActionProposal) -> Value {
-    let classifier = classify::RiskClassifier::default();
+    let classifier = classify::RiskClassifier::shared();
     let rows: Vec<Value> = p
         .actions
         .iter()

@@ -213,7 +213,7 @@ pub struct PermissionDecision {
 /// The gate: a classifier plus an optional ledger.
 #[derive(Default)]
 pub struct PermissionGate {
-    classifier: RiskClassifier,
+    classifier: Option<RiskClassifier>,
     ledger: Option<Box<dyn ApprovalLedger>>,
 }
 
@@ -237,14 +237,15 @@ impl PermissionGate {
 
     /// Uses this classifier.
     pub fn with_classifier(mut self, classifier: RiskClassifier) -> Self {
-        self.classifier = classifier;
+        self.classifier = Some(classifier);
         self
     }
 
     /// Both axes of an action from one flattening.
     pub fn axes(&self, action: &Action) -> Axes {
         let f = flatten(action);
-        Axes { required_tier: self.classifier.classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
+        let classifier = self.classifier.as_ref().unwrap_or_else(|| RiskClassifier::shared());
+        Axes { required_tier: classifier.classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
     }
 
     /// Decides one action. A ledger that cannot be read is an error (the

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::trace::TraceRule;
-use super::{PolicyFn, coerce_to_string};
+use super::{PolicyFn, RuleScope, coerce_to_string};
 use crate::Error;
 use crate::ir::{Action, json_eq};
 
@@ -100,6 +100,8 @@ pub struct NamedRule {
     pub description: String,
     /// The check.
     pub rule: PolicyFn,
+    /// Which actions it can apply to.
+    pub scope: RuleScope,
 }
 
 impl std::fmt::Debug for NamedRule {
@@ -138,13 +140,19 @@ impl PolicySet {
     pub fn lower(&self) -> Vec<NamedRule> {
         let mut out = Vec::with_capacity(self.rule_count());
         for tool in &self.deny_tool {
-            out.push(named(format!("deny_tool:{tool}"), format!("deny every call to `{tool}`"), deny_tool_rule(tool)));
+            out.push(named(
+                format!("deny_tool:{tool}"),
+                format!("deny every call to `{tool}`"),
+                deny_tool_rule(tool),
+                RuleScope::Tool(tool.clone()),
+            ));
         }
         for kw in &self.deny_keyword {
             out.push(named(
                 format!("deny_keyword:{kw}"),
                 "deny any action carrying a denied keyword in a parameter".into(),
                 deny_keyword_rule(kw),
+                RuleScope::Keyword(kw.clone()),
             ));
         }
         for r in &self.deny_tool_param {
@@ -152,6 +160,7 @@ impl PolicySet {
                 format!("deny_tool_param:{}.{}", r.tool, r.param),
                 format!("deny `{}` when parameter `{}` meets the denied condition", r.tool, r.param),
                 deny_tool_param_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         for r in &self.allow_tool_param {
@@ -159,6 +168,7 @@ impl PolicySet {
                 format!("allow_tool_param:{}.{}", r.tool, r.param),
                 format!("allow `{}` only with an allowlisted `{}`", r.tool, r.param),
                 allow_tool_param_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         for r in &self.deny_tool_param_matching {
@@ -171,6 +181,7 @@ impl PolicySet {
                     if r.negate { "misses" } else { "matches" }
                 ),
                 deny_matching_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         for r in &self.rate_limit_tool {
@@ -178,14 +189,15 @@ impl PolicySet {
                 format!("rate_limit_tool:{}", r.tool),
                 format!("at most {} calls to `{}` per {}s", r.max_calls, r.tool, r.interval_secs),
                 rate_limit_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         out
     }
 }
 
-fn named(name: String, description: String, rule: PolicyFn) -> NamedRule {
-    NamedRule { name, description, rule }
+fn named(name: String, description: String, rule: PolicyFn, scope: RuleScope) -> NamedRule {
+    NamedRule { name, description, rule, scope }
 }
 
 fn is_tool(a: &Action, tool: &str) -> bool {
