@@ -287,6 +287,18 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
             let tier = parse_tier(str_param(params, "granted_tier")?)?;
             evaluate_value(&proposal, tier, opt_str_param(params, "ledger_path")?)
         })(),
+        "permission_record_decision" => (|| {
+            let action: Action = crate::ir::from_value(super::json_arg(super::required(params, "action")?)?)?;
+            let approve = super::required(params, "approve")?
+                .as_bool()
+                .ok_or_else(|| Error::invalid_argument("approve", "must be a boolean"))?;
+            let reviewer = str_param(params, "reviewer")?;
+            let reason = opt_str_param(params, "reason")?.unwrap_or("");
+            let ledger = str_param(params, "ledger_path")?;
+            let evidence = params.get("evidence").filter(|v| !v.is_null()).cloned();
+            let rec = gate(Some(ledger)).record(&action, approve, reviewer, reason, evidence)?;
+            Ok(serde_json::to_value(rec).unwrap_or(Value::Null))
+        })(),
         _ => return None,
     })
 }
