@@ -359,7 +359,13 @@ pub fn parse_policy_text(text: &str, file: &str) -> crate::Result<PolicySet> {
                     set.deny_tool_param.push(DenyToolParam {
                         tool: cx.req_str(t, &k, "tool")?,
                         param: cx.req_str(t, &k, "param")?,
-                        equals: t.get("equals").map(toml_to_json),
+                        equals: match t.get("equals") {
+                            None => None,
+                            Some(v) if has_non_finite(v) => {
+                                return Err(cx.bad_value(&format!("{k}.equals"), "must not contain `nan` or `inf`"));
+                            }
+                            Some(v) => Some(toml_to_json(v)),
+                        },
                         contains: cx.opt_str(t, &k, "contains")?,
                     });
                 }
@@ -572,6 +578,15 @@ impl Cx<'_> {
     }
 }
 
+fn has_non_finite(v: &toml::Value) -> bool {
+    match v {
+        toml::Value::Float(f) => !f.is_finite(),
+        toml::Value::Array(a) => a.iter().any(has_non_finite),
+        toml::Value::Table(t) => t.values().any(has_non_finite),
+        _ => false,
+    }
+}
+
 /// A TOML value as JSON (datetimes become their string form).
 pub fn toml_to_json(v: &toml::Value) -> Value {
     match v {
@@ -643,14 +658,17 @@ pub fn load_policy_files(dir: &Path) -> crate::Result<Vec<(String, PolicySet)>> 
 }
 
 /// Finds `.car/policies` from `start` walking up to the filesystem root; the
-/// nearest directory that exists wins.
+/// nearest one that exists wins (a relative `start` is taken from the
+/// current directory).
 pub fn discover_policy_dir(start: &Path) -> Option<PathBuf> {
     let start = if start.is_absolute() {
         start.to_path_buf()
     } else {
         std::env::current_dir().ok().map(|c| c.join(start)).unwrap_or_else(|| start.to_path_buf())
     };
-    start.ancestors().map(|d| d.join(".car").join("policies")).find(|p| p.is_dir())
+    // Anything at `.car/policies` counts, so that a file standing where the
+    // directory should be fails the load loudly instead of being passed over.
+    start.ancestors().map(|d| d.join(".car").join("policies")).find(|p| p.exists())
 }
 
 #[cfg(test)]
