@@ -323,6 +323,17 @@ mod tests {
     }
 
     #[test]
+    fn lint_flags_rules_that_deny_everything() {
+        let out: Value = serde_json::from_str(&lint_policies("tests/policy_fixtures/badpattern").unwrap()).unwrap();
+        assert_eq!(out["rule_count"], 2);
+        let keys: Vec<&str> = out["warnings"].as_array().unwrap().iter().filter_map(|w| w["key"].as_str()).collect();
+        assert_eq!(keys, ["allow_tool_param[0].allow", "deny_tool_param_matching[0].matches"]);
+        assert!(out["warnings"][1]["message"].as_str().unwrap().contains("every call to `t` is denied"));
+        let e = lint_policies("tests/policy_fixtures/malformed").unwrap_err();
+        assert_eq!(e.code(), "unknown_policy_key");
+    }
+
+    #[test]
     fn evaluate_rejects_unknown_tier() {
         let e = permission_evaluate(r#"{"actions":[]}"#, "root", None).unwrap_err();
         assert_eq!(e.code(), "invalid_argument");

@@ -746,6 +746,116 @@ contains = "169.254.169.254"
         assert_eq!(e.code(), "missing_policy_key");
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const CODES: &[&str] = &[
+            "policy_parse_error",
+            "unknown_policy_key",
+            "invalid_policy_type",
+            "missing_policy_key",
+            "invalid_policy_value",
+        ];
+
+        fn arb_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("\"x\"".to_string()),
+                Just("\"\"".to_string()),
+                Just("1".to_string()),
+                Just("-1".to_string()),
+                Just("1.5".to_string()),
+                Just("nan".to_string()),
+                Just("true".to_string()),
+                Just("[\"a\", \"b\"]".to_string()),
+                Just("[]".to_string()),
+                Just("[1]".to_string()),
+                Just("{ a = 1 }".to_string()),
+                Just("\"(unclosed\"".to_string()),
+            ]
+        }
+
+        fn arb_key() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec![
+                "tool",
+                "param",
+                "equals",
+                "contains",
+                "allow",
+                "matches",
+                "negate",
+                "max_calls",
+                "interval_secs",
+                "forbid_after",
+                "require_before",
+                "max_per_session",
+                "bogus",
+            ])
+        }
+
+        fn arb_file() -> impl Strategy<Value = String> {
+            let table = (
+                prop::sample::select(vec![
+                    "deny_tool_param",
+                    "allow_tool_param",
+                    "deny_tool_param_matching",
+                    "rate_limit_tool",
+                    "trace_rule",
+                    "nope",
+                ]),
+                prop::collection::vec((arb_key(), arb_value()), 0..6),
+            );
+            (prop::option::of(arb_value()), prop::option::of(arb_value()), prop::collection::vec(table, 0..4)).prop_map(
+                |(dt, dk, tables)| {
+                    let mut t = String::new();
+                    if let Some(v) = dt {
+                        t += &format!("deny_tool = {v}\n");
+                    }
+                    if let Some(v) = dk {
+                        t += &format!("deny_keyword = {v}\n");
+                    }
+                    for (name, kvs) in tables {
+                        t += &format!("[[{name}]]\n");
+                        let mut seen = std::collections::HashSet::new();
+                        for (k, v) in kvs {
+                            if seen.insert(k) {
+                                t += &format!("{k} = {v}\n");
+                            }
+                        }
+                    }
+                    t
+                },
+            )
+        }
+
+        proptest! {
+            #[test]
+            fn loading_never_panics_and_errors_name_the_file(text in arb_file()) {
+                match parse_policy_text(&text, "p.toml") {
+                    Ok(set) => {
+                        // Whatever loads can be lowered and checked.
+                        let rules = set.lower();
+                        let a = Action::tool_call("x");
+                        for r in &rules {
+                            let _ = (r.rule)(&a, &Map::new());
+                        }
+                    }
+                    Err(e) => {
+                        prop_assert!(CODES.contains(&e.code()), "{}", e.code());
+                        prop_assert!(e.to_string().contains("`p.toml`"));
+                        let details = e.details();
+                        prop_assert_eq!(details["file"].as_str(), Some("p.toml"));
+                    }
+                }
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+                let _ = parse_policy_text(&text, "p.toml");
+            }
+        }
+    }
+
     #[test]
     fn sliding_window_consumes_only_admitted_calls() {
         let w = SlidingWindow::new(2, Duration::from_secs(10));
