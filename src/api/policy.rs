@@ -24,6 +24,9 @@ pub enum RuleSource<'a> {
     Dir(&'a str),
     /// The text of one policy file.
     Toml(&'a str),
+    /// The nearest `.car/policies` found walking up from this directory (no
+    /// rules when there is none).
+    DiscoverFrom(&'a str),
 }
 
 /// Every violation each action of `proposal_json` would meet under the rules,
@@ -44,6 +47,10 @@ fn check_policies_value(rules: RuleSource<'_>, proposal: &ActionProposal) -> Res
     let count = match rules {
         RuleSource::Dir(d) => engine.load_policy_dir(Path::new(d))?,
         RuleSource::Toml(t) => engine.apply_policy_set(&parse_policy_text(t, "<rules>")?),
+        RuleSource::DiscoverFrom(start) => match crate::policy::discover_policy_dir(Path::new(start)) {
+            Some(dir) => engine.load_policy_dir(&dir)?,
+            None => 0,
+        },
     };
     let state = Map::new();
     let mut violations = Vec::new();
@@ -274,10 +281,20 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
         "lint_policies" => str_param(params, "dir").and_then(lint_policies).and_then(|t| crate::ir::from_json_str(&t)),
         "check_policies" => (|| {
             let proposal = proposal_param(params)?;
-            let source = match (opt_str_param(params, "dir")?, opt_str_param(params, "rules")?) {
-                (Some(d), None) => RuleSource::Dir(d),
-                (None, Some(t)) => RuleSource::Toml(t),
-                _ => return Err(Error::invalid_argument("dir", "give exactly one of `dir` and `rules`")),
+            let source = match (
+                opt_str_param(params, "dir")?,
+                opt_str_param(params, "rules")?,
+                opt_str_param(params, "discover_from")?,
+            ) {
+                (Some(d), None, None) => RuleSource::Dir(d),
+                (None, Some(t), None) => RuleSource::Toml(t),
+                (None, None, Some(c)) => RuleSource::DiscoverFrom(c),
+                _ => {
+                    return Err(Error::invalid_argument(
+                        "dir",
+                        "give exactly one of `dir`, `rules` and `discover_from`",
+                    ));
+                }
             };
             check_policies_value(source, &proposal)
         })(),
