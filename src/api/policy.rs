@@ -209,7 +209,7 @@ pub fn permission_evaluate(proposal_json: &str, granted_tier: &str, ledger_path:
 
 fn evaluate_value(p: &ActionProposal, granted: PermissionTier, ledger_path: Option<&str>) -> Result<Value> {
     let gate = gate(ledger_path);
-    let rows = p.actions.iter().map(|a| gate.evaluate(a, granted)).collect::<Result<Vec<_>>>()?;
+    let rows = gate.evaluate_all(&p.actions, granted)?;
     Ok(json!({ "decisions": rows }))
 }
 
