@@ -99,32 +99,30 @@ impl RuleList {
             todo.extend_from_slice(list);
         }
         todo.extend_from_slice(&idx.keyword_fallback);
-        // Keyword entries that match, with the first parameter key matching.
-        let mut keyword_hits: Vec<(usize, &str)> = Vec::new();
+        // For each keyword pattern, the first parameter key whose string
+        // form contains it (patterns are in entry order).
+        let mut first: Vec<Option<&str>> = Vec::new();
         if let Some((set, owners)) = &idx.keywords {
-            let mut first: Vec<Option<&str>> = vec![None; owners.len()];
+            first = vec![None; owners.len()];
             for (k, v) in &action.parameters {
                 let text = coerce_to_string(v);
+                if !set.is_match(&text) {
+                    continue;
+                }
                 for p in set.matches(&text).iter() {
                     if first[p].is_none() {
                         first[p] = Some(k.as_str());
                     }
                 }
             }
-            for (p, key) in first.into_iter().enumerate() {
-                if let Some(key) = key {
-                    keyword_hits.push((owners[p], key));
-                    todo.push(owners[p]);
-                }
-            }
+            todo.extend(first.iter().zip(owners).filter(|(hit, _)| hit.is_some()).map(|(_, &owner)| owner));
         }
         todo.sort_unstable();
         for i in todo {
             let e = &self.entries[i];
-            if let RuleScope::Keyword(_) = e.scope
-                && idx.keywords.is_some()
-            {
-                if let Some((_, key)) = keyword_hits.iter().find(|(j, _)| *j == i) {
+            if let (RuleScope::Keyword(_), Some((_, owners))) = (&e.scope, &idx.keywords) {
+                let key = owners.binary_search(&i).ok().and_then(|p| first.get(p).copied().flatten());
+                if let Some(key) = key {
                     out.push(PolicyViolation {
                         policy_name: e.name.clone(),
                         action_id: action.id.clone(),
