@@ -640,7 +640,10 @@ impl RiskClassifier {
         if let Some(k) = f.key_paths.iter().find(|k| key_is_sensitive(k)) {
             return Some(format!("parameter key `{k}` carries a credential"));
         }
-        if f.strings.iter().any(|s| path_is_sensitive(s)) {
+        // A whole value naming a secret path, or one word of a longer value
+        // (`cat ~/.ssh/id_rsa`).
+        let word_is_path = |w: &&str| w.len() >= 4 && (w.contains('/') || w.contains('.')) && path_is_sensitive(w);
+        if f.strings.iter().any(|s| path_is_sensitive(s)) || f.text.split(' ').any(|w| word_is_path(&w)) {
             return Some("a parameter targets a secret path".into());
         }
         if contains_any_phrase(&f.text, self.phrase_matcher.as_ref(), &self.dangerous_phrases) {
@@ -810,6 +813,9 @@ mod tests {
         assert_eq!(tier("read_file", json!({"path": "/home/u/.aws/credentials"})), PermissionTier::FullAccess);
         assert_eq!(tier("read_file", json!({"path": "certs/server.pem"})), PermissionTier::FullAccess);
         assert_eq!(tier("read_file", json!({"path": "src/main.rs"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("shell", json!({"command": "cat ~/.ssh/id_rsa"})), PermissionTier::FullAccess);
+        assert_eq!(tier("note", json!({"text": "see deploy/key.pem later"})), PermissionTier::FullAccess);
+        assert_eq!(tier("note", json!({"text": "see docs/keys.md later"})), PermissionTier::SandboxEdit);
         // Phrases anywhere, as whole words.
         assert_eq!(tier("query", json!({"sql": "DROP TABLE users;"})), PermissionTier::FullAccess);
         assert_eq!(tier("query", json!({"sql": "delete from users"})), PermissionTier::FullAccess);
