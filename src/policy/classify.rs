@@ -251,6 +251,9 @@ pub const SENSITIVE_PATH_SUFFIXES: &[&str] = &[
     "id_ecdsa",
     "id_ed25519",
     "/.env",
+    "/.ssh",
+    "/.aws",
+    "/.gnupg",
     "/.netrc",
     "/.pgpass",
     "/etc/passwd",
@@ -315,7 +318,7 @@ pub const IRREVERSIBLE_PHRASES: &[&str] = &[
 
 /// Phrases in any string that make an effect compensable.
 pub const COMPENSABLE_PHRASES: &[&str] =
-    &["insert into", "git push", "git commit", "git merge", "git tag", "create table", "alter table"];
+    &["insert into", "git push", "docker push", "git commit", "git merge", "git tag", "create table", "alter table"];
 
 /// Inflections a tool-name segment may carry beyond its keyword stem for the
 /// reversibility axis (`deployments` → `deploy`).
@@ -523,6 +526,14 @@ fn command_is_full_access(cmd: &[String], executables: &[String]) -> bool {
 fn key_is_sensitive(path: &str) -> bool {
     let leaf = path.rsplit('.').next().unwrap_or(path);
     SENSITIVE_KEY_SET.contains(leaf)
+        // `aws_secret_access_key`, `github_access_token`: a credential name at
+        // the end of a longer key (not a bare `token`: `page_token` is not one).
+        || SENSITIVE_KEY_SET.iter().any(|k| {
+            *k != "token"
+                && leaf.len() > k.len() + 1
+                && leaf.ends_with(k)
+                && leaf.as_bytes()[leaf.len() - k.len() - 1] == b'_'
+        })
         || SENSITIVE_DOTTED_KEYS.iter().any(|k| {
             path == *k || (path.len() > k.len() && path.ends_with(k) && path[..path.len() - k.len()].ends_with('.'))
         })
@@ -808,6 +819,10 @@ mod tests {
         assert_eq!(tier("x", json!({"apiKey": "abc"})), PermissionTier::FullAccess);
         assert_eq!(tier("x", json!({"auth": {"token": "abc"}})), PermissionTier::FullAccess);
         assert_eq!(tier("x", json!({"page_token": "abc"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("x", json!({"config": {"aws_secret_access_key": "k"}})), PermissionTier::FullAccess);
+        assert_eq!(tier("x", json!({"headers": {"X-Api-Key": "k"}})), PermissionTier::FullAccess);
+        assert_eq!(tier("x", json!({"next_page_token": "abc"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("list_files", json!({"path": "~/.ssh"})), PermissionTier::FullAccess);
         // Paths.
         assert_eq!(tier("read_file", json!({"path": "~/.ssh/id_rsa"})), PermissionTier::FullAccess);
         assert_eq!(tier("read_file", json!({"path": "/home/u/.aws/credentials"})), PermissionTier::FullAccess);
