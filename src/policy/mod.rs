@@ -2,7 +2,7 @@
 //! runs. Every action passes every policy and all violations are collected; a
 //! panicking policy is caught and becomes a violation naming the policy.
 //!
-//! Also here: the declarative `.car/policies/*.toml` rules ([`file`]), trace
+//! Also here: the declarative `.car/policies/*.toml` rules ([`file`](mod@file)), trace
 //! rules enforced at dispatch ([`trace`]), the two classifiers (authority and
 //! reversibility, [`classify`]), the permission gate and its approvals ledger
 //! ([`approval`]) and dispatch-time inspectors ([`inspectors`]).
