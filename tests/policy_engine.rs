@@ -140,6 +140,11 @@ fn engine_stays_send_sync_and_clones_share_trace_state() {
     assert_eq!(c.check_dispatch(&a, None).len(), 1, "the clone sees the same trace");
     c.reset_trace(None);
     assert!(e.check_dispatch(&a, None).is_empty());
+    // Trace rules are listed, and unregistered, by their stable name.
+    assert_eq!(e.list()[0].name, "trace_rule:send");
+    assert_eq!(e.unregister("trace_rule:send"), 1);
+    assert!(e.is_empty());
+    assert!(e.check_dispatch(&a, None).is_empty());
 }
 
 #[test]

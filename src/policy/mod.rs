@@ -137,9 +137,12 @@ impl PolicyEngine {
         self.sessions.contains_key(session_id)
     }
 
-    /// Removes every global policy of that name; returns the count (0 is fine).
+    /// Removes every global policy (and trace rule) of that name; returns the
+    /// count (0 is fine).
     pub fn unregister(&mut self, name: &str) -> usize {
-        self.global.remove_named(name)
+        let before = self.trace_rules.len();
+        self.trace_rules.retain(|r| r.name() != name);
+        self.global.remove_named(name) + (before - self.trace_rules.len())
     }
 
     /// Removes every policy of that name from a session scope.
