@@ -124,7 +124,7 @@ fn lint_set(set: &PolicySet) -> Vec<(String, String)> {
         }
     }
     for (i, r) in set.deny_tool_param_matching.iter().enumerate() {
-        if let Err(e) = regex::Regex::new(&r.matches) {
+        if let Err(e) = crate::policy::file::compile_pattern(&r.matches) {
             let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
             out.push((
                 format!("deny_tool_param_matching[{i}].matches"),

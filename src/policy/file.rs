@@ -260,7 +260,7 @@ fn allow_tool_param_rule(r: &AllowToolParam) -> PolicyFn {
 
 fn deny_matching_rule(r: &DenyToolParamMatching) -> PolicyFn {
     let (tool, param, negate) = (r.tool.clone(), r.param.clone(), r.negate);
-    match regex::RegexBuilder::new(&r.matches).size_limit(REGEX_SIZE_LIMIT).build() {
+    match compile_pattern(&r.matches) {
         Err(_) => Arc::new(move |a: &Action, _: &Map<String, Value>| {
             is_tool(a, &tool).then(|| {
                 format!("the pattern for parameter `{param}` of `{tool}` does not compile; every call is denied")
@@ -283,6 +283,12 @@ fn deny_matching_rule(r: &DenyToolParamMatching) -> PolicyFn {
             }
         }),
     }
+}
+
+/// Compiles a `deny_tool_param_matching` pattern as the rule does (with a
+/// bound on the compiled size).
+pub fn compile_pattern(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).size_limit(REGEX_SIZE_LIMIT).build()
 }
 
 /// A sliding window of admitted call times.
