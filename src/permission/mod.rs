@@ -3,7 +3,18 @@
 //!
 //! Everything here is pure: no I/O, no clock, no async.
 
+pub mod chain;
+pub mod preset;
 pub mod shell;
+pub mod tool;
+
+pub use chain::{
+    Advisory, CanUseDecision, CanUseTool, CanUseToolFn, DecidedBy, FETCH_TOOL, Hook, HookDecision, HookFn, OneOrMany,
+    PermissionChain, PermissionConfig, PermissionEvaluation, RiskClass, RuleSpec, StaticHook, evaluate_permission,
+};
+pub use preset::{CompiledPreset, Preset, compile_permission_preset};
+pub use shell::{ShellRules, match_shell_command};
+pub use tool::{Executor, Risk, ToolDefinition, Toolset, is_valid_tool_name, toolset_hash, validate_tool_name};
 
 use serde::{Deserialize, Serialize};
 

@@ -252,11 +252,11 @@ impl ShellRules {
             return Verdict::Ask;
         };
         let literal_argv = argv.iter().all(|w| !w.expansion && !w.brace);
-        if literal_argv {
-            if self.deny.iter().any(|p| p.matches_restrictive(argv)) || self.inner_script_denies(argv, depth) {
-                o.deny_matched = true;
-                return Verdict::Deny;
-            }
+        if literal_argv
+            && (self.deny.iter().any(|p| p.matches_restrictive(argv)) || self.inner_script_denies(argv, depth))
+        {
+            o.deny_matched = true;
+            return Verdict::Deny;
         }
         let assignments = &seg.words[..seg.assignments];
         if seg.unmatchable || !literal_argv || argv0.glob || assignments.iter().any(|w| w.expansion || w.brace) {
