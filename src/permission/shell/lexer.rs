@@ -161,6 +161,19 @@ fn is_meta(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')
 }
 
+/// Bytes a word copies verbatim with no further thought: not a
+/// metacharacter, quote, escape, expansion, glob or brace-expansion byte.
+const PLAIN: [bool; 256] = {
+    let mut t = [true; 256];
+    let special = b" \t\n;&|()<>\\'\"`$*?[{,.}";
+    let mut i = 0;
+    while i < special.len() {
+        t[special[i] as usize] = false;
+        i += 1;
+    }
+    t
+};
+
 struct Parser<'a> {
     s: &'a [u8],
     pos: usize,
@@ -514,9 +527,18 @@ impl Parser<'_> {
 
     /// Reads one word up to an unquoted metacharacter.
     fn word(&mut self) -> Result<Word, Fail> {
-        let mut w = Word::default();
+        let mut w = Word { text: Vec::with_capacity(16), ..Word::default() };
         let (mut brace_open, mut brace_sep) = (false, false);
         while let Some(c) = self.peek() {
+            if PLAIN[c as usize] {
+                // Fast path: copy a run of plain bytes at once.
+                let start = self.pos;
+                while self.peek().is_some_and(|c| PLAIN[c as usize]) {
+                    self.pos += 1;
+                }
+                w.text.extend_from_slice(&self.s[start..self.pos]);
+                continue;
+            }
             match c {
                 c if is_meta(c) => break,
                 b'\\' => match self.peek_at(1) {
@@ -581,6 +603,13 @@ impl Parser<'_> {
                     None => return Err(Fail),
                 },
                 Some(b'`') => self.backtick(w)?,
+                Some(b'$') if matches!(self.peek_at(1), Some(b'\'' | b'"')) => {
+                    // `$'` and `$"` are not special inside double quotes; the
+                    // `$` still makes the word unmatchable.
+                    w.expansion = true;
+                    w.text.push(b'$');
+                    self.pos += 1;
+                }
                 Some(b'$') => self.dollar(w)?,
                 Some(c) => {
                     w.text.push(c);

@@ -236,6 +236,8 @@ mod tests {
                 ("echo \"$(rm -rf /)\"", Deny),
                 ("cat <(rm -rf /)", Deny),
                 ("echo $(ls)", Ask),
+                // `$'` is not ANSI-C quoting inside double quotes.
+                ("echo \"$'\" ; rm -rf / ; echo \"'\"", Deny),
             ],
         );
     }
