@@ -19,7 +19,7 @@
 
 /// Nesting limit for groups, substitutions and `bash -c` scripts; deeper is a
 /// parse failure (ask).
-pub(crate) const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// One word after quote removal, with what the matcher must know about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -145,10 +145,8 @@ type Step = Result<(), Fail>;
 enum Term {
     /// The end of input.
     Eof,
-    /// A `)` closing a subshell, `$(`, or a process substitution.
+    /// A `)` closing `$(` or a process substitution.
     Paren,
-    /// A `}` in command position, closing a group.
-    Brace,
 }
 
 /// Keywords that head or continue a compound command and are followed by a
@@ -227,13 +225,18 @@ impl Parser<'_> {
     }
 
     /// The main state machine: a list of commands up to `term`.
+    ///
+    /// Subshells and brace groups nest through `groups`, an explicit stack
+    /// of the closers expected (`)` or `}`), so their depth is not bounded by
+    /// recursion; only substitutions recurse.
     fn parse_list(&mut self, term: Term) -> Step {
         let mut cur = Segment::new(SegKind::Simple);
+        let mut groups: Vec<u8> = Vec::new();
         loop {
             self.skip_blanks();
             let Some(c) = self.peek() else {
                 self.finish(&mut cur);
-                return if term == Term::Eof { Ok(()) } else { Err(Fail) };
+                return if term == Term::Eof && groups.is_empty() { Ok(()) } else { Err(Fail) };
             };
             match c {
                 b'#' => {
@@ -268,14 +271,22 @@ impl Parser<'_> {
                     self.finish(&mut cur);
                 }
                 b')' => {
-                    if term != Term::Paren {
-                        return Err(Fail);
-                    }
                     self.pos += 1;
                     self.finish(&mut cur);
-                    return Ok(());
+                    match groups.last() {
+                        Some(b')') => {
+                            groups.pop();
+                            self.group_tail()?;
+                        }
+                        None if term == Term::Paren => return Ok(()),
+                        _ => return Err(Fail),
+                    }
                 }
-                b'(' => self.open_paren(&mut cur)?,
+                b'(' => {
+                    if self.open_paren(&mut cur)? {
+                        groups.push(b')');
+                    }
+                }
                 b'<' | b'>' if self.peek_at(1) == Some(b'(') => {
                     // Process substitution: an argument whose command runs.
                     self.pos += 2;
@@ -297,15 +308,15 @@ impl Parser<'_> {
                     if cur.is_empty() && w.unquoted() && !w.expansion {
                         match w.text.as_slice() {
                             b"{" => {
-                                self.nested(|p| p.parse_list(Term::Brace))?;
-                                self.group_tail()?;
+                                groups.push(b'}');
                                 continue;
                             }
                             b"}" => {
-                                if term != Term::Brace {
+                                if groups.pop() != Some(b'}') {
                                     return Err(Fail);
                                 }
-                                return Ok(());
+                                self.group_tail()?;
+                                continue;
                             }
                             t if PREFIX_KEYWORDS.contains(&t) => {
                                 self.keyword();
@@ -339,18 +350,19 @@ impl Parser<'_> {
         }
     }
 
-    /// `(` in command position opens a subshell (or `((` an arithmetic
-    /// command); after a single word, `name ()` is a function header.
-    fn open_paren(&mut self, cur: &mut Segment) -> Step {
+    /// `(` in command position opens a subshell (true: the caller pushes
+    /// the group) or `((` an arithmetic command; after a single word,
+    /// `name ()` is a function header.
+    fn open_paren(&mut self, cur: &mut Segment) -> Result<bool, Fail> {
         if cur.is_empty() {
             if self.peek_at(1) == Some(b'(') {
-                self.skip_balanced(b'(', b')')?;
+                self.skip_balanced_and_scan(b'(', b')')?;
                 self.keyword();
-                return self.group_tail();
+                self.group_tail()?;
+                return Ok(false);
             }
             self.pos += 1;
-            self.nested(|p| p.parse_list(Term::Paren))?;
-            return self.group_tail();
+            return Ok(true);
         }
         if cur.kind == SegKind::Simple && cur.words.len() == 1 && cur.assignments == 0 && !cur.redirected {
             self.pos += 1;
@@ -359,7 +371,7 @@ impl Parser<'_> {
                 self.pos += 1;
                 *cur = Segment::new(SegKind::Keyword);
                 self.finish(cur);
-                return Ok(());
+                return Ok(false);
             }
         }
         Err(Fail)
@@ -452,6 +464,22 @@ impl Parser<'_> {
                 }
             }
         }
+    }
+
+    /// Skips a balanced run like [`Parser::skip_balanced`], then parses its
+    /// inside as a script of its own for the commands it may hold (`((` can
+    /// be nested subshells to bash, `${x:-$(cmd)}` runs `cmd`). The inner
+    /// segments are added (they can only make the verdict stricter: the
+    /// construct itself is already unmatchable or a keyword); a failure of
+    /// that inner parse is ignored, since the extent is already known.
+    fn skip_balanced_and_scan(&mut self, open: u8, close: u8) -> Step {
+        let start = self.pos + 1;
+        self.skip_balanced(open, close)?;
+        let inner = &self.s[start..self.pos - 1];
+        if self.depth < MAX_DEPTH {
+            self.out.extend(parse_at_depth(inner, self.depth + 1).segments);
+        }
+        Ok(())
     }
 
     /// Skips a balanced `open ... close` run starting at `open` (arithmetic,
@@ -626,7 +654,7 @@ impl Parser<'_> {
         match self.peek_at(1) {
             Some(b'(') if self.peek_at(2) == Some(b'(') => {
                 self.pos += 1;
-                self.skip_balanced(b'(', b')')
+                self.skip_balanced_and_scan(b'(', b')')
             }
             Some(b'(') => {
                 self.pos += 2;
@@ -634,11 +662,11 @@ impl Parser<'_> {
             }
             Some(b'{') => {
                 self.pos += 1;
-                self.skip_balanced(b'{', b'}')
+                self.skip_balanced_and_scan(b'{', b'}')
             }
             Some(b'[') => {
                 self.pos += 1;
-                self.skip_balanced(b'[', b']')
+                self.skip_balanced_and_scan(b'[', b']')
             }
             Some(b'\'') => {
                 // ANSI-C quoting: up to the closing quote, `\'` escaped.
@@ -763,8 +791,14 @@ mod tests {
         for bad in ["'a", "\"a", "a (b", "a )", "case x in a) b;; esac", "{ a", "a \\", "echo $(a", "a >", "((a"] {
             assert!(parse(bad.as_bytes()).failed, "{bad:?} should fail");
         }
-        let deep = "( ".repeat(40) + &")".repeat(40);
+        // Substitutions recurse and are bounded; groups are not.
+        let deep = "$(".repeat(MAX_DEPTH + 1) + &")".repeat(MAX_DEPTH + 1);
         assert!(parse(deep.as_bytes()).failed);
+        let groups = "( ".repeat(500) + "a" + &" )".repeat(500);
+        assert!(!parse(groups.as_bytes()).failed);
+        assert!(parse(b"( a }").failed);
+        assert!(parse(b"{ a; )").failed);
+        assert!(parse(b"( a ) b").failed);
     }
 
     #[test]

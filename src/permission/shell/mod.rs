@@ -453,11 +453,38 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_is_ask_but_earlier_deny_stays() {
-        let r = rules(&["ls"], &[], &["rm **"]);
-        let deep = format!("{}ls{}", "( ".repeat(50), " )".repeat(50));
-        assert_eq!(r.check(&deep), Ask);
-        assert_eq!(r.check(&format!("rm x; {deep}")), Deny);
+    fn nesting_limits() {
+        let r = rules(&["ls", "echo **"], &[], &["rm **"]);
+        // Groups nest without a limit: every segment is still scanned.
+        let deep = format!("{}ls{}", "( ".repeat(300), " )".repeat(300));
+        assert_eq!(r.check(&deep), Allow);
+        assert_eq!(r.check(&format!("{deep}; rm x")), Deny);
+        let braces = format!("{}ls;{}", "{ ".repeat(300), " };".repeat(300));
+        assert_eq!(r.check(&braces), Allow);
+        // Substitutions recurse up to a bound; deeper is a parse failure,
+        // which keeps an earlier deny.
+        let ok = format!("echo {}ls{}", "$(echo ".repeat(60), ")".repeat(60));
+        assert_eq!(r.check(&ok), Ask);
+        assert_eq!(r.check(&format!("echo {}$(rm x){}", "$(echo ".repeat(60), ")".repeat(60))), Deny);
+        let too_deep = format!("echo {}ls{}", "$(echo ".repeat(80), ")".repeat(80));
+        assert_eq!(r.check(&too_deep), Ask);
+        assert_eq!(r.check(&format!("rm x; {too_deep}")), Deny);
+    }
+
+    #[test]
+    fn arithmetic_and_parameter_expansion_contents_are_scanned() {
+        let r = rules(&["echo **", "ls"], &[], &["rm **"]);
+        check(
+            &r,
+            &[
+                ("((i++))", Ask),
+                ("((ls); rm -rf /)", Deny),
+                ("echo ${x:-$(rm -rf /)}", Deny),
+                ("echo $(( $(rm x) + 1 ))", Deny),
+                ("echo $(( (1+2)*3 )); rm x", Deny),
+                ("echo ${#x}", Ask),
+            ],
+        );
     }
 
     #[test]
