@@ -250,6 +250,8 @@ fn argv_rules_use_the_shell_matcher() {
         ("$(echo rm) -rf /", Verdict::Ask, DecidedBy::DenyRule),
         ("echo 'unbalanced", Verdict::Ask, DecidedBy::DenyRule),
         ("ls\0", Verdict::Ask, DecidedBy::DenyRule),
+        ("bash -c 'rm -rf \"$HOME\"'", Verdict::Ask, DecidedBy::DenyRule),
+        ("bash -c 'git push'", Verdict::Ask, DecidedBy::AskRule),
     ];
     for (cmd, v, by) in cases {
         let e = c.evaluate(&shell, &json!({"command": cmd}));

@@ -319,6 +319,13 @@ impl Parser<'_> {
                                 continue;
                             }
                             t if PREFIX_KEYWORDS.contains(&t) => {
+                                if t == b"time" {
+                                    // `time -p cmd` runs `cmd`.
+                                    self.skip_blanks();
+                                    if self.starts_with(b"-p") && self.peek_at(2).is_none_or(is_meta) {
+                                        self.pos += 2;
+                                    }
+                                }
                                 self.keyword();
                                 continue;
                             }

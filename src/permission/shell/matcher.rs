@@ -252,11 +252,23 @@ impl ShellRules {
             return Verdict::Ask;
         };
         let literal_argv = argv.iter().all(|w| !w.expansion && !w.brace);
-        if literal_argv
-            && (self.deny.iter().any(|p| p.matches_restrictive(argv)) || self.inner_script_denies(argv, depth))
-        {
+        if literal_argv && self.deny.iter().any(|p| p.matches_restrictive(argv)) {
             o.deny_matched = true;
             return Verdict::Deny;
+        }
+        let inner = if literal_argv { self.inner_scripts(argv, depth) } else { None };
+        if let Some(inner) = inner {
+            if inner.deny_matched {
+                o.deny_matched = true;
+                return Verdict::Deny;
+            }
+            // What could not be seen through inside still counts for the
+            // chain's rules, and an ask pattern inside asks.
+            o.uncertain |= inner.uncertain;
+            if inner.ask_matched {
+                o.ask_matched = true;
+                return Verdict::Ask;
+            }
         }
         let assignments = &seg.words[..seg.assignments];
         if seg.unmatchable || !literal_argv || argv0.glob || assignments.iter().any(|w| w.expansion || w.brace) {
@@ -273,27 +285,38 @@ impl ShellRules {
         if self.allow.iter().any(|p| p.matches_exact(&seg.words)) { Verdict::Allow } else { Verdict::Ask }
     }
 
-    /// Deny matching looks inside `sh -c 'script'` (and `eval 'script'`) when
-    /// the script is a plain literal: every argument after the `-c` option
-    /// cluster is scanned, so `$0` text can only add a deny, never hide one.
-    fn inner_script_denies(&self, argv: &[Word], depth: usize) -> bool {
-        if self.deny.is_empty() || depth + 1 >= MAX_DEPTH {
-            return false;
+    /// Matching looks inside `sh -c 'script'` (and `eval 'script'`) when the
+    /// script is a plain literal: every argument after the `-c` option
+    /// cluster is scanned, so `$0` text can only add a finding, never hide
+    /// one. `None` when the segment runs no such script.
+    fn inner_scripts(&self, argv: &[Word], depth: usize) -> Option<ShellOutcome> {
+        if self.deny.is_empty() && self.ask.is_empty() {
+            return None;
         }
         let name = argv[0].text.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
         let scripts: Vec<Vec<u8>> = if name == b"eval" {
             vec![argv[1..].iter().map(|w| w.text.as_slice()).collect::<Vec<_>>().join(&b' ')]
         } else if SHELLS.contains(&name) {
-            let Some(c) = argv.iter().skip(1).position(|w| {
+            let c = argv.iter().skip(1).position(|w| {
                 w.text.len() > 1 && w.text[0] == b'-' && w.text[1] != b'-' && w.text[1..].contains(&b'c')
-            }) else {
-                return false;
-            };
+            })?;
             argv[c + 2..].iter().map(|w| w.text.clone()).collect()
         } else {
-            return false;
+            return None;
         };
-        scripts.iter().any(|s| self.scan_bytes(s, depth + 1).deny_matched)
+        let mut found =
+            ShellOutcome { verdict: Verdict::Allow, deny_matched: false, ask_matched: false, uncertain: false };
+        if depth + 1 >= MAX_DEPTH {
+            found.uncertain = true;
+            return Some(found);
+        }
+        for s in &scripts {
+            let o = self.scan_bytes(s, depth + 1);
+            found.deny_matched |= o.deny_matched;
+            found.ask_matched |= o.ask_matched;
+            found.uncertain |= o.uncertain;
+        }
+        Some(found)
     }
 }
 

@@ -403,6 +403,7 @@ mod tests {
                 ("! rm x", Deny),
                 ("time ls", Ask),
                 ("time rm x", Deny),
+                ("time -p rm x", Deny),
                 ("coproc ls", Ask),
                 ("[[ -f x ]] && ls", Ask),
                 ("[[ -f x ]] && rm x", Deny),
@@ -440,6 +441,12 @@ mod tests {
                 ("bash -c 'bash -c \"rm x\"'", Deny),
             ],
         );
+        // Ask patterns are honoured inside `sh -c` too, and what cannot be
+        // seen through inside is reported as uncertain.
+        let r = rules(&["bash **"], &["git push **"], &["rm **"]);
+        check(&r, &[("bash -c 'git push'", Ask), ("bash -c 'git log'", Allow)]);
+        assert!(r.scan("bash -c 'rm -rf \"$HOME\"'").uncertain);
+        assert!(!r.scan("bash -c 'ls'").uncertain);
         let r = rules(&["sudo **"], &[], &["sudo rm **"]);
         check(&r, &[("sudo rm -rf /", Deny), ("sudo ls", Allow)]);
     }
