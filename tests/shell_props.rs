@@ -121,6 +121,15 @@ proptest! {
     }
 
     #[test]
+    fn shell_soup_never_panics_and_keeps_an_earlier_deny(
+        soup in "[()${}\\[\\]'\"\\\\`;&|<>#!*?=~ a-z0-9\n\t-]{0,120}",
+    ) {
+        let r = deny_rules();
+        let _ = r.scan(&soup);
+        prop_assert_eq!(r.check(&format!("rm x\n{soup}")), Verdict::Deny);
+    }
+
+    #[test]
     fn never_panics_and_nul_is_ask(s in "\\PC{0,80}", nul in any::<bool>()) {
         let r = deny_rules();
         let _ = r.check(&s);
