@@ -17,15 +17,18 @@
 //! The output is deliberately flat: the verdict is the strictest across all
 //! segments, so a structure only has to expose every command it contains.
 
+use std::borrow::Cow;
+
 /// Nesting limit for groups, substitutions and `bash -c` scripts; deeper is a
 /// parse failure (ask).
 pub(crate) const MAX_DEPTH: usize = 64;
 
 /// One word after quote removal, with what the matcher must know about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Word {
-    /// The bytes after quote and escape removal.
-    pub text: Vec<u8>,
+pub(crate) struct Word<'a> {
+    /// The bytes after quote and escape removal (borrowed from the source
+    /// when the word holds no quoting at all).
+    pub text: Cow<'a, [u8]>,
     /// Holds an expansion (`$...`, backtick, process substitution).
     pub expansion: bool,
     /// Holds an unquoted glob character (`*`, `?`, `[`).
@@ -37,7 +40,7 @@ pub(crate) struct Word {
     pub quoted_at: Option<usize>,
 }
 
-impl Word {
+impl Word<'_> {
     fn mark_quoted(&mut self) {
         if self.quoted_at.is_none() {
             self.quoted_at = Some(self.text.len());
@@ -52,7 +55,7 @@ impl Word {
     /// True for a `NAME=value` word (`NAME+=value` too) whose name and `=` are
     /// unquoted: the shell's assignment.
     pub fn is_assignment(&self) -> bool {
-        let t = &self.text;
+        let t = &self.text[..];
         let Some(eq) = t.iter().position(|&b| b == b'=') else { return false };
         let name_end = if eq > 0 && t[eq - 1] == b'+' { eq - 1 } else { eq };
         if name_end == 0 || self.quoted_at.is_some_and(|q| q <= eq) {
@@ -83,11 +86,11 @@ pub(crate) enum SegKind {
 
 /// One segment: what one simple command (or keyword) contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Segment {
+pub(crate) struct Segment<'a> {
     /// What this is.
     pub kind: SegKind,
     /// Every word in order, leading assignments included, redirections not.
-    pub words: Vec<Word>,
+    pub words: Vec<Word<'a>>,
     /// How many leading words are assignments.
     pub assignments: usize,
     /// A here-doc, here-string, or an expansion in a redirection target.
@@ -98,7 +101,7 @@ pub(crate) struct Segment {
     pub redirected: bool,
 }
 
-impl Segment {
+impl<'a> Segment<'a> {
     fn new(kind: SegKind) -> Self {
         Segment { kind, words: Vec::new(), assignments: 0, unmatchable: false, writes: false, redirected: false }
     }
@@ -108,27 +111,40 @@ impl Segment {
     }
 
     /// The argv: the words after the leading assignments.
-    pub fn argv(&self) -> &[Word] {
+    pub fn argv(&self) -> &[Word<'a>] {
         &self.words[self.assignments.min(self.words.len())..]
+    }
+
+    /// The same segment owning all its text.
+    fn into_owned<'b>(self) -> Segment<'b> {
+        let words = self.words.into_iter().map(|w| Word { text: Cow::Owned(w.text.into_owned()), ..w }).collect();
+        Segment {
+            kind: self.kind,
+            words,
+            assignments: self.assignments,
+            unmatchable: self.unmatchable,
+            writes: self.writes,
+            redirected: self.redirected,
+        }
     }
 }
 
 /// The result of parsing a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Parsed {
+pub(crate) struct Parsed<'a> {
     /// Every complete segment, in order.
-    pub segments: Vec<Segment>,
+    pub segments: Vec<Segment<'a>>,
     /// The parse stopped at an error or an unsupported construct; segments
     /// after that point were not seen.
     pub failed: bool,
 }
 
 /// Parses a command into its segments.
-pub(crate) fn parse(src: &[u8]) -> Parsed {
+pub(crate) fn parse(src: &[u8]) -> Parsed<'_> {
     parse_at_depth(src, 0)
 }
 
-pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed {
+pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed<'_> {
     let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth };
     let failed = p.parse_list(Term::Eof).is_err();
     Parsed { segments: p.out, failed }
@@ -175,11 +191,11 @@ const PLAIN: [bool; 256] = {
 struct Parser<'a> {
     s: &'a [u8],
     pos: usize,
-    out: Vec<Segment>,
+    out: Vec<Segment<'a>>,
     depth: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.s.get(self.pos).copied()
     }
@@ -203,7 +219,7 @@ impl Parser<'_> {
         }
     }
 
-    fn finish(&mut self, cur: &mut Segment) {
+    fn finish(&mut self, cur: &mut Segment<'a>) {
         if !cur.is_empty() {
             self.out.push(std::mem::replace(cur, Segment::new(SegKind::Simple)));
         }
@@ -306,7 +322,7 @@ impl Parser<'_> {
                         continue;
                     }
                     if cur.is_empty() && w.unquoted() && !w.expansion {
-                        match w.text.as_slice() {
+                        match &w.text[..] {
                             b"{" => {
                                 groups.push(b'}');
                                 continue;
@@ -360,7 +376,7 @@ impl Parser<'_> {
     /// `(` in command position opens a subshell (true: the caller pushes
     /// the group) or `((` an arithmetic command; after a single word,
     /// `name ()` is a function header.
-    fn open_paren(&mut self, cur: &mut Segment) -> Result<bool, Fail> {
+    fn open_paren(&mut self, cur: &mut Segment<'a>) -> Result<bool, Fail> {
         if cur.is_empty() {
             if self.peek_at(1) == Some(b'(') {
                 self.skip_balanced_and_scan(b'(', b')')?;
@@ -465,7 +481,7 @@ impl Parser<'_> {
                 }
                 _ => {
                     let w = self.word()?;
-                    if w.unquoted() && w.text == b"]]" {
+                    if w.unquoted() && w.text[..] == *b"]]" {
                         return Ok(());
                     }
                 }
@@ -511,7 +527,7 @@ impl Parser<'_> {
 
     /// One redirection operator at `pos` (an fd number, if any, was already
     /// read) and its target.
-    fn redirect(&mut self, seg: &mut Segment) -> Step {
+    fn redirect(&mut self, seg: &mut Segment<'a>) -> Step {
         seg.redirected = true;
         let ops: &[(&[u8], Redir)] = &[
             (b"&>>", Redir::Write),
@@ -538,9 +554,9 @@ impl Parser<'_> {
         if target.expansion {
             seg.unmatchable = true;
         }
-        let dev_null = target.is_literal() && target.text == b"/dev/null";
+        let dev_null = target.is_literal() && target.text[..] == *b"/dev/null";
         let fd_dup = target.is_literal()
-            && (target.text == b"-"
+            && (target.text[..] == *b"-"
                 || (!target.text.is_empty() && {
                     let digits = target.text.strip_suffix(b"-").unwrap_or(&target.text);
                     !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
@@ -561,36 +577,51 @@ impl Parser<'_> {
     }
 
     /// Reads one word up to an unquoted metacharacter.
-    fn word(&mut self) -> Result<Word, Fail> {
-        let mut w = Word { text: Vec::with_capacity(16), ..Word::default() };
+    ///
+    /// A word with no quoting, escape or expansion (the common case) borrows
+    /// its bytes from the source; any other word owns its text.
+    fn word(&mut self) -> Result<Word<'a>, Fail> {
+        let mut w = Word::default();
+        let start = self.pos;
+        // True while the word's text is exactly `s[start..pos]`.
+        let mut verbatim = true;
         let (mut brace_open, mut brace_sep) = (false, false);
         while let Some(c) = self.peek() {
             if PLAIN[c as usize] {
-                // Fast path: copy a run of plain bytes at once.
-                let start = self.pos;
+                // Fast path: a run of plain bytes at once.
+                let run = self.pos;
                 while self.peek().is_some_and(|c| PLAIN[c as usize]) {
                     self.pos += 1;
                 }
-                w.text.extend_from_slice(&self.s[start..self.pos]);
+                if !verbatim {
+                    w.text.to_mut().extend_from_slice(&self.s[run..self.pos]);
+                }
                 continue;
             }
+            if is_meta(c) {
+                break;
+            }
+            let special = matches!(c, b'\\' | b'\'' | b'"' | b'`' | b'$');
+            if special && verbatim {
+                verbatim = false;
+                w.text = Cow::Owned(self.s[start..self.pos].to_vec());
+            }
             match c {
-                c if is_meta(c) => break,
                 b'\\' => match self.peek_at(1) {
                     Some(b'\n') => self.pos += 2,
                     Some(d) => {
                         w.mark_quoted();
-                        w.text.push(d);
+                        w.text.to_mut().push(d);
                         self.pos += 2;
                     }
                     None => return Err(Fail),
                 },
                 b'\'' => {
                     w.mark_quoted();
-                    let start = self.pos + 1;
-                    let len = self.s[start..].iter().position(|&b| b == b'\'').ok_or(Fail)?;
-                    w.text.extend_from_slice(&self.s[start..start + len]);
-                    self.pos = start + len + 1;
+                    let from = self.pos + 1;
+                    let len = self.s[from..].iter().position(|&b| b == b'\'').ok_or(Fail)?;
+                    w.text.to_mut().extend_from_slice(&self.s[from..from + len]);
+                    self.pos = from + len + 1;
                 }
                 b'"' => {
                     w.mark_quoted();
@@ -608,16 +639,21 @@ impl Parser<'_> {
                         b'}' if brace_open && brace_sep => w.brace = true,
                         _ => {}
                     }
-                    w.text.push(c);
+                    if !verbatim {
+                        w.text.to_mut().push(c);
+                    }
                     self.pos += 1;
                 }
             }
+        }
+        if verbatim {
+            w.text = Cow::Borrowed(&self.s[start..self.pos]);
         }
         Ok(w)
     }
 
     /// The inside of `"..."`, after the opening quote.
-    fn double_quoted(&mut self, w: &mut Word) -> Step {
+    fn double_quoted(&mut self, w: &mut Word<'a>) -> Step {
         loop {
             match self.peek() {
                 None => return Err(Fail),
@@ -628,11 +664,11 @@ impl Parser<'_> {
                 Some(b'\\') => match self.peek_at(1) {
                     Some(b'\n') => self.pos += 2,
                     Some(d @ (b'$' | b'`' | b'"' | b'\\')) => {
-                        w.text.push(d);
+                        w.text.to_mut().push(d);
                         self.pos += 2;
                     }
                     Some(_) => {
-                        w.text.push(b'\\');
+                        w.text.to_mut().push(b'\\');
                         self.pos += 1;
                     }
                     None => return Err(Fail),
@@ -642,12 +678,12 @@ impl Parser<'_> {
                     // `$'` and `$"` are not special inside double quotes; the
                     // `$` still makes the word unmatchable.
                     w.expansion = true;
-                    w.text.push(b'$');
+                    w.text.to_mut().push(b'$');
                     self.pos += 1;
                 }
                 Some(b'$') => self.dollar(w)?,
                 Some(c) => {
-                    w.text.push(c);
+                    w.text.to_mut().push(c);
                     self.pos += 1;
                 }
             }
@@ -656,7 +692,7 @@ impl Parser<'_> {
 
     /// Any `$`: every form is an expansion. Command substitutions are parsed
     /// so that the commands inside become segments.
-    fn dollar(&mut self, w: &mut Word) -> Step {
+    fn dollar(&mut self, w: &mut Word<'a>) -> Step {
         w.expansion = true;
         match self.peek_at(1) {
             Some(b'(') if self.peek_at(2) == Some(b'(') => {
@@ -702,7 +738,7 @@ impl Parser<'_> {
     }
 
     /// A backtick substitution: its body, unescaped, is parsed as a script.
-    fn backtick(&mut self, w: &mut Word) -> Step {
+    fn backtick(&mut self, w: &mut Word<'a>) -> Step {
         w.expansion = true;
         self.pos += 1;
         let mut body = Vec::new();
@@ -727,7 +763,7 @@ impl Parser<'_> {
             return Err(Fail);
         }
         let inner = parse_at_depth(&body, self.depth + 1);
-        self.out.extend(inner.segments);
+        self.out.extend(inner.segments.into_iter().map(Segment::into_owned));
         if inner.failed { Err(Fail) } else { Ok(()) }
     }
 }

@@ -56,11 +56,11 @@ impl ShellPattern {
             if w.expansion || w.brace {
                 return Err(bad("a pattern cannot hold an expansion"));
             }
-            match (w.unquoted(), w.text.as_slice()) {
+            match (w.unquoted(), &w.text[..]) {
                 (true, b"**") if i + 1 == seg.words.len() => rest = true,
                 (true, b"**") => return Err(bad("`**` may only appear last")),
                 (true, b"*") => tokens.push(PTok::One),
-                _ => tokens.push(PTok::Lit(w.text.clone())),
+                _ => tokens.push(PTok::Lit(w.text.to_vec())),
             }
         }
         Ok(ShellPattern { source: source.to_string(), tokens, rest })
@@ -80,7 +80,7 @@ impl ShellPattern {
         self.tokens.iter().zip(words).enumerate().all(|(i, (t, w))| match t {
             PTok::One => true,
             PTok::Lit(lit) => {
-                let text = if i == 0 { argv0.unwrap_or(&w.text) } else { &w.text };
+                let text = if i == 0 { argv0.unwrap_or(&w.text) } else { &w.text[..] };
                 w.is_literal() && text == lit.as_slice()
             }
         })
@@ -97,7 +97,7 @@ impl ShellPattern {
         if self.matches_with(argv, None) {
             return true;
         }
-        match argv.first().map(|w| w.text.as_slice()) {
+        match argv.first().map(|w| &w.text[..]) {
             Some(t) => match t.iter().rposition(|&b| b == b'/') {
                 Some(i) if i + 1 < t.len() => self.matches_with(argv, Some(&t[i + 1..])),
                 _ => false,
@@ -279,7 +279,7 @@ impl ShellRules {
             o.ask_matched = true;
             return Verdict::Ask;
         }
-        if seg.writes || RESERVED.contains(&argv0.text.as_slice()) || argv0.text.contains(&b'(') {
+        if seg.writes || RESERVED.contains(&&argv0.text[..]) || argv0.text.contains(&b'(') {
             return Verdict::Ask;
         }
         if self.allow.iter().any(|p| p.matches_exact(&seg.words)) { Verdict::Allow } else { Verdict::Ask }
@@ -295,12 +295,12 @@ impl ShellRules {
         }
         let name = argv[0].text.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
         let scripts: Vec<Vec<u8>> = if name == b"eval" {
-            vec![argv[1..].iter().map(|w| w.text.as_slice()).collect::<Vec<_>>().join(&b' ')]
+            vec![argv[1..].iter().map(|w| &w.text[..]).collect::<Vec<_>>().join(&b' ')]
         } else if SHELLS.contains(&name) {
             let c = argv.iter().skip(1).position(|w| {
                 w.text.len() > 1 && w.text[0] == b'-' && w.text[1] != b'-' && w.text[1..].contains(&b'c')
             })?;
-            argv[c + 2..].iter().map(|w| w.text.clone()).collect()
+            argv[c + 2..].iter().map(|w| w.text.to_vec()).collect()
         } else {
             return None;
         };
