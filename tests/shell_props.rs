@@ -143,9 +143,11 @@ proptest! {
 // Differential against a simple reference.
 
 /// The reference: a restricted language of bare words `[A-Za-z0-9/._=-]`,
-/// single-quoted words and the separators `;`, `&&`, `||`, `|`, `&` and
-/// newline, joined by single spaces. No other syntax appears in the
-/// generated inputs, so this tiny matcher is the whole truth for them.
+/// single- and double-quoted words (no `$`, backtick or backslash inside),
+/// backslash escapes, the redirections `> f`, `>/dev/null`, `2>/dev/null`,
+/// `2>&1` and `>&2`, and the separators `;`, `&&`, `||`, `|`, `&` and
+/// newline. No other syntax appears in the generated inputs, so this tiny
+/// matcher is the whole truth for them.
 mod reference {
     #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
     pub enum V {
@@ -157,40 +159,83 @@ mod reference {
     /// (text, was quoted)
     type Tok = (String, bool);
 
-    fn segments(cmd: &str) -> Vec<Vec<Tok>> {
-        let mut segs = vec![Vec::new()];
+    #[derive(Default)]
+    struct Seg {
+        words: Vec<Tok>,
+        writes: bool,
+        redirected: bool,
+    }
+
+    fn segments(cmd: &str) -> Vec<Seg> {
+        let mut segs = vec![Seg::default()];
         let mut word: Option<Tok> = None;
-        let mut chars = cmd.chars().peekable();
-        let end_word = |word: &mut Option<Tok>, segs: &mut Vec<Vec<Tok>>| {
-            if let Some(w) = word.take() {
-                segs.last_mut().unwrap().push(w);
-            }
-        };
-        while let Some(c) = chars.next() {
+        let chars: Vec<char> = cmd.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            i += 1;
             match c {
-                '\'' => {
+                '\'' | '"' => {
                     let w = word.get_or_insert((String::new(), false));
                     w.1 = true;
-                    for q in chars.by_ref() {
-                        if q == '\'' {
-                            break;
-                        }
-                        w.0.push(q);
+                    while i < chars.len() && chars[i] != c {
+                        w.0.push(chars[i]);
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                '\\' => {
+                    let w = word.get_or_insert((String::new(), false));
+                    w.1 = true;
+                    w.0.push(chars[i]);
+                    i += 1;
+                }
+                '>' => {
+                    // A pending all-digit unquoted word is the fd number.
+                    if word.as_ref().is_some_and(|w| !w.1 && w.0.chars().all(|d| d.is_ascii_digit())) {
+                        word = None;
+                    } else if let Some(w) = word.take() {
+                        segs.last_mut().unwrap().words.push(w);
+                    }
+                    let dup = chars.get(i) == Some(&'&');
+                    if dup {
+                        i += 1;
+                    }
+                    while chars.get(i) == Some(&' ') {
+                        i += 1;
+                    }
+                    let mut target = String::new();
+                    while i < chars.len() && !" ;&|\n".contains(chars[i]) {
+                        target.push(chars[i]);
+                        i += 1;
+                    }
+                    let neutral = target == "/dev/null" || (dup && target.chars().all(|d| d.is_ascii_digit()));
+                    let seg = segs.last_mut().unwrap();
+                    seg.writes |= !neutral;
+                    seg.redirected = true;
+                }
+                ' ' => {
+                    if let Some(w) = word.take() {
+                        segs.last_mut().unwrap().words.push(w);
                     }
                 }
-                ' ' => end_word(&mut word, &mut segs),
                 ';' | '\n' | '&' | '|' => {
-                    end_word(&mut word, &mut segs);
-                    if (c == '&' || c == '|') && chars.peek() == Some(&c) {
-                        chars.next();
+                    if let Some(w) = word.take() {
+                        segs.last_mut().unwrap().words.push(w);
                     }
-                    segs.push(Vec::new());
+                    if (c == '&' || c == '|') && chars.get(i) == Some(&c) {
+                        i += 1;
+                    }
+                    segs.push(Seg::default());
                 }
                 _ => word.get_or_insert((String::new(), false)).0.push(c),
             }
         }
-        end_word(&mut word, &mut segs);
-        segs.into_iter().filter(|s| !s.is_empty()).collect()
+        if let Some(w) = word.take() {
+            segs.last_mut().unwrap().words.push(w);
+        }
+        // A redirection-only segment still counts (and asks: it has no argv).
+        segs.into_iter().filter(|s| !s.words.is_empty() || s.redirected).collect()
     }
 
     fn pattern_matches(pat: &str, words: &[String]) -> bool {
@@ -220,8 +265,8 @@ mod reference {
         }
         let mut worst = V::Allow;
         for seg in segs {
-            let n_assign = seg.iter().take_while(|t| is_assignment(t)).count();
-            let all: Vec<String> = seg.iter().map(|t| t.0.clone()).collect();
+            let n_assign = seg.words.iter().take_while(|t| is_assignment(t)).count();
+            let all: Vec<String> = seg.words.iter().map(|t| t.0.clone()).collect();
             let argv = all[n_assign..].to_vec();
             let v = if argv.is_empty() {
                 V::Ask
@@ -232,7 +277,7 @@ mod reference {
                     |p: &String| pattern_matches(p, &argv) || (!base[0].is_empty() && pattern_matches(p, &base));
                 if deny.iter().any(restrictive) {
                     V::Deny
-                } else if ask.iter().any(restrictive) {
+                } else if ask.iter().any(restrictive) || seg.writes {
                     V::Ask
                 } else if allow.iter().any(|p| pattern_matches(p, &all)) {
                     V::Allow
@@ -248,8 +293,37 @@ mod reference {
 
 fn word() -> impl Strategy<Value = String> {
     prop::sample::select(vec![
-        "git", "rm", "ls", "/bin/rm", "./git", "push", "status", "-rf", "/", "x", "A=1", "B=2", "'a b'", "'x;y'",
-        "'rm'", "'A=1'", "-f", "'&&'",
+        "git",
+        "rm",
+        "ls",
+        "/bin/rm",
+        "./git",
+        "push",
+        "status",
+        "-rf",
+        "/",
+        "x",
+        "A=1",
+        "B=2",
+        "'a b'",
+        "'x;y'",
+        "'rm'",
+        "'A=1'",
+        "-f",
+        "'&&'",
+        "\"a b\"",
+        "\"x;y\"",
+        "\\;",
+        "r'm'",
+        "\"git\"",
+        "p\"us\"h",
+        "> f",
+        ">/dev/null",
+        "2>/dev/null",
+        "2>&1",
+        ">&2",
+        "2> out",
+        "\\ra",
     ])
     .prop_map(str::to_string)
 }
