@@ -365,6 +365,7 @@ fn configuration_errors() {
         (json!({"deny": [{"argv": "rm **"}]}), "invalid_permission_rule"),
         (json!({"ask": [{"tool": []}]}), "invalid_permission_rule"),
         (json!({"deny": [{"domains": ["*"]}]}), "invalid_permission_rule"),
+        (json!({"deny": [{"tool": ["ok", "deploy service"]}]}), "invalid_permission_rule"),
         (json!({"deny": [{"tool": "shell", "argv": "rm ** -rf"}]}), "invalid_shell_pattern"),
         (json!({"deny": [{"risk": "dangerous"}]}), "invalid_document"),
         (json!({"deny": [{"tool": "x", "allow": true}]}), "invalid_document"),

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::Verdict;
 use super::preset::Preset;
 use super::shell::{ShellPattern, ShellRules};
-use super::tool::{Risk, ToolDefinition};
+use super::tool::{Risk, ToolDefinition, is_valid_tool_name};
 
 /// The first-party fetch tool: the only tool domain rules are enforced for.
 /// Its input carries the target in `url`.
@@ -41,6 +41,13 @@ impl<T: PartialEq> OneOrMany<T> {
 
     fn is_empty(&self) -> bool {
         matches!(self, OneOrMany::Many(xs) if xs.is_empty())
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, T> {
+        match self {
+            OneOrMany::One(x) => std::slice::from_ref(x).iter(),
+            OneOrMany::Many(xs) => xs.iter(),
+        }
     }
 }
 
@@ -116,8 +123,7 @@ impl RuleMatch {
 }
 
 /// Which table a rule sits in (argv patterns match per table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
     Deny,
     Ask,
@@ -147,6 +153,9 @@ impl Rule {
         }
         if spec.tool.as_ref().is_some_and(OneOrMany::is_empty) || spec.risk.as_ref().is_some_and(OneOrMany::is_empty) {
             return Err(rule_error(&spec, "an empty list matches nothing"));
+        }
+        if let Some(bad) = spec.tool.as_ref().and_then(|t| t.iter().find(|n| !is_valid_tool_name(n))) {
+            return Err(rule_error(&spec, &format!("`{bad}` is not a valid tool name, so the rule could never match")));
         }
         let shell = match &spec.argv {
             None => None,
