@@ -167,8 +167,23 @@ enum Term {
 
 /// Keywords that head or continue a compound command and are followed by a
 /// command in command position.
-const PREFIX_KEYWORDS: &[&[u8]] =
-    &[b"!", b"time", b"if", b"then", b"else", b"elif", b"fi", b"do", b"done", b"while", b"until", b"coproc", b"in"];
+fn is_prefix_keyword(t: &[u8]) -> bool {
+    matches!(
+        t,
+        b"!" | b"time"
+            | b"if"
+            | b"then"
+            | b"else"
+            | b"elif"
+            | b"fi"
+            | b"do"
+            | b"done"
+            | b"while"
+            | b"until"
+            | b"coproc"
+            | b"in"
+    )
+}
 
 /// True for a byte that ends an unquoted word.
 fn is_meta(c: u8) -> bool {
@@ -334,7 +349,7 @@ impl<'a> Parser<'a> {
                                 self.group_tail()?;
                                 continue;
                             }
-                            t if PREFIX_KEYWORDS.contains(&t) => {
+                            t if is_prefix_keyword(t) => {
                                 if t == b"time" {
                                     // `time -p cmd` runs `cmd`.
                                     self.skip_blanks();

@@ -137,30 +137,32 @@ pub struct ShellOutcome {
 const SHELLS: &[&[u8]] = &[b"sh", b"bash", b"dash", b"zsh", b"ksh", b"mksh", b"ash", b"posh", b"yash"];
 
 /// Words that are never an argv0 an allow pattern can match.
-const RESERVED: &[&[u8]] = &[
-    b"!",
-    b"time",
-    b"if",
-    b"then",
-    b"else",
-    b"elif",
-    b"fi",
-    b"do",
-    b"done",
-    b"while",
-    b"until",
-    b"coproc",
-    b"in",
-    b"for",
-    b"select",
-    b"function",
-    b"case",
-    b"esac",
-    b"[[",
-    b"]]",
-    b"{",
-    b"}",
-];
+fn is_reserved(t: &[u8]) -> bool {
+    matches!(
+        t,
+        b"!" | b"time"
+            | b"if"
+            | b"then"
+            | b"else"
+            | b"elif"
+            | b"fi"
+            | b"do"
+            | b"done"
+            | b"while"
+            | b"until"
+            | b"coproc"
+            | b"in"
+            | b"for"
+            | b"select"
+            | b"function"
+            | b"case"
+            | b"esac"
+            | b"[["
+            | b"]]"
+            | b"{"
+            | b"}"
+    )
+}
 
 impl ShellRules {
     /// Compiles the three tables; a bad pattern is an `invalid_shell_pattern`
@@ -279,7 +281,7 @@ impl ShellRules {
             o.ask_matched = true;
             return Verdict::Ask;
         }
-        if seg.writes || RESERVED.contains(&&argv0.text[..]) || argv0.text.contains(&b'(') {
+        if seg.writes || is_reserved(&argv0.text) || argv0.text.contains(&b'(') {
             return Verdict::Ask;
         }
         if self.allow.iter().any(|p| p.matches_exact(&seg.words)) { Verdict::Allow } else { Verdict::Ask }
