@@ -352,7 +352,11 @@ fn inheritance_only_when_opted_in() {
 
 #[test]
 fn readonly_isolation_denies_write_and_destructive_only() {
+    assert!(PermissionChain::new().is_empty());
+    assert!(chain(json!({"preset": "open"})).is_empty());
+    assert!(!chain(json!({"preset": "standard"})).is_empty());
     let c = PermissionChain::new().with_readonly_isolation();
+    assert!(!c.is_empty());
     assert_eq!(c.evaluate(&tool("w", Some(Risk::Write), false), &json!({})).verdict, Verdict::Deny);
     assert_eq!(c.evaluate(&tool("d", Some(Risk::Destructive), false), &json!({})).verdict, Verdict::Deny);
     assert_eq!(c.evaluate(&tool("u", None, false), &json!({})).verdict, Verdict::Allow);

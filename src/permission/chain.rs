@@ -621,6 +621,11 @@ impl PermissionChain {
         self
     }
 
+    /// True when no layer is configured: every call gets the terminal default.
+    pub fn is_empty(&self) -> bool {
+        self.hooks.is_empty() && self.deny.is_empty() && self.ask.is_empty() && self.can_use_tool.is_none()
+    }
+
     /// The deny rules in evaluation order.
     pub fn deny_rules(&self) -> Vec<RuleSpec> {
         self.deny.iter().map(|r| r.spec.clone()).collect()
