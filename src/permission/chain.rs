@@ -243,7 +243,10 @@ impl Rule {
 }
 
 /// The host of `scheme://[userinfo@]host[:port]/...`, lowercased, without a
-/// trailing dot; `None` when there is none or it is not plain ASCII.
+/// trailing dot. `None` (so: uncertain, fail closed) when there is none, or
+/// when URL parsers could disagree about it: a backslash, `%`, whitespace or
+/// a control character in the authority, more than one `@`, a non-numeric
+/// port, or a host that is not plain ASCII.
 pub fn url_host(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let mut sb = scheme.bytes();
@@ -252,13 +255,25 @@ pub fn url_host(url: &str) -> Option<String> {
     {
         return None;
     }
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.bytes().any(|b| b == b'\\' || b == b'%' || b <= b' ' || b >= 0x7f)
+        || authority.matches('@').count() > 1
+    {
+        return None;
+    }
     let hostport = authority.rsplit('@').next().unwrap_or("");
-    let host = if let Some(v6) = hostport.strip_prefix('[') {
-        format!("[{}]", v6.split(']').next()?)
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (inner, after) = v6.split_once(']')?;
+        (format!("[{inner}]"), after.strip_prefix(':'))
     } else {
-        hostport.split(':').next().unwrap_or("").to_string()
+        match hostport.split_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (hostport.to_string(), None),
+        }
     };
+    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let plain = host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'));
     (!host.is_empty() && plain).then_some(host)
@@ -824,4 +839,31 @@ pub fn evaluate_permission(chain: &PermissionChain, tool: &ToolDefinition, input
 /// An empty JSON object, the input of a call with no arguments.
 pub fn empty_input() -> Value {
     Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn url_hosts() {
+        let h = |u: &str| url_host(u);
+        assert_eq!(h("https://Example.COM./a").as_deref(), Some("example.com"));
+        assert_eq!(h("http://user:pw@host.example:8080/x").as_deref(), Some("host.example"));
+        assert_eq!(h("http://[::1]:80/").as_deref(), Some("[::1]"));
+        assert_eq!(h("https://a.example?x=//b").as_deref(), Some("a.example"));
+        for ambiguous in [
+            "https://good.example\\@evil.example/",
+            "https://a@b@evil.example/",
+            "https://evil%2eexample/",
+            "https://evil.example:80x/",
+            "https://ev il.example/",
+            "https://évil.example/",
+            "https:///path",
+            "no scheme",
+            "1http://x/",
+        ] {
+            assert_eq!(h(ambiguous), None, "{ambiguous}");
+        }
+    }
 }
