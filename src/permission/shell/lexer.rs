@@ -9,9 +9,9 @@
 //!   expansion is flagged, and the commands inside `$(...)`, backticks and
 //!   `<(...)` are parsed too and appended as segments of their own (they run);
 //! - redirections are taken out of argv and classified (neutral or writing);
-//! - subshells, groups and compound-command keywords are parsed and recursed:
-//!   a keyword becomes a segment of its own that is never allowed, and the
-//!   commands it governs follow as ordinary segments;
+//! - subshells and `{ ...; }` groups nest through an explicit stack (any
+//!   depth); compound-command keywords become segments of their own that are
+//!   never allowed, and the commands they govern follow as ordinary segments;
 //! - `case` and anything the grammar below does not know is a parse failure.
 //!
 //! The output is deliberately flat: the verdict is the strictest across all
@@ -19,8 +19,8 @@
 
 use std::borrow::Cow;
 
-/// Nesting limit for groups, substitutions and `bash -c` scripts; deeper is a
-/// parse failure (ask).
+/// Nesting limit for substitutions, `((...))`/`${...}` contents and `sh -c`
+/// scripts (groups are not limited); deeper is a parse failure (ask).
 pub(crate) const MAX_DEPTH: usize = 64;
 
 /// One word after quote removal, with what the matcher must know about it.
