@@ -145,7 +145,7 @@ pub(crate) fn parse(src: &[u8]) -> Parsed<'_> {
 }
 
 pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed<'_> {
-    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth };
+    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth, heredocs: Vec::new() };
     let failed = p.parse_list(Term::Eof).is_err();
     Parsed { segments: p.out, failed }
 }
@@ -208,6 +208,9 @@ struct Parser<'a> {
     pos: usize,
     out: Vec<Segment<'a>>,
     depth: usize,
+    /// Here-docs whose bodies start after the next newline: (delimiter,
+    /// strip leading tabs).
+    heredocs: Vec<(Vec<u8>, bool)>,
 }
 
 impl<'a> Parser<'a> {
@@ -280,6 +283,7 @@ impl<'a> Parser<'a> {
                 b'\n' => {
                     self.pos += 1;
                     self.finish(&mut cur);
+                    self.heredoc_bodies();
                 }
                 b';' => {
                     // `;;`, `;&`, `;;&` belong to `case`, which is not parsed.
@@ -504,6 +508,38 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Reads the bodies of the pending here-docs, which start here (after a
+    /// newline), each up to its delimiter line or the end of input. The
+    /// commands go on after them. A body is also scanned as a script, since
+    /// it may be one (`bash <<EOF`): its segments are added (the here-doc
+    /// segment already asks, so they can only add a deny) and a failure of
+    /// that inner parse is ignored.
+    fn heredoc_bodies(&mut self) {
+        for (delim, strip_tabs) in std::mem::take(&mut self.heredocs) {
+            let start = self.pos;
+            let mut end = self.s.len();
+            while self.pos < self.s.len() {
+                let line_start = self.pos;
+                let line_end =
+                    self.s[line_start..].iter().position(|&b| b == b'\n').map_or(self.s.len(), |i| line_start + i);
+                self.pos = (line_end + 1).min(self.s.len());
+                let mut line = &self.s[line_start..line_end];
+                if strip_tabs {
+                    while let [b'\t', rest @ ..] = line {
+                        line = rest;
+                    }
+                }
+                if line == delim.as_slice() {
+                    end = line_start;
+                    break;
+                }
+            }
+            if self.depth < MAX_DEPTH {
+                self.out.extend(parse_at_depth(&self.s[start..end], self.depth + 1).segments);
+            }
+        }
+    }
+
     /// Skips a balanced run like [`Parser::skip_balanced`], then parses its
     /// inside as a script of its own for the commands it may hold (`((` can
     /// be nested subshells to bash, `${x:-$(cmd)}` runs `cmd`). The inner
@@ -559,6 +595,7 @@ impl<'a> Parser<'a> {
             (b">", Redir::Write),
         ];
         let Some(&(op, kind)) = ops.iter().find(|(op, _)| self.starts_with(op)) else { return Err(Fail) };
+        let strip_tabs = op == b"<<-";
         self.pos += op.len();
         self.skip_blanks();
         match self.peek() {
@@ -577,7 +614,17 @@ impl<'a> Parser<'a> {
                     !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
                 }));
         match kind {
-            Redir::HereDoc | Redir::HereString => seg.unmatchable = true,
+            Redir::HereDoc => {
+                seg.unmatchable = true;
+                // The delimiter is the word after quote removal; one with an
+                // expansion is taken literally by the shell, which we do not
+                // reproduce: a parse failure.
+                if target.expansion {
+                    return Err(Fail);
+                }
+                self.heredocs.push((target.text.to_vec(), strip_tabs));
+            }
+            Redir::HereString => seg.unmatchable = true,
             Redir::Read => {
                 if !target.is_literal() || (target.text.starts_with(b"/dev/") && !dev_null) {
                     seg.writes = true;

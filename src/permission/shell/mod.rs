@@ -255,6 +255,15 @@ mod tests {
                 ("cat <<-EOF\nhi\nEOF", Ask),
                 ("cat <<< hi", Ask),
                 ("rm -rf / <<< hi", Deny),
+                // A body is skipped up to its delimiter (an apostrophe in it
+                // is no parse failure) and the commands go on after it.
+                ("cat <<EOF\ndon't\nEOF\nrm -rf /", Deny),
+                ("cat <<-EOF\n\tdon't\n\tEOF\nrm -rf /", Deny),
+                ("cat <<'EOF'\n$(x)\nEOF\ncat f", Ask),
+                ("cat <<EOF; rm x\nbody\nEOF", Deny),
+                // A body can be a script: a deny inside is reported.
+                ("bash <<EOF\nrm -rf /\nEOF", Deny),
+                ("cat <<$X\nbody\n$X", Ask),
             ],
         );
     }
