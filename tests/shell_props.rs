@@ -53,7 +53,7 @@ fn denied() -> impl Strategy<Value = String> {
 
 /// Wraps a command in a construct that still runs it.
 fn wrap(cmd: String, how: u8) -> String {
-    match how % 10 {
+    match how % 12 {
         0 => cmd,
         1 => format!("( {cmd} )"),
         2 => format!("{{ {cmd}; }}"),
@@ -63,6 +63,8 @@ fn wrap(cmd: String, how: u8) -> String {
         6 => format!("while true; do {cmd}; done"),
         7 => format!("! {cmd}"),
         8 => format!("cat <({cmd})"),
+        9 => format!("bash <<EOF\n{cmd}\nEOF"),
+        10 => format!("cat <<'EOF'\ndon't\nEOF\n{cmd}"),
         _ => format!("f() {{ {cmd}; }}"),
     }
 }
