@@ -53,7 +53,7 @@ fn denied() -> impl Strategy<Value = String> {
 
 /// Wraps a command in a construct that still runs it.
 fn wrap(cmd: String, how: u8) -> String {
-    match how % 12 {
+    match how % 13 {
         0 => cmd,
         1 => format!("( {cmd} )"),
         2 => format!("{{ {cmd}; }}"),
@@ -65,6 +65,7 @@ fn wrap(cmd: String, how: u8) -> String {
         8 => format!("cat <({cmd})"),
         9 => format!("bash <<EOF\n{cmd}\nEOF"),
         10 => format!("cat <<'EOF'\ndon't\nEOF\n{cmd}"),
+        11 => format!("case x in (a|b) ls;; *) {cmd};; esac"),
         _ => format!("f() {{ {cmd}; }}"),
     }
 }

@@ -12,7 +12,8 @@
 //! - subshells and `{ ...; }` groups nest through an explicit stack (any
 //!   depth); compound-command keywords become segments of their own that are
 //!   never allowed, and the commands they govern follow as ordinary segments;
-//! - `case` and anything the grammar below does not know is a parse failure.
+//! - `case` is parsed item by item (patterns, then the item's commands);
+//! - anything the grammar below does not know is a parse failure.
 //!
 //! The output is deliberately flat: the verdict is the strictest across all
 //! segments, so a structure only has to expose every command it contains.
@@ -185,6 +186,9 @@ fn is_prefix_keyword(t: &[u8]) -> bool {
     )
 }
 
+/// The closer pushed on the group stack for an open `case`.
+const CASE: u8 = b'c';
+
 /// True for a byte that ends an unquoted word.
 fn is_meta(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')
@@ -286,12 +290,20 @@ impl<'a> Parser<'a> {
                     self.heredoc_bodies();
                 }
                 b';' => {
-                    // `;;`, `;&`, `;;&` belong to `case`, which is not parsed.
-                    if matches!(self.peek_at(1), Some(b';' | b'&')) {
-                        return Err(Fail);
-                    }
-                    self.pos += 1;
                     self.finish(&mut cur);
+                    if matches!(self.peek_at(1), Some(b';' | b'&')) {
+                        // `;;`, `;&`, `;;&` end a `case` item.
+                        if groups.last() != Some(&CASE) {
+                            return Err(Fail);
+                        }
+                        self.pos += if self.starts_with(b";;&") { 3 } else { 2 };
+                        if !self.case_item()? {
+                            groups.pop();
+                            self.group_tail()?;
+                        }
+                    } else {
+                        self.pos += 1;
+                    }
                 }
                 b'&' => {
                     if self.peek_at(1) == Some(b'>') {
@@ -379,7 +391,24 @@ impl<'a> Parser<'a> {
                                 self.keyword();
                                 continue;
                             }
-                            b"case" | b"esac" | b"]]" => return Err(Fail),
+                            b"case" => {
+                                self.keyword();
+                                self.case_header()?;
+                                if self.case_item()? {
+                                    groups.push(CASE);
+                                } else {
+                                    self.group_tail()?;
+                                }
+                                continue;
+                            }
+                            b"esac" => {
+                                if groups.pop() != Some(CASE) {
+                                    return Err(Fail);
+                                }
+                                self.group_tail()?;
+                                continue;
+                            }
+                            b"]]" => return Err(Fail),
                             _ => {}
                         }
                     }
@@ -444,6 +473,75 @@ impl<'a> Parser<'a> {
             self.out.push(tail);
         }
         Ok(())
+    }
+
+    /// `case WORD in`: the subject (its substitutions are parsed) and `in`,
+    /// possibly after newlines.
+    fn case_header(&mut self) -> Step {
+        self.skip_blanks();
+        match self.peek() {
+            Some(c) if !is_meta(c) => {
+                self.word()?;
+            }
+            _ => return Err(Fail),
+        }
+        self.skip_blanks_and_newlines();
+        let w = self.word()?;
+        if w.unquoted() && w.text[..] == *b"in" { Ok(()) } else { Err(Fail) }
+    }
+
+    /// At the start of a `case` item: `esac` (false: the case is closed), or
+    /// `[(] pattern [| pattern]... )` (true: the item's commands follow).
+    /// Patterns are read as words, so substitutions in them are parsed.
+    fn case_item(&mut self) -> Result<bool, Fail> {
+        self.skip_blanks_and_newlines();
+        let open = self.peek() == Some(b'(');
+        if open {
+            self.pos += 1;
+            self.skip_blanks();
+        }
+        loop {
+            match self.peek() {
+                Some(c) if !is_meta(c) => {
+                    let w = self.word()?;
+                    if !open && w.unquoted() && w.text[..] == *b"esac" && self.peek().is_none_or(is_meta) {
+                        return Ok(false);
+                    }
+                }
+                _ => return Err(Fail),
+            }
+            self.skip_blanks();
+            match self.peek() {
+                Some(b'|') => {
+                    self.pos += 1;
+                    self.skip_blanks();
+                }
+                Some(b')') => {
+                    self.pos += 1;
+                    return Ok(true);
+                }
+                _ => return Err(Fail),
+            }
+        }
+    }
+
+    /// Skips blanks, newlines and comments.
+    fn skip_blanks_and_newlines(&mut self) {
+        loop {
+            self.skip_blanks();
+            match self.peek() {
+                Some(b'\n') => {
+                    self.pos += 1;
+                    self.heredoc_bodies();
+                }
+                Some(b'#') => {
+                    while self.peek().is_some_and(|c| c != b'\n') {
+                        self.pos += 1;
+                    }
+                }
+                _ => return,
+            }
+        }
     }
 
     /// `for NAME in WORDS` / `for ((...))` / `select ...`, up to the separator.
@@ -893,7 +991,7 @@ mod tests {
 
     #[test]
     fn failures() {
-        for bad in ["'a", "\"a", "a (b", "a )", "case x in a) b;; esac", "{ a", "a \\", "echo $(a", "a >", "((a"] {
+        for bad in ["'a", "\"a", "a (b", "a )", "case x in a) b;;", "a;; b", "{ a", "a \\", "echo $(a", "a >", "((a"] {
             assert!(parse(bad.as_bytes()).failed, "{bad:?} should fail");
         }
         // Substitutions recurse and are bounded; groups are not.
