@@ -97,7 +97,10 @@ impl<'a> Gate<'a> {
         for (n, call) in calls.iter().enumerate() {
             let spec = catalog.lookup(&call.provider, &call.operation_name);
             let mut item = PlanItem::from_call(format!("{turn_id}.{n}"), call, spec.as_ref());
-            if spec.is_none() {
+            if let Some(trip) = &session.breaker.tripped {
+                // The turn has ended: the rest of its calls are not evaluated.
+                set(&mut item, Decision::Deny, "circuit_breaker", trip.message.clone());
+            } else if spec.is_none() {
                 set(
                     &mut item,
                     Decision::Deny,
