@@ -28,8 +28,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, watch};
 
-use super::policy::append_line;
 use crate::{Error, Result};
+use serde_json::error::Category;
 
 /// The file name of the store under the state directory.
 pub const APPROVALS_FILE: &str = "approvals.jsonl";
@@ -299,24 +299,39 @@ impl ApprovalStore {
             if line.trim().is_empty() {
                 continue;
             }
-            let rec: Record = serde_json::from_str(line).map_err(|e| {
-                Error::runtime(
-                    "approval_store_corrupt",
-                    format!("approval store `{}`: bad record {}: {e}", self.path.display(), n + 1),
-                )
-            })?;
+            let rec: Record = match serde_json::from_str(line) {
+                Ok(r) => r,
+                // A torn write of a crashed writer (completed by the next
+                // append's newline) never committed: skip it.
+                Err(e) if matches!(e.classify(), Category::Syntax | Category::Eof) => continue,
+                Err(e) => {
+                    return Err(Error::runtime(
+                        "approval_store_corrupt",
+                        format!("approval store `{}`: bad record {}: {e}", self.path.display(), n + 1),
+                    ));
+                }
+            };
             closed.extend(inner.apply(rec));
         }
         inner.read_len += complete as u64;
         Ok(closed)
     }
 
-    /// Appends a record and folds it in.
+    /// Appends a record, then folds in everything the file holds up to and
+    /// including it, in file order (records other processes appended first
+    /// are folded first: file order is the first-closing-wins order).
+    /// Returns the resolution in force for the record's key when the fold
+    /// closed it.
     fn record(&self, inner: &mut Inner, rec: Record) -> Result<Option<Resolution>> {
+        let key = match &rec {
+            Record::Requested(p) => p.key.clone(),
+            Record::Resolved(r) => r.key.clone(),
+            Record::Consumed { key, .. } => key.clone(),
+        };
         let line = serde_json::to_string(&rec).map_err(|e| io_err(&self.path, e))?;
-        append_line(&self.path, &line).map_err(|e| io_err(&self.path, e))?;
-        inner.read_len += line.len() as u64 + 1;
-        Ok(inner.apply(rec))
+        append_record(&self.path, &line).map_err(|e| io_err(&self.path, e))?;
+        let closed = self.refresh(inner)?;
+        Ok(closed.into_iter().find(|r| r.key == key))
     }
 
     fn emit(&self, events: Vec<ApprovalEvent>) {
@@ -561,4 +576,25 @@ impl ApprovalStore {
         }
         Ok(r)
     }
+}
+
+/// Appends one record line in a single write, first completing a torn last
+/// line (so it stays a line of its own), then syncs.
+fn append_record(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    let len = f.metadata()?.len();
+    let mut buf = String::with_capacity(line.len() + 2);
+    if len > 0 {
+        let mut last = [0u8; 1];
+        f.seek(SeekFrom::Start(len - 1))?;
+        f.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            buf.push('\n');
+        }
+    }
+    buf.push_str(line);
+    buf.push('\n');
+    f.write_all(buf.as_bytes())?;
+    f.sync_data()
 }
