@@ -208,6 +208,8 @@ impl Inner {
             Record::Consumed { key, .. } => {
                 if let Some(e) = self.entries.get_mut(&key).filter(|e| e.resolution.is_some()) {
                     e.consumed = true;
+                    // Waiters already hold the resolution (sent before this).
+                    self.watchers.remove(&key);
                 }
                 None
             }
