@@ -28,6 +28,18 @@ impl PolicyDecision {
     pub fn new(decision: Decision, decided_by: impl Into<String>, reason: impl Into<String>) -> Self {
         PolicyDecision { decision, decided_by: decided_by.into(), reason: reason.into() }
     }
+
+    /// A decision from a verdict spelled `allow`, `ask` or `deny` (e.g. the
+    /// permission chain's). Anything else is uncertain and becomes `ask`
+    /// (which the read precheck turns into a deny): never an allow.
+    pub fn from_verdict(verdict: &str, decided_by: impl Into<String>, reason: impl Into<String>) -> Self {
+        let decision = match verdict {
+            "allow" => Decision::Allow,
+            "deny" => Decision::Deny,
+            _ => Decision::Ask,
+        };
+        PolicyDecision::new(decision, decided_by, reason)
+    }
 }
 
 /// The policy evaluated for every plan item, one item at a time.
@@ -246,4 +258,50 @@ pub(crate) fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     buf.push('\n');
     f.write_all(buf.as_bytes())?;
     f.sync_data()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::plan::{Call, OperationSpec};
+    use serde_json::json;
+
+    fn item(kind: ToolKind, risk: RiskClass) -> PlanItem {
+        let spec = OperationSpec::new("p", "op", kind, risk);
+        PlanItem::from_call("t.0".into(), &Call::new("c", "p", "op", json!({})), Some(&spec))
+    }
+
+    fn rule(name: &str, kind: Option<ToolKind>, decision: Decision) -> GateRule {
+        GateRule {
+            name: name.into(),
+            provider: None,
+            operation_name: None,
+            kind,
+            risk: None,
+            decision,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_strictest_matching_rule_wins_and_data_source_rules_cover_interactive() {
+        let table = RuleTable::new(vec![
+            rule("allow-all", None, Decision::Allow),
+            rule("ask-reads", Some(ToolKind::DataSource), Decision::Ask),
+            rule("deny-resources", Some(ToolKind::Resource), Decision::Deny),
+        ]);
+        assert_eq!(table.decide(&item(ToolKind::Resource, RiskClass::Write)).decided_by, "deny-resources");
+        assert_eq!(table.decide(&item(ToolKind::DataSource, RiskClass::Read)).decided_by, "ask-reads");
+        assert_eq!(table.decide(&item(ToolKind::Interactive, RiskClass::Undeclared)).decided_by, "ask-reads");
+        let only_interactive = rule("x", Some(ToolKind::Interactive), Decision::Deny);
+        assert!(!only_interactive.matches(&item(ToolKind::DataSource, RiskClass::Read)));
+    }
+
+    #[test]
+    fn unknown_verdicts_are_never_allow() {
+        assert_eq!(PolicyDecision::from_verdict("allow", "x", "").decision, Decision::Allow);
+        assert_eq!(PolicyDecision::from_verdict("deny", "x", "").decision, Decision::Deny);
+        assert_eq!(PolicyDecision::from_verdict("Allow", "x", "").decision, Decision::Ask);
+        assert_eq!(PolicyDecision::from_verdict("", "x", "").decision, Decision::Ask);
+    }
 }
