@@ -266,3 +266,25 @@ fn a_corrupt_store_fails_to_open_and_a_torn_last_line_waits() {
     std::fs::remove_dir_all(dir).ok();
     std::fs::remove_dir_all(dir2).ok();
 }
+
+#[test]
+fn two_processes_racing_on_one_file_agree_on_the_first_resolution() {
+    let dir = temp_dir("twoproc");
+    let a = ApprovalStore::open(&dir).unwrap();
+    let mut events = a.subscribe();
+    let Ticket::Pending(p) = a.request("deploy", "d1", None).unwrap() else { panic!() };
+    assert!(matches!(events.try_recv().unwrap(), ApprovalEvent::Pending(_)));
+    // Joining the same pending approval announces it again and returns it.
+    assert_eq!(a.request("deploy", "d1", None).unwrap(), Ticket::Pending(p.clone()));
+    assert_eq!(events.try_recv().unwrap(), ApprovalEvent::Pending(p.clone()));
+
+    let b = ApprovalStore::open(&dir).unwrap();
+    assert!(b.resolve(&p.key, ApprovalDecision::Deny, "from b").unwrap().applied);
+    // `a` has not re-read the file yet: its own resolution loses in file order.
+    let out = a.resolve(&p.key, ApprovalDecision::Allow, "from a").unwrap();
+    assert!(!out.applied);
+    assert_eq!((out.resolution.decision, out.resolution.reason.as_str()), (ApprovalDecision::Deny, "from b"));
+    let ApprovalEvent::Resolved(seen) = events.try_recv().unwrap() else { panic!("resolution event") };
+    assert_eq!(seen.reason, "from b", "the other process's resolution is announced");
+    std::fs::remove_dir_all(dir).ok();
+}

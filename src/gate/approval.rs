@@ -322,18 +322,11 @@ impl ApprovalStore {
     /// Appends a record, then folds in everything the file holds up to and
     /// including it, in file order (records other processes appended first
     /// are folded first: file order is the first-closing-wins order).
-    /// Returns the resolution in force for the record's key when the fold
-    /// closed it.
-    fn record(&self, inner: &mut Inner, rec: Record) -> Result<Option<Resolution>> {
-        let key = match &rec {
-            Record::Requested(p) => p.key.clone(),
-            Record::Resolved(r) => r.key.clone(),
-            Record::Consumed { key, .. } => key.clone(),
-        };
+    /// Returns every resolution the fold closed.
+    fn record(&self, inner: &mut Inner, rec: Record) -> Result<Vec<Resolution>> {
         let line = serde_json::to_string(&rec).map_err(|e| io_err(&self.path, e))?;
         append_record(&self.path, &line).map_err(|e| io_err(&self.path, e))?;
-        let closed = self.refresh(inner)?;
-        Ok(closed.into_iter().find(|r| r.key == key))
+        self.refresh(inner)
     }
 
     fn emit(&self, events: Vec<ApprovalEvent>) {
@@ -431,10 +424,15 @@ impl ApprovalStore {
             events.extend(self.expire_locked(&mut inner, now)?.into_iter().map(ApprovalEvent::Resolved));
             match inner.entries.get(&key).filter(|e| !e.consumed).cloned() {
                 Some(Entry { resolution: Some(r), .. }) => {
-                    self.record(&mut inner, Record::Consumed { key: key.clone(), at: now })?;
+                    let closed = self.record(&mut inner, Record::Consumed { key: key.clone(), at: now })?;
+                    events.extend(closed.into_iter().map(ApprovalEvent::Resolved));
                     Ticket::Resolved(r)
                 }
-                Some(Entry { pending, .. }) => Ticket::Pending(pending),
+                Some(Entry { pending, .. }) => {
+                    // Joined: announced again so a newly attached approver sees it.
+                    events.push(ApprovalEvent::Pending(pending.clone()));
+                    Ticket::Pending(pending)
+                }
                 None => {
                     let p = PendingApproval {
                         key: key.clone(),
@@ -443,7 +441,8 @@ impl ApprovalStore {
                         requested_at: now,
                         deadline: if attached { deadline } else { None },
                     };
-                    self.record(&mut inner, Record::Requested(p.clone()))?;
+                    let closed = self.record(&mut inner, Record::Requested(p.clone()))?;
+                    events.extend(closed.into_iter().map(ApprovalEvent::Resolved));
                     events.push(ApprovalEvent::Pending(p.clone()));
                     Ticket::Pending(p)
                 }
@@ -483,9 +482,14 @@ impl ApprovalStore {
                         at: now,
                     };
                     let closed = self.record(&mut inner, Record::Resolved(r.clone()))?;
-                    let applied = closed.as_ref() == Some(&r);
-                    let resolution = closed.unwrap_or(r);
-                    events.push(ApprovalEvent::Resolved(resolution.clone()));
+                    let winner = closed.iter().find(|c| c.key == key).cloned();
+                    events.extend(closed.into_iter().map(ApprovalEvent::Resolved));
+                    let applied = winner.as_ref() == Some(&r);
+                    // Not closed by the fold at all: report the stored state.
+                    let resolution = match winner {
+                        Some(w) => w,
+                        None => inner.entries.get(key).and_then(|e| e.resolution.clone()).unwrap_or(r),
+                    };
                     ResolveOutcome { resolution, applied }
                 }
             }
@@ -531,7 +535,9 @@ impl ApprovalStore {
                 Some(r) => (r, false),
                 None => {
                     let t = timeout_resolution(key, now);
-                    (self.record(&mut inner, Record::Resolved(t.clone()))?.unwrap_or(t), true)
+                    let closed = self.record(&mut inner, Record::Resolved(t.clone()))?;
+                    let winner = closed.iter().find(|c| c.key == key).cloned();
+                    (winner.unwrap_or(t), true)
                 }
             }
         };
