@@ -248,8 +248,8 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
 }
 
 impl ApprovalStore {
-    /// Opens (creating the directory when missing) the store of `state_dir`
-    /// and replays its file. Uses the system clock.
+    /// Opens the store of `state_dir` and replays its file (the directory
+    /// and file are created by the first write). Uses the system clock.
     pub fn open(state_dir: impl AsRef<Path>) -> Result<Self> {
         Self::open_with_clock(state_dir, Arc::new(Utc::now))
     }
@@ -257,7 +257,6 @@ impl ApprovalStore {
     /// [`ApprovalStore::open`] with a clock.
     pub fn open_with_clock(state_dir: impl AsRef<Path>, clock: Clock) -> Result<Self> {
         let dir = state_dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
         let (events, _) = broadcast::channel(256);
         let store = ApprovalStore {
             path: dir.join(APPROVALS_FILE),
@@ -590,6 +589,9 @@ impl ApprovalStore {
 /// line (so it stays a line of its own), then syncs.
 fn append_record(path: &Path, line: &str) -> std::io::Result<()> {
     use std::io::Write;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
     let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(path)?;
     let len = f.metadata()?.len();
     let mut buf = String::with_capacity(line.len() + 2);
