@@ -670,3 +670,19 @@ async fn items_awaiting_a_decision_do_not_run() {
     let outcomes = execute_plan(&plan, |_item| async { panic!("must not run") }).await;
     assert_eq!(outcomes, vec![ItemOutcome::AwaitingDecision { item_id: plan.items[0].id.clone() }]);
 }
+
+#[test]
+fn an_indexed_catalog_plans_large_batches_and_keeps_snapshots() {
+    let mut index = OperationIndex::new(catalog());
+    let policy = ask_all();
+    let mut s = GateSession::new("s", t0());
+    let calls: Vec<Call> = (0..20_000).map(|n| call(&format!("c{n}"), "fs", "read_file", json!({"n": n}))).collect();
+    let plan = Gate::new(&policy).build_plan("big", &calls, &index, &mut s, t0());
+    assert_eq!(plan.items.len(), 20_000);
+    assert!(plan.items.iter().all(|i| i.decision == Decision::Allow && i.kind == ToolKind::DataSource));
+    assert_eq!(plan.items[19_999].id, "big.19999");
+    index.insert(spec("fs", "read_file", ToolKind::Resource, RiskClass::Destructive));
+    assert_eq!(plan.items[0].risk, RiskClass::Read);
+    let again = Gate::new(&policy).build_plan("next", &calls[..1], &index, &mut s, t0());
+    assert_eq!((again.items[0].kind, again.items[0].decision), (ToolKind::Resource, Decision::Ask));
+}

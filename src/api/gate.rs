@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::gate::{
     ApprovalDecision, ApprovalStore, BreakerConfig, Call, Decision, FilePolicyStore, Gate, GateRule, GateSession,
-    OperationSpec, Plan, PlanDecision, PolicyStore, RuleTable, approval_key, denial_result, input_digest,
-    plan_mode_filter_json,
+    OperationIndex, OperationSpec, Plan, PlanDecision, PolicyStore, RuleTable, approval_key, denial_result,
+    input_digest, plan_mode_filter_json,
 };
 use crate::{Error, Result};
 
@@ -103,7 +103,8 @@ fn plan_build_value(calls: Value, operations: Value, options: Option<Value>) -> 
         gate = gate.with_store(s as &dyn PolicyStore);
     }
     let turn_id = opts.turn_id.clone().unwrap_or_else(|| format!("turn-{}", uuid::Uuid::new_v4().simple()));
-    let plan = gate.build_plan(&turn_id, &calls, &operations, &mut session, now);
+    let index = OperationIndex::new(operations);
+    let plan = gate.build_plan(&turn_id, &calls, &index, &mut session, now);
     let tool_results: Vec<Value> = plan.items.iter().filter_map(denial_result).collect();
     Ok(json!({"plan": to_value(&plan), "session": to_value(&session), "tool_results": tool_results}))
 }

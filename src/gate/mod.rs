@@ -40,7 +40,8 @@ pub use breaker::{BREAKER_STATUS, BreakerConfig, CircuitBreaker};
 pub use decide::{Gate, PlanDecision, denial_result};
 pub use exec::{ItemOutcome, execute_plan};
 pub use plan::{
-    BreakerTrip, Call, Decision, OperationCatalog, OperationSpec, Plan, PlanItem, ProducerCategory, RiskClass, ToolKind,
+    BreakerTrip, Call, Decision, OperationCatalog, OperationIndex, OperationSpec, Plan, PlanItem, ProducerCategory,
+    RiskClass, ToolKind,
 };
 pub use plan_mode::{plan_mode_filter_json, plan_mode_tools};
 pub use policy::{FilePolicyStore, GateRule, ItemPolicy, PolicyDecision, PolicyStore, RuleTable};

@@ -195,6 +195,33 @@ impl OperationCatalog for Vec<OperationSpec> {
     }
 }
 
+/// A catalog indexed by `(provider, operation_name)`: constant-time lookups
+/// for large batches.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperationIndex {
+    specs: std::collections::HashMap<(String, String), OperationSpec>,
+}
+
+impl OperationIndex {
+    /// Indexes `specs`; a later spec of the same pair replaces an earlier one.
+    pub fn new(specs: impl IntoIterator<Item = OperationSpec>) -> Self {
+        OperationIndex {
+            specs: specs.into_iter().map(|s| ((s.provider.clone(), s.operation_name.clone()), s)).collect(),
+        }
+    }
+
+    /// Adds or replaces a spec (plans already built keep their snapshots).
+    pub fn insert(&mut self, spec: OperationSpec) {
+        self.specs.insert((spec.provider.clone(), spec.operation_name.clone()), spec);
+    }
+}
+
+impl OperationCatalog for OperationIndex {
+    fn lookup(&self, provider: &str, operation_name: &str) -> Option<OperationSpec> {
+        self.specs.get(&(provider.to_string(), operation_name.to_string())).cloned()
+    }
+}
+
 /// One gated call of a plan. `kind`, `risk`, `description` and `preview` are
 /// snapshots taken at plan time and never re-resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
