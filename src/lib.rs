@@ -12,6 +12,7 @@ pub mod ir;
 pub mod permission;
 pub mod policy;
 pub mod state;
+pub mod tools;
 pub mod verify;
 
 pub use error::{Error, Result};

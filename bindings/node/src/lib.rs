@@ -73,11 +73,7 @@ pub fn optimize(proposal_json: Value) -> Result<String> {
 
 /// Sampled equivalence of two proposals.
 #[napi]
-pub fn equivalent(
-    p1_json: Value,
-    p2_json: Value,
-    test_states_json: Option<Value>,
-) -> Result<bool> {
+pub fn equivalent(p1_json: Value, p2_json: Value, test_states_json: Option<Value>) -> Result<bool> {
     let mut m = Map::new();
     put(&mut m, "p1", Some(json_value("p1Json", p1_json)?));
     put(&mut m, "p2", Some(json_value("p2Json", p2_json)?));
@@ -109,11 +105,7 @@ pub fn permission_classify(proposal_json: Value) -> Result<String> {
 
 /// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
 #[napi]
-pub fn permission_evaluate(
-    proposal_json: Value,
-    granted_tier: String,
-    ledger_path: Option<String>,
-) -> Result<String> {
+pub fn permission_evaluate(proposal_json: Value, granted_tier: String, ledger_path: Option<String>) -> Result<String> {
     let mut m = Map::new();
     put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
     put(&mut m, "granted_tier", Some(Value::String(granted_tier)));
@@ -132,11 +124,7 @@ pub fn match_shell_command(command: String, rules_json: Value) -> Result<String>
 
 /// Dry run of the permission chain for one call, as JSON text.
 #[napi]
-pub fn evaluate_permission(
-    chain_json: Value,
-    tool_json: Value,
-    input_json: Value,
-) -> Result<String> {
+pub fn evaluate_permission(chain_json: Value, tool_json: Value, input_json: Value) -> Result<String> {
     let mut m = Map::new();
     put(&mut m, "chain", Some(json_value("chainJson", chain_json)?));
     put(&mut m, "tool", Some(json_value("toolJson", tool_json)?));

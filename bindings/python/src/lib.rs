@@ -43,9 +43,8 @@ pub(crate) fn json_text(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Stri
 
 fn parse(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     let text = json_text(py, obj)?;
-    serde_json::from_str(&text).map_err(|e| {
-        to_py_err(py, car_runtime::Error::invalid_argument(name, format!("is not valid JSON: {e}")))
-    })
+    serde_json::from_str(&text)
+        .map_err(|e| to_py_err(py, car_runtime::Error::invalid_argument(name, format!("is not valid JSON: {e}"))))
 }
 
 /// Calls a facade method with named parameters, releasing the GIL.
@@ -80,7 +79,7 @@ fn verify(
     let p = params!(py;
         "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
         "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
-        "tool_names" => tool_names.map(|t| Value::from(t)),
+        "tool_names" => tool_names.map(Value::from),
         "max_actions" => max_actions.map(Value::from),
         "tool_schemas" => tool_schemas_json.map(|o| parse(py, "tool_schemas_json", o)).transpose()?,
     );

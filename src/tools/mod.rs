@@ -1,0 +1,545 @@
+//! The built-in tools: `read_file`, `write_file`, `edit_file`, `list_dir`,
+//! `find_files`, `grep_files`, `calculate` and `shell`.
+//!
+//! Each declares its ToolSchema (source `builtin`), its risk class and its
+//! reversibility. Every file tool is confined to a root directory: a path
+//! escaping it, through `..`, an absolute path or a symlink, is refused
+//! before any read or write. Execution is synchronous and blocking; the
+//! engine's executor runs it off the async threads.
+
+mod calc;
+mod confine;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+pub use calc::evaluate as calculate;
+pub use confine::Root;
+
+use crate::ir::{Reversibility, ToolFailure, ToolSchema, ToolSource};
+
+/// Largest file `read_file` returns and `edit_file` edits (10 MiB).
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Most paths `find_files` returns.
+pub const MAX_FIND_RESULTS: usize = 10_000;
+/// Most lines `grep_files` returns.
+pub const MAX_GREP_RESULTS: usize = 1_000;
+/// Most bytes of stdout or stderr `shell` keeps.
+pub const MAX_SHELL_OUTPUT: usize = 1024 * 1024;
+/// Default `shell` timeout when the call gives none.
+pub const DEFAULT_SHELL_TIMEOUT_MS: u64 = 120_000;
+
+/// A built-in tool's declaration.
+#[derive(Debug, Clone)]
+pub struct BuiltinTool {
+    /// Its schema (source `builtin`).
+    pub schema: ToolSchema,
+    /// Its risk class: `read`, `write`, `execute`.
+    pub risk: &'static str,
+    /// What the runtime believes about undoing its effect.
+    pub reversibility: Reversibility,
+}
+
+fn decl(name: &str, description: &str, parameters: Value, risk: &'static str, rev: Reversibility) -> BuiltinTool {
+    let mut schema = ToolSchema::named(name);
+    schema.source = ToolSource::Builtin;
+    schema.description = description.to_string();
+    schema.parameters = parameters;
+    schema.idempotent = risk == "read";
+    BuiltinTool { schema, risk, reversibility: rev }
+}
+
+/// Every built-in tool, sorted by name.
+pub fn builtin_tools() -> Vec<BuiltinTool> {
+    use Reversibility::*;
+    let path = json!({"type": "string", "description": "path relative to the root"});
+    let mut v = vec![
+        decl(
+            "calculate",
+            "Evaluate an arithmetic expression (+ - * / % ^, parentheses, sqrt, abs, floor, ceil, round, ln, log10, exp, sin, cos, tan, pi, e).",
+            json!({"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}),
+            "read",
+            Reversible,
+        ),
+        decl(
+            "edit_file",
+            "Replace `old_text` with `new_text` in a file; `old_text` must occur exactly once unless `replace_all`.",
+            json!({"type": "object", "properties": {"path": path, "old_text": {"type": "string"}, "new_text": {"type": "string"}, "replace_all": {"type": "boolean"}}, "required": ["path", "old_text", "new_text"]}),
+            "write",
+            Irreversible,
+        ),
+        decl(
+            "find_files",
+            "Find files whose path relative to `path` matches a glob (`*`, `?`, `**`).",
+            json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": path}, "required": ["pattern"]}),
+            "read",
+            Reversible,
+        ),
+        decl(
+            "grep_files",
+            "Search file contents under `path` for a regular expression; `glob` limits the files searched.",
+            json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": path, "glob": {"type": "string"}}, "required": ["pattern"]}),
+            "read",
+            Reversible,
+        ),
+        decl(
+            "list_dir",
+            "List a directory's entries with their kind and size.",
+            json!({"type": "object", "properties": {"path": path}}),
+            "read",
+            Reversible,
+        ),
+        decl(
+            "read_file",
+            "Read a UTF-8 text file; `offset` (0-based line) and `limit` (lines) select a window.",
+            json!({"type": "object", "properties": {"path": path, "offset": {"type": "integer", "minimum": 0}, "limit": {"type": "integer", "minimum": 0}}, "required": ["path"]}),
+            "read",
+            Reversible,
+        ),
+        decl(
+            "shell",
+            "Run a shell command in the root directory and return its exit code, stdout and stderr.",
+            json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_ms": {"type": "integer", "minimum": 1}}, "required": ["command"]}),
+            "execute",
+            Irreversible,
+        ),
+        decl(
+            "write_file",
+            "Write a UTF-8 text file, creating parent directories; replaces the file's content.",
+            json!({"type": "object", "properties": {"path": path, "content": {"type": "string"}}, "required": ["path", "content"]}),
+            "write",
+            Irreversible,
+        ),
+    ];
+    v.sort_by(|a, b| a.schema.name.cmp(&b.schema.name));
+    v
+}
+
+/// The built-in tool of that name.
+pub fn builtin_tool(name: &str) -> Option<BuiltinTool> {
+    builtin_tools().into_iter().find(|t| t.schema.name == name)
+}
+
+fn str_param<'a>(p: &'a Map<String, Value>, key: &str) -> Result<&'a str, ToolFailure> {
+    p.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolFailure::ordinary(format!("parameter `{key}` is required and must be a string")))
+}
+
+fn opt_str<'a>(p: &'a Map<String, Value>, key: &str, default: &'a str) -> Result<&'a str, ToolFailure> {
+    match p.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(ToolFailure::ordinary(format!("parameter `{key}` must be a string"))),
+    }
+}
+
+fn io_err(what: &str, rel: &str, e: std::io::Error) -> ToolFailure {
+    ToolFailure::ordinary(format!("cannot {what} `{rel}`: {e}"))
+}
+
+/// Runs a built-in tool inside `root`.
+pub fn execute(root: &Root, name: &str, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
+    match name {
+        "read_file" => read_file(root, params),
+        "write_file" => {
+            let rel = str_param(params, "path")?;
+            let content = str_param(params, "content")?;
+            let path = root.resolve(rel)?;
+            let existed = path.exists();
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_err("create the parent of", rel, e))?;
+            }
+            std::fs::write(&path, content).map_err(|e| io_err("write", rel, e))?;
+            Ok(json!({"path": root.display(&path), "bytes_written": content.len(), "created": !existed}))
+        }
+        "edit_file" => {
+            let (path, new, count) = edit_result(root, params)?;
+            std::fs::write(&path, new).map_err(|e| io_err("write", &root.display(&path), e))?;
+            Ok(json!({"path": root.display(&path), "replacements": count}))
+        }
+        "list_dir" => {
+            let rel = opt_str(params, "path", ".")?;
+            let dir = root.resolve(rel)?;
+            let mut entries = Vec::new();
+            for e in std::fs::read_dir(&dir).map_err(|e| io_err("list", rel, e))? {
+                let e = e.map_err(|e| io_err("list", rel, e))?;
+                let meta = e.path().symlink_metadata().map_err(|e| io_err("inspect", rel, e))?;
+                let kind = if meta.is_symlink() {
+                    "symlink"
+                } else if meta.is_dir() {
+                    "dir"
+                } else {
+                    "file"
+                };
+                entries.push(json!({"name": e.file_name().to_string_lossy(), "kind": kind, "size": meta.len()}));
+            }
+            entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+            Ok(json!({"path": root.display(&dir), "entries": entries}))
+        }
+        "find_files" => {
+            let pattern = str_param(params, "pattern")?;
+            let rel = opt_str(params, "path", ".")?;
+            let base = root.resolve(rel)?;
+            let re = glob_regex(pattern).map_err(ToolFailure::ordinary)?;
+            let mut matches = Vec::new();
+            let mut truncated = false;
+            walk(&base, &mut |p| {
+                let relp = p.strip_prefix(&base).unwrap_or(p).to_string_lossy().to_string();
+                if re.is_match(&relp) {
+                    if matches.len() >= MAX_FIND_RESULTS {
+                        truncated = true;
+                        return false;
+                    }
+                    matches.push(root.display(p));
+                }
+                true
+            });
+            matches.sort();
+            Ok(json!({"matches": matches, "truncated": truncated}))
+        }
+        "grep_files" => grep_files(root, params),
+        "calculate" => {
+            let expr = str_param(params, "expression")?;
+            let v = calc::evaluate(expr).map_err(|e| ToolFailure::ordinary(format!("cannot evaluate: {e}")))?;
+            Ok(json!({"expression": expr, "result": v}))
+        }
+        "shell" => shell(root, params),
+        other => Err(ToolFailure::ordinary(format!("`{other}` is not a built-in tool"))),
+    }
+}
+
+fn read_text(path: &Path, rel: &str) -> Result<String, ToolFailure> {
+    let meta = std::fs::metadata(path).map_err(|e| io_err("read", rel, e))?;
+    if !meta.is_file() {
+        return Err(ToolFailure::ordinary(format!("`{rel}` is not a regular file")));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(ToolFailure::ordinary(format!("`{rel}` is larger than {MAX_FILE_BYTES} bytes")));
+    }
+    let bytes = std::fs::read(path).map_err(|e| io_err("read", rel, e))?;
+    String::from_utf8(bytes).map_err(|_| ToolFailure::ordinary(format!("`{rel}` is not valid UTF-8 text")))
+}
+
+fn read_file(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
+    let rel = str_param(params, "path")?;
+    let path = root.resolve(rel)?;
+    let text = read_text(&path, rel)?;
+    let offset = params.get("offset").and_then(Value::as_u64);
+    let limit = params.get("limit").and_then(Value::as_u64);
+    let total_lines = text.lines().count();
+    let content = if offset.is_some() || limit.is_some() {
+        let skip = offset.unwrap_or(0) as usize;
+        let take = limit.map(|l| l as usize).unwrap_or(usize::MAX);
+        text.lines().skip(skip).take(take).collect::<Vec<_>>().join("\n")
+    } else {
+        text
+    };
+    Ok(json!({"path": root.display(&path), "content": content, "lines": total_lines}))
+}
+
+/// The path, the edited text and the replacement count of an `edit_file` call.
+fn edit_result(root: &Root, params: &Map<String, Value>) -> Result<(std::path::PathBuf, String, usize), ToolFailure> {
+    let rel = str_param(params, "path")?;
+    let old = str_param(params, "old_text")?;
+    let new = str_param(params, "new_text")?;
+    let all = params.get("replace_all").and_then(Value::as_bool).unwrap_or(false);
+    if old.is_empty() {
+        return Err(ToolFailure::ordinary("parameter `old_text` must not be empty"));
+    }
+    let path = root.resolve(rel)?;
+    let text = read_text(&path, rel)?;
+    let count = text.matches(old).count();
+    if count == 0 {
+        return Err(ToolFailure::ordinary(format!("`old_text` does not occur in `{rel}`")));
+    }
+    if count > 1 && !all {
+        return Err(ToolFailure::ordinary(format!(
+            "`old_text` occurs {count} times in `{rel}`; pass `replace_all` or a longer `old_text`"
+        )));
+    }
+    Ok((path, text.replace(old, new), count))
+}
+
+/// A unified diff of what a `write_file` or `edit_file` call would change,
+/// computed without writing anything. `None` for other tools; an error when
+/// the call itself would fail (for instance a path escaping the root).
+pub fn preview(root: &Root, name: &str, params: &Map<String, Value>) -> Result<Option<String>, ToolFailure> {
+    let (rel, before, after) = match name {
+        "write_file" => {
+            let rel = str_param(params, "path")?;
+            let path = root.resolve(rel)?;
+            let before = if path.exists() { read_text(&path, rel)? } else { String::new() };
+            (rel.to_string(), before, str_param(params, "content")?.to_string())
+        }
+        "edit_file" => {
+            let (path, after, _) = edit_result(root, params)?;
+            let rel = root.display(&path);
+            let before = read_text(&path, &rel)?;
+            (rel, before, after)
+        }
+        _ => return Ok(None),
+    };
+    let diff = similar::TextDiff::from_lines(&before, &after);
+    Ok(Some(diff.unified_diff().context_radius(3).header(&format!("a/{rel}"), &format!("b/{rel}")).to_string()))
+}
+
+/// Walks files under `dir` without following symlinks; `f` returns false to stop.
+fn walk(dir: &Path, f: &mut dyn FnMut(&Path) -> bool) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else { return true };
+    let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let p = e.path();
+        let Ok(meta) = p.symlink_metadata() else { continue };
+        if meta.is_dir() {
+            if !walk(&p, f) {
+                return false;
+            }
+        } else if meta.is_file() && !f(&p) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Translates a glob (`*` within a segment, `**` across segments, `?`) into
+/// an anchored regex. A pattern without `/` matches the file name at any depth.
+pub fn glob_regex(glob: &str) -> Result<regex::Regex, String> {
+    let mut re = String::from("^");
+    if !glob.contains('/') {
+        re.push_str("(?:.*/)?");
+    }
+    let chars: Vec<char> = glob.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '*' if chars.get(i + 1) == Some(&'*') => {
+                if chars.get(i + 2) == Some(&'/') {
+                    re.push_str("(?:.*/)?");
+                    i += 3;
+                } else {
+                    re.push_str(".*");
+                    i += 2;
+                }
+                continue;
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' => re.push_str("[^/]"),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+        i += 1;
+    }
+    re.push('$');
+    regex::Regex::new(&re).map_err(|e| format!("bad glob `{glob}`: {e}"))
+}
+
+fn grep_files(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
+    let pattern = str_param(params, "pattern")?;
+    let rel = opt_str(params, "path", ".")?;
+    let re = regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| ToolFailure::ordinary(format!("bad regular expression: {e}")))?;
+    let filter = match params.get("glob").and_then(Value::as_str) {
+        Some(g) => Some(glob_regex(g).map_err(ToolFailure::ordinary)?),
+        None => None,
+    };
+    let base = root.resolve(rel)?;
+    let mut matches = Vec::new();
+    let mut truncated = false;
+    let mut search = |p: &Path| -> bool {
+        if let Some(f) = &filter {
+            let relp = p.strip_prefix(&base).unwrap_or(p).to_string_lossy().to_string();
+            if !f.is_match(&relp) {
+                return true;
+            }
+        }
+        let Ok(meta) = std::fs::metadata(p) else { return true };
+        if meta.len() > MAX_FILE_BYTES {
+            return true;
+        }
+        let Ok(text) = std::fs::read_to_string(p) else { return true };
+        for (n, line) in text.lines().enumerate() {
+            if re.is_match(line) {
+                if matches.len() >= MAX_GREP_RESULTS {
+                    truncated = true;
+                    return false;
+                }
+                matches.push(json!({"path": root.display(p), "line": n + 1, "text": line}));
+            }
+        }
+        true
+    };
+    if base.is_file() {
+        search(&base);
+    } else {
+        walk(&base, &mut search);
+    }
+    Ok(json!({"matches": matches, "truncated": truncated}))
+}
+
+fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
+    let command = str_param(params, "command")?;
+    let timeout = Duration::from_millis(
+        params.get("timeout_ms").and_then(Value::as_u64).unwrap_or(DEFAULT_SHELL_TIMEOUT_MS).max(1),
+    );
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(root.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so a timeout kills the command's children too.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().map_err(|e| ToolFailure::ordinary(format!("cannot start `sh`: {e}")))?;
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    let out_t = std::thread::spawn(move || drain(out_pipe.as_mut()));
+    let err_t = std::thread::spawn(move || drain(err_pipe.as_mut()));
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() >= timeout => {
+                #[cfg(unix)]
+                let _ = Command::new("kill")
+                    .args(["-s", "KILL", "--"])
+                    .arg(format!("-{}", child.id()))
+                    .stderr(Stdio::null())
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(ToolFailure::ordinary(format!("cannot wait for the command: {e}"))),
+        }
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    let Some(status) = status else {
+        return Err(ToolFailure::ordinary(format!("command timed out after {} ms", timeout.as_millis())));
+    };
+    let code = status.code();
+    if code != Some(0) {
+        let tail: String = stderr.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
+        return Err(ToolFailure::ordinary(match code {
+            Some(c) => format!("command exited with status {c}: {tail}"),
+            None => format!("command was killed by a signal: {tail}"),
+        }));
+    }
+    Ok(json!({"exit_code": 0, "stdout": stdout, "stderr": stderr}))
+}
+
+fn drain<R: Read>(r: Option<&mut R>) -> String {
+    let Some(r) = r else { return String::new() };
+    let mut buf = Vec::new();
+    let _ = r.take(MAX_SHELL_OUTPUT as u64).read_to_end(&mut buf);
+    // Keep draining so the child never blocks on a full pipe.
+    let _ = std::io::copy(r, &mut std::io::sink());
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> (std::path::PathBuf, Root) {
+        let dir = std::env::temp_dir().join(format!("car-tools-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("src/deep")).unwrap();
+        std::fs::write(dir.join("README.md"), "hello\nworld\n").unwrap();
+        std::fs::write(dir.join("src/lib.rs"), "fn main() {}\n// world\n").unwrap();
+        std::fs::write(dir.join("src/deep/x.rs"), "x\n").unwrap();
+        let root = Root::new(&dir).unwrap();
+        (dir, root)
+    }
+
+    fn p(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn file_tools() {
+        let (dir, root) = tmp();
+        let r = execute(&root, "read_file", &p(json!({"path": "README.md"}))).unwrap();
+        assert_eq!(r["content"], "hello\nworld\n");
+        let r = execute(&root, "read_file", &p(json!({"path": "README.md", "offset": 1, "limit": 1}))).unwrap();
+        assert_eq!(r["content"], "world");
+        assert!(execute(&root, "read_file", &p(json!({"path": "../etc/passwd"}))).is_err());
+        assert!(execute(&root, "read_file", &p(json!({}))).unwrap_err().message.contains("`path`"));
+
+        let diff = preview(&root, "write_file", &p(json!({"path": "README.md", "content": "hello\nthere\n"})))
+            .unwrap()
+            .unwrap();
+        assert!(diff.contains("-world") && diff.contains("+there"), "{diff}");
+        assert_eq!(std::fs::read_to_string(dir.join("README.md")).unwrap(), "hello\nworld\n", "preview writes nothing");
+
+        let r = execute(&root, "write_file", &p(json!({"path": "out/new.txt", "content": "a"}))).unwrap();
+        assert_eq!(r["created"], true);
+        assert!(execute(&root, "write_file", &p(json!({"path": "../escape.txt", "content": "a"}))).is_err());
+        assert!(!dir.parent().unwrap().join("escape.txt").exists());
+
+        let e = execute(&root, "edit_file", &p(json!({"path": "src/lib.rs", "old_text": "zzz", "new_text": "y"})));
+        assert!(e.unwrap_err().message.contains("does not occur"));
+        std::fs::write(dir.join("twice.txt"), "a a").unwrap();
+        let e = execute(&root, "edit_file", &p(json!({"path": "twice.txt", "old_text": "a", "new_text": "b"})));
+        assert!(e.unwrap_err().message.contains("2 times"));
+        let r = execute(
+            &root,
+            "edit_file",
+            &p(json!({"path": "twice.txt", "old_text": "a", "new_text": "b", "replace_all": true})),
+        )
+        .unwrap();
+        assert_eq!(r["replacements"], 2);
+        assert_eq!(std::fs::read_to_string(dir.join("twice.txt")).unwrap(), "b b");
+
+        let r = execute(&root, "list_dir", &p(json!({}))).unwrap();
+        let names: Vec<_> = r["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["README.md", "out", "src", "twice.txt"]);
+
+        let r = execute(&root, "find_files", &p(json!({"pattern": "*.rs"}))).unwrap();
+        assert_eq!(r["matches"], json!(["src/deep/x.rs", "src/lib.rs"]));
+        let r = execute(&root, "find_files", &p(json!({"pattern": "src/*.rs"}))).unwrap();
+        assert_eq!(r["matches"], json!(["src/lib.rs"]));
+        let r = execute(&root, "find_files", &p(json!({"pattern": "src/**/*.rs"}))).unwrap();
+        assert_eq!(r["matches"], json!(["src/deep/x.rs", "src/lib.rs"]));
+
+        let r = execute(&root, "grep_files", &p(json!({"pattern": "wor.d"}))).unwrap();
+        assert_eq!(r["matches"].as_array().unwrap().len(), 2);
+        let r = execute(&root, "grep_files", &p(json!({"pattern": "world", "glob": "*.md"}))).unwrap();
+        assert_eq!(r["matches"], json!([{"path": "README.md", "line": 2, "text": "world"}]));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn calculate_and_shell() {
+        let (dir, root) = tmp();
+        assert_eq!(execute(&root, "calculate", &p(json!({"expression": "2+3*4"}))).unwrap()["result"], 14.0);
+        let r = execute(&root, "shell", &p(json!({"command": "echo hi; ls README.md"}))).unwrap();
+        assert_eq!(r["stdout"], "hi\nREADME.md\n");
+        let e = execute(&root, "shell", &p(json!({"command": "echo oops >&2; exit 3"}))).unwrap_err();
+        assert!(e.message.contains("status 3") && e.message.contains("oops"), "{e}");
+        let e = execute(&root, "shell", &p(json!({"command": "sleep 5", "timeout_ms": 50}))).unwrap_err();
+        assert!(e.message.contains("timed out"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn declarations() {
+        let names: Vec<_> = builtin_tools().iter().map(|t| t.schema.name.clone()).collect();
+        assert_eq!(
+            names,
+            ["calculate", "edit_file", "find_files", "grep_files", "list_dir", "read_file", "shell", "write_file"]
+        );
+        assert!(builtin_tools().iter().all(|t| t.schema.source == ToolSource::Builtin));
+        assert_eq!(builtin_tool("write_file").unwrap().risk, "write");
+        assert_eq!(builtin_tool("read_file").unwrap().reversibility, Reversibility::Reversible);
+    }
+}
