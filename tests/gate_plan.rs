@@ -686,3 +686,35 @@ fn an_indexed_catalog_plans_large_batches_and_keeps_snapshots() {
     let again = Gate::new(&policy).build_plan("next", &calls[..1], &index, &mut s, t0());
     assert_eq!((again.items[0].kind, again.items[0].decision), (ToolKind::Resource, Decision::Ask));
 }
+
+#[tokio::test]
+async fn built_in_file_tools_are_planned_with_a_diff_of_the_write() {
+    let dir = temp_dir("builtin");
+    std::fs::write(dir.join("README.md"), "hello\nworld\n").unwrap();
+    let ops = builtin_operations("builtin");
+    let kind_of = |n: &str| ops.iter().find(|s| s.operation_name == n).map(|s| (s.kind, s.risk));
+    assert_eq!(kind_of("read_file"), Some((ToolKind::DataSource, RiskClass::Read)));
+    assert_eq!(kind_of("write_file"), Some((ToolKind::Resource, RiskClass::Write)));
+    assert_eq!(kind_of("shell"), Some((ToolKind::Resource, RiskClass::Execute)));
+
+    let previews = BuiltinPreviews::new(car_runtime::tools::Root::new(&dir).unwrap());
+    let policy = ask_all();
+    let gate = Gate::new(&policy).with_previews(&previews, DEFAULT_PREVIEW_DEADLINE);
+    let mut s = GateSession::new("s", t0());
+    let calls = [
+        call("w", "builtin", "write_file", json!({"path": "README.md", "content": "hello\nthere\n"})),
+        call("r", "builtin", "read_file", json!({"path": "README.md"})),
+        call("x", "builtin", "write_file", json!({"path": "../escape.txt", "content": "x"})),
+    ];
+    let plan = gate.build_plan_with_previews("t", &calls, &ops, &mut s, t0()).await;
+    let Some(RenderTree::Diff { path, unified }) = &plan.items[0].preview else {
+        panic!("{:?}", plan.items[0].preview)
+    };
+    assert_eq!(path, "README.md");
+    assert!(unified.contains("-world\n") && unified.contains("+there\n"), "{unified}");
+    assert_eq!(std::fs::read_to_string(dir.join("README.md")).unwrap(), "hello\nworld\n", "a preview writes nothing");
+    assert_eq!((plan.items[1].decision, plan.items[1].preview.is_none()), (Decision::Allow, true));
+    assert_eq!(plan.items[2].preview, None, "a failing preview is absent");
+    assert_eq!(plan.items[2].decision, Decision::Ask);
+    std::fs::remove_dir_all(dir).ok();
+}

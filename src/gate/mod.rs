@@ -24,6 +24,7 @@
 
 pub mod approval;
 pub mod breaker;
+pub mod builtin;
 pub mod decide;
 pub mod exec;
 pub mod plan;
@@ -37,6 +38,7 @@ pub use approval::{
     approval_key, input_digest,
 };
 pub use breaker::{BREAKER_STATUS, BreakerConfig, CircuitBreaker};
+pub use builtin::{BuiltinPreviews, builtin_operations};
 pub use decide::{Gate, PlanDecision, denial_result};
 pub use exec::{ItemOutcome, execute_plan};
 pub use plan::{

@@ -145,179 +145,22 @@ pub fn file_write_preview(path: &str, old: Option<&str>, new: &str) -> RenderTre
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Equal(usize, usize),
-    Delete(usize),
-    Insert(usize),
-}
-
-/// Beyond this many edits the middle of the diff is shown as one replacement.
-const MAX_EDIT_DISTANCE: usize = 4000;
-
-/// A unified diff of two texts, line by line (our own Myers O(ND) diff, after
-/// trimming the common prefix and suffix). Empty when the texts are equal.
+/// A unified diff of two texts, line by line (the `similar` crate's Myers
+/// diff, as the built-in file tools use). Empty when the texts are equal.
 pub fn unified_diff(old: &str, new: &str, old_label: &str, new_label: &str, context: usize) -> String {
-    let a: Vec<&str> = old.split_inclusive('\n').collect();
-    let b: Vec<&str> = new.split_inclusive('\n').collect();
-    let ops = diff_lines(&a, &b);
-    if ops.iter().all(|o| matches!(o, Op::Equal(..))) {
+    if old == new {
         return String::new();
     }
-    let mut out = format!("--- {old_label}\n+++ {new_label}\n");
-    let changes: Vec<usize> =
-        ops.iter().enumerate().filter(|(_, o)| !matches!(o, Op::Equal(..))).map(|(i, _)| i).collect();
-    let mut g = 0;
-    while g < changes.len() {
-        let first = changes[g];
-        let mut last = first;
-        g += 1;
-        while g < changes.len() && changes[g] - last <= 2 * context + 1 {
-            last = changes[g];
-            g += 1;
-        }
-        let start = first.saturating_sub(context);
-        let end = (last + context + 1).min(ops.len());
-        let (mut old_before, mut new_before) = (0, 0);
-        for o in &ops[..start] {
-            match o {
-                Op::Equal(..) => {
-                    old_before += 1;
-                    new_before += 1;
-                }
-                Op::Delete(_) => old_before += 1,
-                Op::Insert(_) => new_before += 1,
-            }
-        }
-        let old_count = ops[start..end].iter().filter(|o| !matches!(o, Op::Insert(_))).count();
-        let new_count = ops[start..end].iter().filter(|o| !matches!(o, Op::Delete(_))).count();
-        let os = if old_count == 0 { old_before } else { old_before + 1 };
-        let ns = if new_count == 0 { new_before } else { new_before + 1 };
-        out.push_str(&format!("@@ -{} +{} @@\n", range(os, old_count), range(ns, new_count)));
-        for o in &ops[start..end] {
-            let (sign, line) = match *o {
-                Op::Equal(i, _) => (' ', a[i]),
-                Op::Delete(i) => ('-', a[i]),
-                Op::Insert(j) => ('+', b[j]),
-            };
-            out.push(sign);
-            out.push_str(line);
-            if !line.ends_with('\n') {
-                out.push_str("\n\\ No newline at end of file\n");
-            }
-        }
-    }
-    out
-}
-
-fn range(start: usize, count: usize) -> String {
-    if count == 1 { start.to_string() } else { format!("{start},{count}") }
-}
-
-fn diff_lines(a: &[&str], b: &[&str]) -> Vec<Op> {
-    let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..].iter().rev().zip(b[prefix..].iter().rev()).take_while(|(x, y)| x == y).count();
-    let am = &a[prefix..a.len() - suffix];
-    let bm = &b[prefix..b.len() - suffix];
-    let mut ops: Vec<Op> = (0..prefix).map(|i| Op::Equal(i, i)).collect();
-    match myers(am, bm) {
-        Some(mid) => ops.extend(mid.into_iter().map(|o| match o {
-            Op::Equal(i, j) => Op::Equal(i + prefix, j + prefix),
-            Op::Delete(i) => Op::Delete(i + prefix),
-            Op::Insert(j) => Op::Insert(j + prefix),
-        })),
-        None => {
-            ops.extend((0..am.len()).map(|i| Op::Delete(i + prefix)));
-            ops.extend((0..bm.len()).map(|j| Op::Insert(j + prefix)));
-        }
-    }
-    let (sa, sb) = (a.len() - suffix, b.len() - suffix);
-    ops.extend((0..suffix).map(|k| Op::Equal(sa + k, sb + k)));
-    ops
-}
-
-/// Myers' greedy shortest edit script; `None` beyond [`MAX_EDIT_DISTANCE`].
-/// Stores only the band `[-d-1, d+1]` of V per step: O(D^2) memory.
-fn myers(a: &[&str], b: &[&str]) -> Option<Vec<Op>> {
-    let (n, m) = (a.len() as isize, b.len() as isize);
-    let max = (n + m) as usize;
-    let off = max as isize + 1;
-    let mut v = vec![0isize; 2 * max + 3];
-    let mut trace: Vec<Vec<isize>> = Vec::new();
-    let at = |v: &Vec<isize>, k: isize| v[(k + off) as usize];
-    let mut found = None;
-    for d in 0..=max as isize {
-        if d as usize > MAX_EDIT_DISTANCE {
-            return None;
-        }
-        trace.push(v[(off - d - 1) as usize..=(off + d + 1) as usize].to_vec());
-        let mut k = -d;
-        while k <= d {
-            let mut x =
-                if k == -d || (k != d && at(&v, k - 1) < at(&v, k + 1)) { at(&v, k + 1) } else { at(&v, k - 1) + 1 };
-            let mut y = x - k;
-            while x < n && y < m && a[x as usize] == b[y as usize] {
-                x += 1;
-                y += 1;
-            }
-            v[(k + off) as usize] = x;
-            if x >= n && y >= m {
-                found = Some(d);
-                break;
-            }
-            k += 2;
-        }
-        if found.is_some() {
-            break;
-        }
-    }
-    let dmax = found?;
-    let mut ops = Vec::new();
-    let (mut x, mut y) = (n, m);
-    for d in (0..=dmax).rev() {
-        let band = &trace[d as usize];
-        let get = |k: isize| band[(k + d + 1) as usize];
-        let k = x - y;
-        let prev_k = if k == -d || (k != d && get(k - 1) < get(k + 1)) { k + 1 } else { k - 1 };
-        let prev_x = get(prev_k);
-        let prev_y = prev_x - prev_k;
-        while x > prev_x && y > prev_y {
-            ops.push(Op::Equal((x - 1) as usize, (y - 1) as usize));
-            x -= 1;
-            y -= 1;
-        }
-        if d > 0 {
-            if x == prev_x {
-                ops.push(Op::Insert((y - 1) as usize));
-            } else {
-                ops.push(Op::Delete((x - 1) as usize));
-            }
-        }
-        x = prev_x;
-        y = prev_y;
-    }
-    ops.reverse();
-    Some(ops)
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(context)
+        .header(old_label, new_label)
+        .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn apply(old: &str, new: &str) -> String {
-        // Rebuild `new` from the ops over `old` to check the script.
-        let a: Vec<&str> = old.split_inclusive('\n').collect();
-        let b: Vec<&str> = new.split_inclusive('\n').collect();
-        let mut out = String::new();
-        for o in diff_lines(&a, &b) {
-            match o {
-                Op::Equal(i, _) => out.push_str(a[i]),
-                Op::Insert(j) => out.push_str(b[j]),
-                Op::Delete(_) => {}
-            }
-        }
-        out
-    }
 
     #[test]
     fn unified_diff_of_a_small_edit() {
@@ -334,14 +177,5 @@ mod tests {
         assert_eq!(unified_diff("x\n", "x\n", "a", "b", 3), "");
         let RenderTree::Diff { unified, .. } = file_write_preview("n.txt", None, "hi") else { panic!() };
         assert_eq!(unified, "--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+hi\n\\ No newline at end of file\n");
-    }
-
-    #[test]
-    fn edit_script_rebuilds_the_new_text() {
-        let cases =
-            [("", "a\n"), ("a\nb\nc\n", ""), ("x\ny\nz\nx\ny\n", "y\nx\nz\nz\ny\nx\n"), ("1\n2\n3\n", "3\n2\n1\n")];
-        for (o, n) in cases {
-            assert_eq!(apply(o, n), n, "{o:?} -> {n:?}");
-        }
     }
 }
