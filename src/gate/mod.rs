@@ -18,6 +18,8 @@
 //!   specs for plan mode.
 //! - [`ApprovalStore`] holds the durable pending approvals an `ask` verdict
 //!   creates.
+//! - [`SupervisionHub`] parks proposals matching an out-of-process
+//!   supervisor's filter until it decides (or the decision timeout rejects).
 //!
 //! Everything but previews, [`execute_plan`] and [`ApprovalStore::wait`] is
 //! synchronous and takes the clock as an argument.
@@ -32,6 +34,7 @@ pub mod plan_mode;
 pub mod policy;
 pub mod preview;
 pub mod session;
+pub mod supervision;
 
 pub use approval::{
     ApprovalDecision, ApprovalEvent, ApprovalStore, PendingApproval, Resolution, ResolveOutcome, ResolvedBy, Ticket,
@@ -52,3 +55,7 @@ pub use preview::{
     file_write_preview, unified_diff,
 };
 pub use session::{FieldCorrection, GateSession, Scope, SessionRule};
+pub use supervision::{
+    DEFAULT_DECISION_TIMEOUT, Intent, IntentAction, IntentOutcome, SupervisionFilter, SupervisionHub,
+    SupervisorDecision, SupervisorVerdict,
+};
