@@ -7,6 +7,7 @@ pub mod dag;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod gate;
 pub mod ir;
 pub mod permission;
 pub mod policy;

@@ -4,6 +4,7 @@
 //! Stateless methods are also reachable through [`call`], a dispatcher by
 //! method name over JSON values, which the conformance corpus drives.
 
+pub mod gate;
 pub mod permission;
 pub mod policy;
 mod proposal;
@@ -41,6 +42,7 @@ pub fn call(method: &str, params: &Value) -> crate::Result<Value> {
         .or_else(|| verify::call(method, params))
         .or_else(|| policy::call(method, params))
         .or_else(|| permission::call(method, params))
+        .or_else(|| gate::call(method, params))
         .unwrap_or_else(|| Err(crate::Error::not_found("unknown_method", format!("unknown method `{method}`"))))
 }
 
