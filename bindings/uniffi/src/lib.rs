@@ -5,22 +5,26 @@ use serde_json::{Map, Value};
 
 uniffi::setup_scaffolding!();
 
-/// Every error of the binding: the facade's stable code and message.
+/// Every error of the binding: the facade's stable code and its message.
+///
+/// The message field is `msg`, not `message`: a field named `message` clashes
+/// with `Throwable.message` in the generated Kotlin (uniffi-rs#1434). Kotlin's
+/// `e.message` still carries both as `code=..., msg=...`.
 #[derive(Debug, thiserror::Error, uniffi::Error)]
 pub enum CarError {
     /// A facade error.
-    #[error("{code}: {message}")]
+    #[error("{code}: {msg}")]
     Failed {
         /// The stable snake_case code.
         code: String,
         /// The message.
-        message: String,
+        msg: String,
     },
 }
 
 impl From<car_runtime::Error> for CarError {
     fn from(e: car_runtime::Error) -> Self {
-        CarError::Failed { code: e.code().to_string(), message: e.to_string() }
+        CarError::Failed { code: e.code().to_string(), msg: e.to_string() }
     }
 }
 

@@ -13,7 +13,7 @@ def main():
         car.normalize_proposal('{"actions":[{"type":"tool_call"}]}')
     except car.CarError.Failed as e:
         assert e.code == "missing_field", e.code
-        assert "actions[0].tool" in e.message
+        assert "actions[0].tool" in e.msg
     else:
         raise AssertionError("expected CarError")
     print("uniffi python: ok")
