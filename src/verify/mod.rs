@@ -103,57 +103,61 @@ fn apply_effects(a: &Action, state: &mut Map<String, Value>) {
 }
 
 /// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
-fn canonical_map(m: &Map<String, Value>, out: &mut String) {
+fn canonical_map(m: &Map<String, Value>, out: &mut Vec<u8>) {
     let mut keys: Vec<&String> = m.keys().collect();
     keys.sort_unstable();
-    out.push('{');
+    out.push(b'{');
     for (n, k) in keys.into_iter().enumerate() {
         if n > 0 {
-            out.push(',');
+            out.push(b',');
         }
-        out.push_str(&Value::String(k.clone()).to_string());
-        out.push(':');
+        // Writing JSON into a Vec<u8> cannot fail.
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
         if let Some(x) = m.get(k.as_str()) {
             canonical(x, out);
         }
     }
-    out.push('}');
+    out.push(b'}');
 }
 
 /// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
-fn canonical(v: &Value, out: &mut String) {
+fn canonical(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(m) => canonical_map(m, out),
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (n, x) in items.iter().enumerate() {
                 if n > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 canonical(x, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&other.to_string()),
+        // Writing JSON into a Vec<u8> cannot fail.
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 
 /// Groups of identical tool calls (same tool, canonically equal parameters)
 /// made at least twice: `(tool, count)` in order of each group's first call.
 pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
-    let mut slot: HashMap<String, usize> = HashMap::new();
+    let mut slot: HashMap<Vec<u8>, usize> = HashMap::with_capacity(actions.len());
     let mut groups: Vec<(&str, usize)> = Vec::new();
-    let mut key = String::new();
+    let mut key: Vec<u8> = Vec::new();
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
         let Some(tool) = a.tool.as_deref() else { continue };
         key.clear();
-        key.push_str(tool);
-        key.push('\u{0}');
+        key.extend_from_slice(tool.as_bytes());
+        key.push(0);
         canonical_map(&a.parameters, &mut key);
-        match slot.get(key.as_str()) {
+        match slot.get(key.as_slice()) {
             Some(&s) => groups[s].1 += 1,
             None => {
                 slot.insert(key.clone(), groups.len());
@@ -174,21 +178,34 @@ fn sorted_writes(a: &Action) -> Vec<&str> {
 
 /// `(writer_a, writer_b, key)` for writers of one key that no path of the
 /// graph orders, as indices; grouped by key in order of first write.
-pub(crate) fn write_conflicts(actions: &[Action], reach: &mut reach::Reach<'_>) -> Vec<(usize, usize, String)> {
-    let mut order: Vec<&str> = Vec::new();
-    let mut writers: HashMap<&str, Vec<usize>> = HashMap::new();
+pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usize, String)> {
+    // Key -> (first writer, slot of the full writer list once a second appears).
+    let mut first: HashMap<&str, (usize, usize)> = HashMap::with_capacity(actions.len());
+    let mut shared: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, a) in actions.iter().enumerate() {
         for k in sorted_writes(a) {
-            let ws = writers.entry(k).or_insert_with(|| {
-                order.push(k);
-                Vec::new()
-            });
-            ws.push(i);
+            match first.get_mut(k) {
+                None => {
+                    first.insert(k, (i, usize::MAX));
+                }
+                Some((w0, slot)) => {
+                    if *slot == usize::MAX {
+                        *slot = shared.len();
+                        shared.push((k, vec![*w0]));
+                    }
+                    shared[*slot].1.push(i);
+                }
+            }
         }
     }
     let mut out = Vec::new();
-    for key in order {
-        let Some(ws) = writers.get(key) else { continue };
+    if shared.is_empty() {
+        return out;
+    }
+    // Keys in order of their first write.
+    shared.sort_by_key(|(k, ws)| (ws[0], *k));
+    let mut reach = reach::Reach::new(dag);
+    for (key, ws) in &shared {
         if ws.len() <= PAIRWISE_WRITERS {
             for (x, &i) in ws.iter().enumerate() {
                 for &j in &ws[x + 1..] {
@@ -243,7 +260,11 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     };
     let schemas: Option<HashMap<&str, &Value>> =
         opts.tool_schemas.as_ref().map(|ss| ss.iter().map(|s| (s.name.as_str(), &s.parameters)).collect());
-    let ids: HashSet<&str> = actions.iter().map(|a| a.id.as_str()).collect();
+    let ids: HashSet<&str> = if actions.iter().any(|a| matches!(a.compensation, Some(Compensation::ActionRef { .. }))) {
+        actions.iter().map(|a| a.id.as_str()).collect()
+    } else {
+        HashSet::new()
+    };
     let mut unknown_deps: HashMap<usize, Vec<&str>> = HashMap::new();
     for (i, id) in dag.unknown_dependencies() {
         unknown_deps.entry(*i).or_default().push(id.as_str());
@@ -342,8 +363,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     }
     state.sort_keys();
 
-    let mut reach = reach::Reach::new(&dag);
-    let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &mut reach)
+    let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &dag)
         .into_iter()
         .map(|(i, j, key)| {
             let (a, b) = (&actions[i].id, &actions[j].id);
