@@ -2,6 +2,8 @@
 //! many findings it produced, what the verdict assumes and leaves untested, and
 //! a confidence in [0, 1].
 
+use std::cmp::Ordering;
+
 use crate::ir::{Action, ActionType, Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue};
 
 use super::Findings;
@@ -37,22 +39,64 @@ fn check(
     EvidenceCheck { name: name.to_string(), ran, verifies, cannot_verify: cannot_verify.to_string(), findings, tier }
 }
 
+const TOOL_MID: &str = "' (action ";
+const KEY_MID: &str = "' (value set at runtime by action ";
+
+/// The first index where `x` and `y` differ, if within the shorter one.
+fn mismatch(x: &str, y: &str) -> Option<usize> {
+    x.bytes().zip(y.bytes()).position(|(p, q)| p != q)
+}
+
+/// Orders `a.0 + mid + a.1 + ")"` against `b.0 + mid + b.1 + ")"` exactly as
+/// the formatted strings would sort, without formatting them.
+fn cmp_parts(a: (&str, &str), b: (&str, &str), mid: &str) -> Ordering {
+    if a.0.len() == b.0.len() || mismatch(a.0, b.0).is_some() {
+        match a.0.cmp(b.0) {
+            Ordering::Equal => {}
+            o => return o,
+        }
+        if a.1.len() == b.1.len() || mismatch(a.1, b.1).is_some() {
+            return a.1.cmp(b.1);
+        }
+    }
+    let x = a.0.bytes().chain(mid.bytes()).chain(a.1.bytes()).chain(")".bytes());
+    let y = b.0.bytes().chain(mid.bytes()).chain(b.1.bytes()).chain(")".bytes());
+    x.cmp(y)
+}
+
+/// `prefix + a + mid + b + ")"`, built without the formatting machinery.
+fn concat(prefix: &str, a: &str, mid: &str, b: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + a.len() + mid.len() + b.len() + 1);
+    s.push_str(prefix);
+    s.push_str(a);
+    s.push_str(mid);
+    s.push_str(b);
+    s.push(')');
+    s
+}
+
 /// What no static check can see: each tool call's runtime output and each
 /// state key a tool call sets. Sorted, without repeats.
 fn untested_regions(actions: &[Action]) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut tools: Vec<(&str, &str)> = Vec::new();
+    let mut keys: Vec<(&str, &str)> = Vec::new();
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
-        let tool = a.tool.as_deref().unwrap_or_default();
-        out.push(format!("runtime output of tool '{tool}' (action {})", a.id));
+        tools.push((a.tool.as_deref().unwrap_or_default(), a.id.as_str()));
         for k in a.expected_effects.keys() {
-            out.push(format!("state key '{k}' (value set at runtime by action {})", a.id));
+            keys.push((k.as_str(), a.id.as_str()));
         }
     }
-    out.sort_unstable();
-    out.dedup();
+    // "runtime output ..." sorts before "state key ...".
+    tools.sort_unstable_by(|a, b| cmp_parts(*a, *b, TOOL_MID));
+    tools.dedup();
+    keys.sort_unstable_by(|a, b| cmp_parts(*a, *b, KEY_MID));
+    keys.dedup();
+    let mut out = Vec::with_capacity(tools.len() + keys.len());
+    out.extend(tools.into_iter().map(|(tool, id)| concat("runtime output of tool '", tool, TOOL_MID, id)));
+    out.extend(keys.into_iter().map(|(k, id)| concat("state key '", k, KEY_MID, id)));
     out
 }
 
@@ -176,4 +220,40 @@ pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue
     let confidence = confidence.clamp(0.0, 1.0);
 
     Evidence { checks, assumptions, untested_regions: untested, residual_risks: risks, confidence }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untested_regions_sort_like_the_formatted_strings() {
+        let names = ["t", "t!", "t'", "t'x", "t x", "a", "t(", "", "tt", "t'(action"];
+        let ids = ["a", "a1", "a)", "b", "a!", ""];
+        let mut actions = Vec::new();
+        for (n, tool) in names.iter().enumerate() {
+            for id in ids {
+                let mut a = Action::tool_call(*tool);
+                a.id = format!("{id}{}", n % 2);
+                a.expected_effects.insert(tool.to_string(), serde_json::json!(1));
+                actions.push(a.clone());
+                actions.push(a);
+            }
+        }
+        let got = untested_regions(&actions);
+        let mut want: Vec<String> = actions
+            .iter()
+            .flat_map(|a| {
+                let t = format!("runtime output of tool '{}' (action {})", a.tool.as_deref().unwrap_or_default(), a.id);
+                let k = a
+                    .expected_effects
+                    .keys()
+                    .map(|k| format!("state key '{k}' (value set at runtime by action {})", a.id));
+                std::iter::once(t).chain(k).collect::<Vec<_>>()
+            })
+            .collect();
+        want.sort();
+        want.dedup();
+        assert_eq!(got, want);
+    }
 }
