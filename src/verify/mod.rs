@@ -21,6 +21,7 @@ mod schema;
 mod transaction;
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 
 use serde_json::{Map, Value};
 
@@ -144,36 +145,65 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
 
 /// Groups of identical tool calls (same tool, canonically equal parameters)
 /// made at least twice: `(tool, count)` in order of each group's first call.
+///
+/// Each call's canonical form is written into one shared buffer and hashed;
+/// groups with the same hash are told apart by comparing their bytes, so
+/// nothing is allocated per call.
 pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
-    let mut slot: HashMap<Vec<u8>, usize> = HashMap::with_capacity(actions.len());
-    let mut groups: Vec<(&str, usize)> = Vec::new();
-    let mut key: Vec<u8> = Vec::new();
+    struct Group<'a> {
+        tool: &'a str,
+        count: usize,
+        span: std::ops::Range<usize>,
+        next: Option<usize>,
+    }
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut arena: Vec<u8> = Vec::new();
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    let mut head: HashMap<u64, usize> = HashMap::with_capacity(actions.len());
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
         let Some(tool) = a.tool.as_deref() else { continue };
-        key.clear();
-        key.extend_from_slice(tool.as_bytes());
-        key.push(0);
-        canonical_map(&a.parameters, &mut key);
-        match slot.get(key.as_slice()) {
-            Some(&s) => groups[s].1 += 1,
+        let start = arena.len();
+        arena.extend_from_slice(tool.as_bytes());
+        arena.push(0);
+        canonical_map(&a.parameters, &mut arena);
+        let h = hasher.hash_one(&arena[start..]);
+        let mut at = head.get(&h).copied();
+        let mut found = None;
+        while let Some(g) = at {
+            if arena[groups[g].span.clone()] == arena[start..] {
+                found = Some(g);
+                break;
+            }
+            at = groups[g].next;
+        }
+        match found {
+            Some(g) => {
+                groups[g].count += 1;
+                arena.truncate(start);
+            }
             None => {
-                slot.insert(key.clone(), groups.len());
-                groups.push((tool, 1));
+                let next = head.insert(h, groups.len());
+                groups.push(Group { tool, count: 1, span: start..arena.len(), next });
             }
         }
     }
-    groups.into_iter().filter(|(_, c)| *c >= 2).map(|(t, c)| (t.to_string(), c)).collect()
+    groups.into_iter().filter(|g| g.count >= 2).map(|g| (g.tool.to_string(), g.count)).collect()
 }
 
-/// Keys each action writes (for ordering and conflicts), sorted, without repeats.
-fn sorted_writes(a: &Action) -> Vec<&str> {
+/// Calls `f` with each key an action writes (for ordering and conflicts),
+/// in name order, without repeats.
+fn for_each_write<'a>(a: &'a Action, mut f: impl FnMut(&'a str)) {
+    if a.expected_effects.len() + usize::from(a.state_write_key().is_some()) <= 1 {
+        Dag::writes(a).for_each(f);
+        return;
+    }
     let mut w: Vec<&str> = Dag::writes(a).collect();
     w.sort_unstable();
     w.dedup();
-    w
+    w.into_iter().for_each(&mut f);
 }
 
 /// `(writer_a, writer_b, key)` for writers of one key that no path of the
@@ -183,20 +213,18 @@ pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usiz
     let mut first: HashMap<&str, (usize, usize)> = HashMap::with_capacity(actions.len());
     let mut shared: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, a) in actions.iter().enumerate() {
-        for k in sorted_writes(a) {
-            match first.get_mut(k) {
-                None => {
-                    first.insert(k, (i, usize::MAX));
-                }
-                Some((w0, slot)) => {
-                    if *slot == usize::MAX {
-                        *slot = shared.len();
-                        shared.push((k, vec![*w0]));
-                    }
-                    shared[*slot].1.push(i);
-                }
+        for_each_write(a, |k| match first.get_mut(k) {
+            None => {
+                first.insert(k, (i, usize::MAX));
             }
-        }
+            Some((w0, slot)) => {
+                if *slot == usize::MAX {
+                    *slot = shared.len();
+                    shared.push((k, vec![*w0]));
+                }
+                shared[*slot].1.push(i);
+            }
+        });
     }
     let mut out = Vec::new();
     if shared.is_empty() {
