@@ -2,8 +2,6 @@
 //! many findings it produced, what the verdict assumes and leaves untested, and
 //! a confidence in [0, 1].
 
-use std::cmp::Ordering;
-
 use crate::ir::{Action, ActionType, Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue};
 
 use super::Findings;
@@ -39,65 +37,56 @@ fn check(
     EvidenceCheck { name: name.to_string(), ran, verifies, cannot_verify: cannot_verify.to_string(), findings, tier }
 }
 
+const TOOL_PREFIX: &str = "runtime output of tool '";
 const TOOL_MID: &str = "' (action ";
+const KEY_PREFIX: &str = "state key '";
 const KEY_MID: &str = "' (value set at runtime by action ";
-
-/// The first index where `x` and `y` differ, if within the shorter one.
-fn mismatch(x: &str, y: &str) -> Option<usize> {
-    x.bytes().zip(y.bytes()).position(|(p, q)| p != q)
-}
-
-/// Orders `a.0 + mid + a.1 + ")"` against `b.0 + mid + b.1 + ")"` exactly as
-/// the formatted strings would sort, without formatting them.
-fn cmp_parts(a: (&str, &str), b: (&str, &str), mid: &str) -> Ordering {
-    if a.0.len() == b.0.len() || mismatch(a.0, b.0).is_some() {
-        match a.0.cmp(b.0) {
-            Ordering::Equal => {}
-            o => return o,
-        }
-        if a.1.len() == b.1.len() || mismatch(a.1, b.1).is_some() {
-            return a.1.cmp(b.1);
-        }
-    }
-    let x = a.0.bytes().chain(mid.bytes()).chain(a.1.bytes()).chain(")".bytes());
-    let y = b.0.bytes().chain(mid.bytes()).chain(b.1.bytes()).chain(")".bytes());
-    x.cmp(y)
-}
-
-/// `prefix + a + mid + b + ")"`, built without the formatting machinery.
-fn concat(prefix: &str, a: &str, mid: &str, b: &str) -> String {
-    let mut s = String::with_capacity(prefix.len() + a.len() + mid.len() + b.len() + 1);
-    s.push_str(prefix);
-    s.push_str(a);
-    s.push_str(mid);
-    s.push_str(b);
-    s.push(')');
-    s
-}
 
 /// What no static check can see: each tool call's runtime output and each
 /// state key a tool call sets. Sorted, without repeats.
+///
+/// The entries are written once into a contiguous buffer, without their
+/// common prefixes (a leading `r` or `s` keeps "runtime output ..." before
+/// "state key ..."), and sorted there, which keeps the sort's memory traffic
+/// small for large proposals.
 fn untested_regions(actions: &[Action]) -> Vec<String> {
-    let mut tools: Vec<(&str, &str)> = Vec::new();
-    let mut keys: Vec<(&str, &str)> = Vec::new();
+    let mut arena = String::new();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut push = |arena: &mut String, group: char, a: &str, mid: &str, b: &str| {
+        let start = arena.len();
+        arena.push(group);
+        arena.push_str(a);
+        arena.push_str(mid);
+        arena.push_str(b);
+        arena.push(')');
+        spans.push((start, arena.len()));
+    };
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
-        tools.push((a.tool.as_deref().unwrap_or_default(), a.id.as_str()));
+        push(&mut arena, 'r', a.tool.as_deref().unwrap_or_default(), TOOL_MID, &a.id);
         for k in a.expected_effects.keys() {
-            keys.push((k.as_str(), a.id.as_str()));
+            push(&mut arena, 's', k, KEY_MID, &a.id);
         }
     }
-    // "runtime output ..." sorts before "state key ...".
-    tools.sort_unstable_by(|a, b| cmp_parts(*a, *b, TOOL_MID));
-    tools.dedup();
-    keys.sort_unstable_by(|a, b| cmp_parts(*a, *b, KEY_MID));
-    keys.dedup();
-    let mut out = Vec::with_capacity(tools.len() + keys.len());
-    out.extend(tools.into_iter().map(|(tool, id)| concat("runtime output of tool '", tool, TOOL_MID, id)));
-    out.extend(keys.into_iter().map(|(k, id)| concat("state key '", k, KEY_MID, id)));
-    out
+    let text = |&(s, e): &(usize, usize)| &arena[s..e];
+    spans.sort_unstable_by(|x, y| text(x).cmp(text(y)));
+    spans.dedup_by(|x, y| text(x) == text(y));
+    spans
+        .iter()
+        .map(|span| {
+            let t = text(span);
+            let (prefix, rest) = match t.strip_prefix('r') {
+                Some(rest) => (TOOL_PREFIX, rest),
+                None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
+            };
+            let mut out = String::with_capacity(prefix.len() + rest.len());
+            out.push_str(prefix);
+            out.push_str(rest);
+            out
+        })
+        .collect()
 }
 
 pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue], conflicts: usize) -> Evidence {
