@@ -33,6 +33,8 @@ pub struct Dag {
     levels: Vec<Vec<usize>>,
     cyclic: Vec<usize>,
     unknown: Vec<(usize, String)>,
+    /// Some key is written by two or more actions.
+    shared_writes: bool,
 }
 
 impl Dag {
@@ -54,6 +56,7 @@ impl Dag {
         let mut preds: Vec<usize> = Vec::with_capacity(n);
         let mut pred_start: Vec<usize> = Vec::with_capacity(n + 1);
         let mut unknown = Vec::new();
+        let mut shared_writes = false;
         for (j, a) in actions.iter().enumerate() {
             let start = preds.len();
             pred_start.push(start);
@@ -86,12 +89,14 @@ impl Dag {
                 preds.truncate(start + w);
             }
             for key in Self::writes(a) {
-                last_writer.insert(key, j);
+                if let Some(prev) = last_writer.insert(key, j) {
+                    shared_writes |= prev != j;
+                }
             }
         }
         pred_start.push(preds.len());
         let (levels, cyclic) = layer(&preds, &pred_start);
-        Dag { preds, pred_start, levels, cyclic, unknown }
+        Dag { preds, pred_start, levels, cyclic, unknown, shared_writes }
     }
 
     /// The keys an action writes for ordering purposes: its `expected_effects`
@@ -125,6 +130,12 @@ impl Dag {
     /// action id, in proposal order.
     pub fn unknown_dependencies(&self) -> &[(usize, String)] {
         &self.unknown
+    }
+
+    /// True when some key is written by two or more actions (so writers of one
+    /// key may conflict).
+    pub fn has_shared_writes(&self) -> bool {
+        self.shared_writes
     }
 
     /// The number of actions the graph was built from.
@@ -215,6 +226,7 @@ mod tests {
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &["x"], &[]), act("c", &[], &["y"], &[])]);
         assert_eq!(d.levels(), &[vec![0], vec![1], vec![2]]);
         assert_eq!(d.predecessors(2), &[1]);
+        assert!(!d.has_shared_writes());
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &[], &[])]);
         assert_eq!(d.levels(), &[vec![0, 1]]);
         assert!(Dag::build(&[]).levels().is_empty());
@@ -225,6 +237,7 @@ mod tests {
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["x"], &[], &[]), act("c", &[], &["x"], &[])]);
         assert_eq!(d.predecessors(2), &[1]);
         assert_eq!(d.levels(), &[vec![0, 1], vec![2]]);
+        assert!(d.has_shared_writes());
         // A later writer and the reader itself order nothing.
         let d = Dag::build(&[act("a", &[], &["x"], &[]), act("b", &["x"], &["x"], &[])]);
         assert!(d.predecessors(0).is_empty() && d.predecessors(1).is_empty());

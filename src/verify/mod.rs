@@ -105,6 +105,17 @@ fn apply_effects(a: &Action, state: &mut Map<String, Value>) {
 
 /// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
 fn canonical_map(m: &Map<String, Value>, out: &mut Vec<u8>) {
+    if m.len() <= 1 {
+        out.push(b'{');
+        for (k, v) in m {
+            // Writing JSON into a Vec<u8> cannot fail.
+            let _ = serde_json::to_writer(&mut *out, k);
+            out.push(b':');
+            canonical(v, out);
+        }
+        out.push(b'}');
+        return;
+    }
     let mut keys: Vec<&String> = m.keys().collect();
     keys.sort_unstable();
     out.push(b'{');
@@ -209,6 +220,9 @@ fn for_each_write<'a>(a: &'a Action, mut f: impl FnMut(&'a str)) {
 /// `(writer_a, writer_b, key)` for writers of one key that no path of the
 /// graph orders, as indices; grouped by key in order of first write.
 pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usize, String)> {
+    if !dag.has_shared_writes() {
+        return Vec::new();
+    }
     // Key -> (first writer, slot of the full writer list once a second appears).
     let mut first: HashMap<&str, (usize, usize)> = HashMap::with_capacity(actions.len());
     let mut shared: Vec<(&str, Vec<usize>)> = Vec::new();
