@@ -220,7 +220,7 @@ fn for_each_write<'a>(a: &'a Action, mut f: impl FnMut(&'a str)) {
 /// `(writer_a, writer_b, key)` for writers of one key that no path of the
 /// graph orders, as indices; grouped by key in order of first write.
 pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usize, String)> {
-    if !dag.may_share_writes() {
+    if !dag.has_shared_writes() {
         return Vec::new();
     }
     // Key -> (first writer, slot of the full writer list once a second appears).
