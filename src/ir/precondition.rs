@@ -110,8 +110,10 @@ impl Precondition {
         match &self.operator {
             Operator::Exists => current.is_some(),
             Operator::NotExists => current.is_none(),
-            Operator::Eq => json_eq(current.unwrap_or(&Value::Null), &self.value),
-            Operator::Neq => !json_eq(current.unwrap_or(&Value::Null), &self.value),
+            // An absent key has no value: it neither equals nor differs from
+            // anything (so `eq null` is not `not_exists`), as in the original.
+            Operator::Eq => current.is_some_and(|c| json_eq(c, &self.value)),
+            Operator::Neq => current.is_some_and(|c| !json_eq(c, &self.value)),
             Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let (Some(a), Some(b)) = (current.and_then(as_f64), as_f64(&self.value)) else {
                     return false;
@@ -204,6 +206,8 @@ mod tests {
         assert!(!p("a", "contains", json!("y")));
         assert!(!p("n", "contains", json!(5)));
         assert!(!p("n", "weird", json!(5)));
-        assert!(p("missing", "eq", Value::Null));
+        assert!(!p("missing", "eq", Value::Null));
+        assert!(!p("missing", "neq", json!(1)));
+        assert!(p("z", "eq", Value::Null));
     }
 }
