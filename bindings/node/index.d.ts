@@ -12,6 +12,9 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /** The package version. */
 export declare function clientVersion(): string
 
+/** The deny and ask rules a permission preset (`strict`, `standard`, `open`) compiles to, as JSON text. */
+export declare function compilePermissionPreset(name: string): string
+
 /** Sampled equivalence of two proposals. */
 export declare function equivalent(p1Json: any, p2Json: any, testStatesJson?: any | undefined | null): boolean
 

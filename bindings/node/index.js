@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.clientVersion = nativeBinding.clientVersion
+module.exports.compilePermissionPreset = nativeBinding.compilePermissionPreset
 module.exports.equivalent = nativeBinding.equivalent
 module.exports.evaluatePermission = nativeBinding.evaluatePermission
 module.exports.matchShellCommand = nativeBinding.matchShellCommand

@@ -140,6 +140,14 @@ pub fn toolset_hash(tools_json: Value) -> Result<String> {
     call("toolset_hash", m).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
 }
 
+/// The deny and ask rules a permission preset (`strict`, `standard`, `open`) compiles to, as JSON text.
+#[napi]
+pub fn compile_permission_preset(name: String) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "name", Some(Value::String(name)));
+    call("compile_permission_preset", m).map(|v| v.to_string())
+}
+
 /// The proposal with every default filled in, as JSON text.
 #[napi]
 pub fn normalize_proposal(proposal_json: Value) -> Result<String> {

@@ -158,6 +158,14 @@ pub fn toolset_hash(tools_json: String) -> Result<String, CarError> {
     call("toolset_hash", m).map(text_or_string)
 }
 
+/// The deny and ask rules a permission preset compiles to, as JSON text.
+#[uniffi::export]
+pub fn compile_permission_preset(name: String) -> Result<String, CarError> {
+    let mut m = Map::new();
+    put(&mut m, "name", Some(Value::String(name)));
+    call("compile_permission_preset", m).map(|v| v.to_string())
+}
+
 /// The proposal with every default filled in, as JSON text.
 #[uniffi::export]
 pub fn normalize_proposal(proposal_json: String) -> Result<String, CarError> {

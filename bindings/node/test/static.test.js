@@ -1,0 +1,60 @@
+'use strict';
+// The stateless functions through the Node binding.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const car = require('..');
+
+const DEPLOY = {
+  id: 'p1',
+  actions: [
+    { id: 'test', type: 'tool_call', tool: 'run_tests', expected_effects: { tests_passed: true } },
+    {
+      id: 'deploy', type: 'tool_call', tool: 'deploy', parameters: { env: 'prod' },
+      preconditions: [{ key: 'tests_passed', operator: 'eq', value: true }],
+      state_dependencies: ['tests_passed'], expected_effects: { deployed: true },
+    },
+  ],
+};
+
+test('verify orders the DAG from text or objects', () => {
+  for (const arg of [DEPLOY, JSON.stringify(DEPLOY)]) {
+    const r = JSON.parse(car.verify(arg));
+    assert.equal(r.valid, true);
+    assert.deepEqual(r.execution_levels, [['test'], ['deploy']]);
+  }
+  const r = JSON.parse(car.verify(DEPLOY, null, ['run_tests']));
+  assert.equal(r.valid, false);
+});
+
+test('simulate skips a blocked action; verify applies it', () => {
+  const gated = { actions: [DEPLOY.actions[1]] };
+  assert.deepEqual(JSON.parse(car.simulate(gated)), {});
+  assert.equal(JSON.parse(car.simulate(gated, { tests_passed: true })).deployed, true);
+  assert.equal(JSON.parse(car.verify(gated)).simulated_state.deployed, true);
+});
+
+test('optimize, equivalent, transactionCheck', () => {
+  const out = JSON.parse(car.optimize({ actions: [{ id: 'a', type: 'tool_call', tool: 'x', state_dependencies: ['nobody'] }] }));
+  assert.deepEqual(out.actions[0].state_dependencies, []);
+  assert.equal(car.equivalent(DEPLOY, DEPLOY), true);
+  const r = JSON.parse(car.transactionCheck({ actions: [{ id: 'a', type: 'tool_call', tool: 'x', assumptions: [{ key: 'k', read_version: 1 }] }] }, { k: 3 }));
+  assert.equal(r.consistent, false);
+  assert.equal(r.conflicts[0].kind, 'stale_assumption');
+});
+
+test('permission classification, shell matching, dry run, hashes, presets', () => {
+  const c = JSON.parse(car.permissionClassify(DEPLOY));
+  assert.equal(c.classifications.length, 2);
+  const d = JSON.parse(car.permissionEvaluate(DEPLOY, 'sandbox_edit'));
+  assert.equal(d.decisions.length, 2);
+  const rules = { allow: ['ls *'], deny: ['rm -rf *'] };
+  assert.equal(car.matchShellCommand('ls -la', rules), 'allow');
+  assert.equal(car.matchShellCommand('ls && rm -rf /', rules), 'deny');
+  assert.equal(car.matchShellCommand('', rules), 'ask');
+  const e = JSON.parse(car.evaluatePermission({ preset: 'strict' }, { name: 'rm_tree', risk: 'destructive' }, {}));
+  assert.equal(e.verdict, 'deny');
+  const h = car.toolsetHash([{ name: 'a', description: 'd', parameters: { type: 'object' } }]);
+  assert.match(h, /^[0-9a-f]{64}$/);
+  assert.deepEqual(JSON.parse(car.compilePermissionPreset('open')), { deny: [], ask: [] });
+  assert.throws(() => car.compilePermissionPreset('lenient'), (err) => typeof err.code === 'string');
+});
