@@ -452,3 +452,30 @@ fn execute_future_is_send() {
     let fut = rt.execute(p, Arc::new(Script::default()), ExecOptions::default());
     assert_send(&fut);
 }
+
+#[tokio::test]
+async fn trace_rules_deny_at_dispatch_as_rejected_by_policy() {
+    let rt = rt();
+    let rule: car_runtime::policy::TraceRule =
+        serde_json::from_value(json!({"tool": "y", "require_before": ["x"]})).unwrap();
+    rt.with_policies_mut(|p| p.register_trace_rule(rule)).unwrap();
+    let ex = Arc::new(Script::default());
+    let r = run(
+        &rt,
+        &ex,
+        json!({"actions": [
+            {"id": "y1", "type": "tool_call", "tool": "y", "failure_behavior": "skip"},
+            {"id": "x", "type": "tool_call", "tool": "x", "dependencies": ["y1"]},
+            {"id": "y2", "type": "tool_call", "tool": "y", "dependencies": ["x"]},
+        ]}),
+    )
+    .await;
+    assert_eq!(status(&r, "y1"), ActionStatus::Skipped);
+    assert!(result(&r, "y1").error.as_deref().unwrap().starts_with("denied by policy: trace_rule:y"));
+    assert_eq!(status(&r, "y2"), ActionStatus::Succeeded);
+    let failed = rt
+        .events()
+        .query(&serde_json::from_value(json!({"kinds": ["ActionFailed"], "action_id": "y1"})).unwrap())
+        .unwrap();
+    assert_eq!(failed[0].data.to_value()["error_class"], "rejected_by_policy");
+}

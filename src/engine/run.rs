@@ -101,6 +101,12 @@ impl Runtime {
         let n = proposal.actions.len();
         self.inner.events.append(EventKind::ProposalReceived, Some(&pid), None, EventData::Proposal(proposal.clone()));
 
+        if opts.session_id.is_none()
+            && let Ok(p) = self.inner.policies.read()
+            && !p.trace_rules().is_empty()
+        {
+            p.reset_trace(None);
+        }
         let dag = Dag::build(&proposal.actions);
         let mut results: Vec<Option<ActionResult>> = vec![None; n];
         let mut ctx = Ctx {
@@ -361,6 +367,58 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
 
     let canonical = canonical_json(&a.parameters);
     let digest = digest_canonical(&canonical);
+    let traced = a.action_type == ActionType::ToolCall
+        && ctx.rt.inner.policies.read().map(|p| !p.trace_rules().is_empty()).unwrap_or(false);
+    if traced {
+        let session = ctx.session_id.as_deref();
+        let violations = ctx.rt.inner.policies.read().map(|p| p.check_dispatch(a, session)).unwrap_or_default();
+        if !violations.is_empty() {
+            let mut reasons = Vec::with_capacity(violations.len());
+            for v in &violations {
+                events.record(
+                    EventKind::PolicyViolation,
+                    Some(&ctx.pid),
+                    Some(&a.id),
+                    json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason, "stage": "dispatch"}),
+                );
+                reasons.push(format!("{}: {}", v.policy_name, v.reason));
+            }
+            let message = format!("denied by policy: {}", reasons.join("; "));
+            let duration = ms(t0.elapsed());
+            events.record(
+                EventKind::ActionFailed,
+                Some(&ctx.pid),
+                Some(&a.id),
+                json!({
+                    "action_type": a.action_type.as_str(),
+                    "tool": a.tool,
+                    "attempt": 1,
+                    "params_digest": digest,
+                    "expected_effects": a.expected_effects,
+                    "error": message,
+                    "error_class": ErrorClass::RejectedByPolicy.as_str(),
+                    "terminal": false,
+                    "duration_ms": duration,
+                }),
+            );
+            // A denial is not retried: `retry` acts as `abort`.
+            let skip = a.failure_behavior == FailureBehavior::Skip;
+            let mut r =
+                ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
+            r.error = Some(message);
+            r.duration_ms = Some(duration);
+            return Outcome { result: r, abort: !skip };
+        }
+    }
+    let outcome = run_attempts(ctx, i, a, t0, &canonical, &digest).await;
+    if traced && let Ok(p) = ctx.rt.inner.policies.read() {
+        p.record_dispatch(a, ctx.session_id.as_deref(), outcome.result.status == ActionStatus::Succeeded);
+    }
+    outcome
+}
+
+async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &[u8], digest: &str) -> Outcome {
+    let events = &ctx.rt.inner.events;
     let max_attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
     let mut attempt: u32 = 1;
     loop {
@@ -370,7 +428,7 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
             Some(&a.id),
             json!({"action_type": a.action_type.as_str(), "tool": a.tool, "attempt": attempt}),
         );
-        match attempt_action(ctx, i, a, attempt, &canonical, Some(&ctx.tx)).await {
+        match attempt_action(ctx, i, a, attempt, canonical, Some(&ctx.tx)).await {
             Ok(done) => {
                 let duration = ms(t0.elapsed());
                 let mut data = json!({
