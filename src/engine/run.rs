@@ -18,7 +18,7 @@ use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json, digest_canonical};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
-    Operator, Precondition, ProposalResult, Reversibility, StateMutation, ToolFailure,
+    Operator, Precondition, ProposalResult, Reversibility, ToolFailure,
 };
 use crate::state::{Scope, Transaction};
 
@@ -116,7 +116,9 @@ impl Runtime {
             proposal: proposal.clone(),
             pid: pid.clone(),
             scope,
-            tx: Transaction::new(),
+            tx: Transaction::with_capacity(
+                proposal.actions.iter().map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some())).sum(),
+            ),
             executor,
             session_id: opts.session_id,
             tools: vec![None; n],
@@ -506,11 +508,17 @@ fn write_state(
         .state
         .write_physical(&phys, value.clone(), tx)
         .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
-    let wire = match &value {
-        Some(value) => StateMutation::Set { value: value.clone() },
-        None => StateMutation::Delete,
+    let mut wire = Map::with_capacity(2);
+    match &value {
+        Some(v) => {
+            wire.insert("op".into(), Value::String("set".into()));
+            wire.insert("value".into(), v.clone());
+        }
+        None => {
+            wire.insert("op".into(), Value::String("delete".into()));
+        }
     }
-    .to_value();
+    let wire = Value::Object(wire);
     let data = EventData::State { key: key.to_string(), tenant: ctx.tenant.clone(), version, value };
     ctx.rt.inner.events.append(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data);
     changes.insert(key.to_string(), wire);
