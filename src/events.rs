@@ -178,6 +178,20 @@ pub enum EventData {
     Proposal(Arc<ActionProposal>),
     /// A per-action record.
     Action(ActionEvent),
+    /// A state change made by an action, rendered from the action itself:
+    /// a `state_write` (`effect: None`) or its `effect`-th expected effect.
+    ActionState {
+        /// The proposal.
+        proposal: Arc<ActionProposal>,
+        /// Index of the action.
+        index: usize,
+        /// Index into the action's `expected_effects`, for a tool's effect.
+        effect: Option<usize>,
+        /// The tenant, when scoped.
+        tenant: Option<Arc<str>>,
+        /// The key's new version.
+        version: u64,
+    },
     /// A state change: `{key, tenant, version, op, value?}`.
     State {
         /// The key as the tenant sees it.
@@ -198,6 +212,21 @@ impl EventData {
             EventData::Value(v) => v.clone(),
             EventData::Proposal(p) => serde_json::to_value(&**p).unwrap_or(Value::Null),
             EventData::Action(a) => a.to_value(),
+            EventData::ActionState { proposal, index, effect, tenant, version } => {
+                let Some(a) = proposal.actions.get(*index) else { return Value::Null };
+                let (key, value) = match effect {
+                    Some(e) => match a.expected_effects.iter().nth(*e) {
+                        Some((k, v)) => (k.clone(), Some(v.clone())),
+                        None => return Value::Null,
+                    },
+                    None => {
+                        let key = a.state_write_key().unwrap_or_default().to_string();
+                        let delete = a.parameters.get("delete").and_then(Value::as_bool) == Some(true);
+                        (key, (!delete).then(|| a.parameters.get("value").cloned().unwrap_or(Value::Null)))
+                    }
+                };
+                EventData::State { key, tenant: tenant.clone(), version: *version, value }.to_value()
+            }
             EventData::State { key, tenant, version, value } => {
                 let mut m = Map::new();
                 m.insert("key".into(), Value::String(key.clone()));
@@ -304,11 +333,15 @@ fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::Number(n) => {
-            if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
-                out.extend_from_slice(i.to_string().as_bytes());
+            use std::io::Write;
+            let written = if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
+                write!(out, "{i}")
             } else if let Some(u) = n.as_u64().filter(|u| *u <= MAX_EXACT_INT) {
-                out.extend_from_slice(u.to_string().as_bytes());
+                write!(out, "{u}")
             } else {
+                return false;
+            };
+            if written.is_err() {
                 return false;
             }
         }
@@ -664,11 +697,7 @@ mod tests {
         ];
         for c in cases {
             let m = c.as_object().unwrap();
-            assert_eq!(
-                String::from_utf8(canonical_json(m)).unwrap(),
-                serde_jcs::to_string(m).unwrap(),
-                "{c}"
-            );
+            assert_eq!(String::from_utf8(canonical_json(m)).unwrap(), serde_jcs::to_string(m).unwrap(), "{c}");
         }
     }
 

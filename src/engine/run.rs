@@ -117,7 +117,11 @@ impl Runtime {
             pid: pid.clone(),
             scope,
             tx: Transaction::with_capacity(
-                proposal.actions.iter().map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some())).sum(),
+                proposal
+                    .actions
+                    .iter()
+                    .map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some()))
+                    .sum(),
             ),
             executor,
             session_id: opts.session_id,
@@ -494,6 +498,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &
 fn write_state(
     ctx: &Ctx,
     i: usize,
+    effect: Option<usize>,
     key: &str,
     value: Option<Value>,
     tx: Option<&Transaction>,
@@ -502,12 +507,6 @@ fn write_state(
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
     })?;
-    let version = ctx
-        .rt
-        .inner
-        .state
-        .write_physical(&phys, value.clone(), tx)
-        .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
     let mut wire = Map::with_capacity(2);
     match &value {
         Some(v) => {
@@ -519,7 +518,20 @@ fn write_state(
         }
     }
     let wire = Value::Object(wire);
-    let data = EventData::State { key: key.to_string(), tenant: ctx.tenant.clone(), version, value };
+    let version = ctx
+        .rt
+        .inner
+        .state
+        .write_physical(&phys, value, tx)
+        .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
+
+    let data = EventData::ActionState {
+        proposal: ctx.proposal.clone(),
+        index: i,
+        effect,
+        tenant: ctx.tenant.clone(),
+        version,
+    };
     ctx.rt.inner.events.append(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data);
     changes.insert(key.to_string(), wire);
     Ok(())
@@ -544,7 +556,7 @@ async fn attempt_action(
                 Some(a.parameters.get("value").cloned().unwrap_or(Value::Null))
             };
             let mut changes = Map::new();
-            write_state(ctx, i, key, value, tx, &mut changes)?;
+            write_state(ctx, i, None, key, value, tx, &mut changes)?;
             Ok(Done { output: Some(Value::String(format!("written: {key}"))), changes, cached: None })
         }
         ActionType::StateRead => {
@@ -705,8 +717,8 @@ async fn tool_call(
     };
 
     let mut changes = Map::new();
-    for (k, v) in &a.expected_effects {
-        write_state(ctx, i, k, Some(v.clone()), tx, &mut changes)?;
+    for (e, (k, v)) in a.expected_effects.iter().enumerate() {
+        write_state(ctx, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
