@@ -160,7 +160,8 @@ impl Runtime {
                     }
                     while let Some((i, o)) = futs.next().await {
                         aborted |= record(o, i, &mut results, &mut completion);
-                        if let Some(j) = pending.next() {
+                        // After an abort nothing new starts; what is in flight finishes.
+                        if !aborted && let Some(j) = pending.next() {
                             futs.push(start_one(j));
                         }
                     }
