@@ -119,8 +119,6 @@ pub struct ActionEvent {
     pub index: usize,
     /// 1-based attempt (the next attempt for `Retrying`).
     pub attempt: u32,
-    /// `params_digest`.
-    pub digest: Option<Arc<str>>,
     /// Wall time of the action so far.
     pub duration_ms: Option<f64>,
     /// The error (failed) or previous error (retrying).
@@ -143,7 +141,7 @@ impl ActionEvent {
         m.insert("tool".into(), a.tool.clone().map_or(Value::Null, Value::String));
         m.insert("attempt".into(), Value::from(self.attempt));
         if matches!(self.phase, ActionPhase::Succeeded | ActionPhase::Failed) {
-            m.insert("params_digest".into(), self.digest.as_deref().map_or(Value::Null, |d| Value::String(d.into())));
+            m.insert("params_digest".into(), Value::String(params_digest(&a.parameters)));
             m.insert("expected_effects".into(), Value::Object(a.expected_effects.clone()));
         }
         match self.phase {
