@@ -4,6 +4,7 @@
 //! Stateless methods are also reachable through [`call`], a dispatcher by
 //! method name over JSON values, which the conformance corpus drives.
 
+pub mod callback;
 pub mod gate;
 pub mod permission;
 pub mod policy;

@@ -7,6 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 use serde_json::{Map, Value};
 
+mod runtime;
+
 create_exception!(_native, CarError, PyException, "Base of every car-runtime error; carries `.code` and `.message`.");
 create_exception!(_native, CarInputError, CarError, "Bad input document or argument.");
 create_exception!(_native, CarConfigError, CarError, "A configuration problem (policy file, tool definition, preset).");
@@ -237,6 +239,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CarNotFoundError", py.get_type::<CarNotFoundError>())?;
     m.add("CarRuntimeError", py.get_type::<CarRuntimeError>())?;
     m.add("TerminalToolError", py.get_type::<TerminalToolError>())?;
+    m.add_class::<runtime::PyCarRuntime>()?;
+    m.add_function(wrap_pyfunction!(runtime::register_tool_handler, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::unregister_tool_handler, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::execute, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(optimize, m)?)?;

@@ -7,6 +7,10 @@ name ends in ``_json`` accept JSON text or a plain dict/list.
 
 from ._native import (  # noqa: F401
     CarConfigError,
+    CarRuntime,
+    execute,
+    register_tool_handler,
+    unregister_tool_handler,
     CarError,
     CarInputError,
     CarNotFoundError,
@@ -32,6 +36,10 @@ __version__ = client_version()
 
 __all__ = [
     "CarConfigError",
+    "CarRuntime",
+    "execute",
+    "register_tool_handler",
+    "unregister_tool_handler",
     "CarError",
     "CarInputError",
     "CarNotFoundError",

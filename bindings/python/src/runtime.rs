@@ -1,0 +1,367 @@
+//! `CarRuntime` for Python: one in-process runtime, every method forwarding
+//! to `car_runtime::api::runtime::CarRuntime`. Every call is synchronous; the
+//! GIL is released while Rust works; tool callbacks run on a dedicated
+//! (blocking-pool) thread, never inside the async runtime, so a tool may call
+//! back into the same `CarRuntime`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use car_runtime::api::callback::BlockingCallbackExecutor;
+use car_runtime::api::runtime::CarRuntime as Core;
+use car_runtime::ir::ToolFailure;
+use pyo3::exceptions::PyKeyboardInterrupt;
+use pyo3::prelude::*;
+
+use crate::{TerminalToolError, json_text, to_py_err};
+
+/// The tokio runtime every `CarRuntime` of the process shares.
+pub(crate) fn tokio_rt() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("car-runtime")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the tokio runtime: {e}"))
+    })
+}
+
+/// The handler `submit_proposal` uses (`register_tool_handler`).
+static HANDLER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
+
+/// Calls a Python tool function: one argument (the call JSON) or two
+/// (`tool`, `params_json`), decided by its signature.
+fn call_tool(
+    f: &Py<PyAny>,
+    two_args: bool,
+    call_json: String,
+    interrupted: &AtomicBool,
+) -> Result<String, ToolFailure> {
+    Python::attach(|py| {
+        let res = if two_args {
+            let v: serde_json::Value = serde_json::from_str(&call_json).unwrap_or_default();
+            let tool = v.get("tool").and_then(|t| t.as_str()).unwrap_or_default().to_string();
+            let params = v.get("params").map(|p| p.to_string()).unwrap_or_else(|| "{}".into());
+            f.call1(py, (tool, params))
+        } else {
+            f.call1(py, (call_json,))
+        };
+        match res {
+            Ok(obj) => {
+                let obj = obj.bind(py);
+                if obj.is_none() {
+                    return Ok("null".to_string());
+                }
+                json_text(py, obj)
+                    .map_err(|e| ToolFailure::ordinary(format!("tool result is not JSON-serialisable: {e}")))
+            }
+            Err(e) if e.is_instance_of::<PyKeyboardInterrupt>(py) => {
+                interrupted.store(true, Ordering::SeqCst);
+                Err(ToolFailure::terminal("interrupted (KeyboardInterrupt)"))
+            }
+            Err(e) if e.is_instance_of::<TerminalToolError>(py) => Err(ToolFailure::terminal(e.value(py).to_string())),
+            Err(e) => {
+                let name = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+                Err(ToolFailure::ordinary(format!("{name}: {}", e.value(py))))
+            }
+        }
+    })
+}
+
+fn takes_two_args(py: Python<'_>, f: &Py<PyAny>) -> PyResult<bool> {
+    let inspect = py.import("inspect")?;
+    let sig = match inspect.call_method1("signature", (f.bind(py),)) {
+        Ok(s) => s,
+        Err(_) => return Ok(false),
+    };
+    let params = sig.getattr("parameters")?;
+    let mut positional = 0;
+    for p in params.call_method0("values")?.try_iter()? {
+        let p = p?;
+        let kind: String = p.getattr("kind")?.getattr("name")?.extract()?;
+        let has_default = !p.getattr("default")?.is(&inspect.getattr("Parameter")?.getattr("empty")?);
+        match kind.as_str() {
+            "VAR_POSITIONAL" => return Ok(false),
+            "POSITIONAL_ONLY" | "POSITIONAL_OR_KEYWORD" if !has_default => positional += 1,
+            _ => {}
+        }
+    }
+    Ok(positional >= 2)
+}
+
+/// Runs a proposal with a Python tool function; re-raises KeyboardInterrupt
+/// after the run has been aborted and rolled back cleanly.
+fn run_with(
+    py: Python<'_>,
+    core: &Core,
+    proposal_json: String,
+    tool_fn: Py<PyAny>,
+    session_id: Option<String>,
+    scope_json: Option<String>,
+) -> PyResult<String> {
+    let two = takes_two_args(py, &tool_fn)?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
+    let f = Arc::new(tool_fn);
+    let exec = Arc::new(BlockingCallbackExecutor::new(Arc::new(move |call: String| call_tool(&f, two, call, &flag))));
+    let core = core.clone();
+    let out = py.detach(move || {
+        tokio_rt().block_on(core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref()))
+    });
+    if interrupted.load(Ordering::SeqCst) {
+        return Err(PyKeyboardInterrupt::new_err("tool interrupted; the proposal was aborted and rolled back"));
+    }
+    out.map_err(|e| to_py_err(py, e))
+}
+
+fn opt_text(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    v.map(|o| json_text(py, o)).transpose()
+}
+
+/// One in-process runtime: its own state, tools, policies and event log.
+#[pyclass(name = "CarRuntime", module = "car_runtime")]
+pub struct PyCarRuntime {
+    core: Core,
+}
+
+#[pymethods]
+impl PyCarRuntime {
+    #[new]
+    fn new() -> Self {
+        PyCarRuntime { core: Core::new() }
+    }
+
+    /// Registers a tool with no parameter schema.
+    fn register_tool(&self, py: Python<'_>, name: String) -> PyResult<()> {
+        self.core.register_tool(&name).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Registers a ToolSchema (JSON text or dict); parameters are validated before dispatch.
+    fn register_tool_schema(&self, py: Python<'_>, schema_json: &Bound<'_, PyAny>) -> PyResult<()> {
+        let text = json_text(py, schema_json)?;
+        self.core.register_tool_schema(&text).map_err(|e| to_py_err(py, e))
+    }
+
+    /// The registered tools, sorted by name, as JSON text.
+    fn list_tools(&self) -> String {
+        self.core.list_tools()
+    }
+
+    /// Removes a tool; the count removed (0 is not an error).
+    fn unregister_tool(&self, name: String) -> u32 {
+        self.core.unregister_tool(&name)
+    }
+
+    /// Registers a policy rule: `deny_tool`, `deny_tool_param`, `require_state`.
+    #[pyo3(signature = (name, rule, target=None, key=None, pattern=None, value_json=None, session_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn register_policy(
+        &self,
+        py: Python<'_>,
+        name: String,
+        rule: String,
+        target: Option<String>,
+        key: Option<String>,
+        pattern: Option<String>,
+        value_json: Option<&Bound<'_, PyAny>>,
+        session_id: Option<String>,
+    ) -> PyResult<()> {
+        let value = opt_text(py, value_json)?;
+        self.core
+            .register_policy(
+                &name,
+                &rule,
+                target.as_deref(),
+                key.as_deref(),
+                pattern.as_deref(),
+                value.as_deref(),
+                session_id.as_deref(),
+            )
+            .map_err(|e| to_py_err(py, e))
+    }
+
+    /// Removes every policy of that name; the count (0 is not an error).
+    #[pyo3(signature = (name, session_id=None))]
+    fn unregister_policy(&self, py: Python<'_>, name: String, session_id: Option<String>) -> PyResult<u32> {
+        self.core.unregister_policy(&name, session_id.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// `[{name, description}]` in registration order, as JSON text.
+    #[pyo3(signature = (session_id=None))]
+    fn list_policies(&self, py: Python<'_>, session_id: Option<String>) -> PyResult<String> {
+        self.core.list_policies(session_id.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Loads `dir/*.toml` policy files; the number of rules loaded.
+    fn load_policies(&self, py: Python<'_>, dir: String) -> PyResult<u32> {
+        self.core.load_policies(&dir).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Opens a policy scope; its id.
+    fn open_session(&self, py: Python<'_>) -> PyResult<String> {
+        self.core.open_session().map_err(|e| to_py_err(py, e))
+    }
+
+    /// Closes a policy scope; false when it was not open.
+    fn close_session(&self, py: Python<'_>, session_id: String) -> PyResult<bool> {
+        self.core.close_session(&session_id).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Sets a state key (value as JSON text or a Python value).
+    #[pyo3(signature = (key, value_json, tenant=None))]
+    fn state_set(
+        &self,
+        py: Python<'_>,
+        key: String,
+        value_json: &Bound<'_, PyAny>,
+        tenant: Option<String>,
+    ) -> PyResult<()> {
+        let text = json_text(py, value_json)?;
+        self.core.state_set(&key, &text, tenant.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// A state value as JSON text; `"null"` when absent.
+    #[pyo3(signature = (key, tenant=None))]
+    fn state_get(&self, py: Python<'_>, key: String, tenant: Option<String>) -> PyResult<String> {
+        self.core.state_get(&key, tenant.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// True when the key is set.
+    #[pyo3(signature = (key, tenant=None))]
+    fn state_exists(&self, py: Python<'_>, key: String, tenant: Option<String>) -> PyResult<bool> {
+        self.core.state_exists(&key, tenant.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// The keys (of a tenant, without its prefix).
+    #[pyo3(signature = (tenant=None))]
+    fn state_keys(&self, py: Python<'_>, tenant: Option<String>) -> PyResult<Vec<String>> {
+        self.core.state_keys(tenant.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// `{key: value}` as JSON text.
+    #[pyo3(signature = (tenant=None))]
+    fn state_snapshot(&self, py: Python<'_>, tenant: Option<String>) -> PyResult<String> {
+        self.core.state_snapshot(tenant.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Verifies a proposal against this runtime's state and tool schemas.
+    fn verify_proposal(&self, py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
+        let text = json_text(py, proposal_json)?;
+        let core = self.core.clone();
+        py.detach(move || core.verify_proposal(&text)).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Executes a proposal; `tool_fn(call_json)` or `tool_fn(tool, params_json)`
+    /// returns the result (JSON text or a JSON-serialisable value).
+    #[pyo3(signature = (proposal_json, tool_fn, session_id=None, scope_json=None))]
+    fn execute_proposal(
+        &self,
+        py: Python<'_>,
+        proposal_json: &Bound<'_, PyAny>,
+        tool_fn: Py<PyAny>,
+        session_id: Option<String>,
+        scope_json: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let text = json_text(py, proposal_json)?;
+        let scope = opt_text(py, scope_json)?;
+        run_with(py, &self.core, text, tool_fn, session_id, scope)
+    }
+
+    /// Executes a proposal with the handler from `register_tool_handler`.
+    #[pyo3(signature = (proposal_json, session_id=None))]
+    fn submit_proposal(
+        &self,
+        py: Python<'_>,
+        proposal_json: &Bound<'_, PyAny>,
+        session_id: Option<String>,
+    ) -> PyResult<String> {
+        let handler = HANDLER.lock().ok().and_then(|h| h.as_ref().map(|f| f.clone_ref(py)));
+        let Some(handler) = handler else {
+            return Err(to_py_err(
+                py,
+                car_runtime::Error::runtime(
+                    "no_tool_handler",
+                    "no tool handler is registered; call register_tool_handler first",
+                ),
+            ));
+        };
+        let text = json_text(py, proposal_json)?;
+        run_with(py, &self.core, text, handler, session_id, None)
+    }
+
+    /// Number of events held.
+    fn event_count(&self) -> u64 {
+        self.core.event_count()
+    }
+
+    /// `{count, events}` newest first, as JSON text.
+    #[pyo3(signature = (query_json=None))]
+    fn event_query(&self, py: Python<'_>, query_json: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        let q = opt_text(py, query_json)?.unwrap_or_default();
+        self.core.event_query(&q).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Turns on SHA-256 hash chaining of later events.
+    fn enable_event_log_hash_chaining(&self) {
+        self.core.enable_event_log_hash_chaining()
+    }
+
+    /// `{"verified": n}` or `{"tampered_at": i}` as JSON text.
+    fn verify_event_log_chain(&self) -> String {
+        self.core.verify_event_log_chain()
+    }
+
+    /// A detached tool's poll result as JSON text, or None once consumed.
+    fn tool_poll(&self, handle: String) -> Option<String> {
+        self.core.tool_poll(&handle)
+    }
+
+    /// Cooperatively cancels a detached tool.
+    fn tool_cancel(&self, handle: String) -> bool {
+        self.core.tool_cancel(&handle)
+    }
+
+    /// The granted permission tier.
+    fn permission_get_tier(&self) -> String {
+        self.core.permission_get_tier()
+    }
+
+    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`).
+    fn permission_set_tier(&self, py: Python<'_>, tier: String) -> PyResult<String> {
+        self.core.permission_set_tier(&tier).map_err(|e| to_py_err(py, e))
+    }
+}
+
+/// Sets the handler `CarRuntime.submit_proposal` uses.
+#[pyfunction]
+pub fn register_tool_handler(f: Py<PyAny>) {
+    if let Ok(mut h) = HANDLER.lock() {
+        *h = Some(f);
+    }
+}
+
+/// Removes the handler.
+#[pyfunction]
+pub fn unregister_tool_handler() {
+    if let Ok(mut h) = HANDLER.lock() {
+        *h = None;
+    }
+}
+
+/// Executes a proposal on a fresh runtime with these tool names registered.
+#[pyfunction]
+pub fn execute(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    tool_names: Vec<String>,
+    tool_fn: Py<PyAny>,
+) -> PyResult<String> {
+    let core = Core::new();
+    for name in &tool_names {
+        core.register_tool(name).map_err(|e| to_py_err(py, e))?;
+    }
+    let text = json_text(py, proposal_json)?;
+    run_with(py, &core, text, tool_fn, None, None)
+}
