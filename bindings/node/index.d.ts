@@ -9,6 +9,66 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** One in-process runtime: its own state, tools, policies and event log. */
+export declare class CarRuntime {
+  /** An empty runtime. */
+  constructor()
+  /** Registers a tool with no parameter schema. */
+  registerTool(name: string): Promise<void>
+  /** Registers a ToolSchema (JSON text or object); parameters are validated before dispatch. */
+  registerToolSchema(schemaJson: any): Promise<void>
+  /** The tools as JSON text, sorted by name, each with `source`. */
+  listTools(): Promise<string>
+  /** Removes a tool; the count removed (0 is not an error). */
+  unregisterTool(name: string): Promise<number>
+  /** Registers a policy: `deny_tool`, `deny_tool_param`, `require_state`. */
+  registerPolicy(name: string, rule: string, target?: string | undefined | null, key?: string | undefined | null, pattern?: string | undefined | null, valueJson?: any | undefined | null, sessionId?: string | undefined | null): Promise<void>
+  /** Removes every policy of that name; the count (0 is not an error). */
+  unregisterPolicy(name: string, sessionId?: string | undefined | null): Promise<number>
+  /** `[{name, description}]` in registration order, as JSON text. */
+  listPolicies(sessionId?: string | undefined | null): Promise<string>
+  /** Loads `dir/*.toml` policy files; the number of rules loaded. */
+  loadPolicies(dir: string): Promise<number>
+  /** Opens a policy scope; its id. */
+  openSession(): Promise<string>
+  /** Closes a policy scope; false when it was not open. */
+  closeSession(sessionId: string): Promise<boolean>
+  /** Sets a state key (value as JSON text or a plain value). */
+  stateSet(key: string, valueJson: any, tenant?: string | undefined | null): void
+  /** A state value as JSON text; `"null"` when absent. */
+  stateGet(key: string, tenant?: string | undefined | null): string
+  /** True when the key is set. */
+  stateExists(key: string, tenant?: string | undefined | null): boolean
+  /** The keys (of a tenant, without its prefix). */
+  stateKeys(tenant?: string | undefined | null): Array<string>
+  /** `{key: value}` as JSON text. */
+  stateSnapshot(tenant?: string | undefined | null): string
+  /** Verifies a proposal against this runtime's state and tool schemas. */
+  verifyProposal(proposalJson: any): Promise<string>
+  /**
+   * Executes with a wrapped tool function (see `index.js`: use
+   * `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
+   */
+  _execute(proposalJson: any, toolFn: JsToolFn, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): Promise<string>
+  /** Number of events held. */
+  eventCount(): Promise<number>
+  /** `{count, events}` newest first, as JSON text. */
+  eventQuery(queryJson?: any | undefined | null): Promise<string>
+  /** Turns on SHA-256 hash chaining of later events. */
+  enableEventLogHashChaining(): Promise<void>
+  /** `{"verified": n}` or `{"tampered_at": i}` as JSON text. */
+  verifyEventLogChain(): Promise<string>
+  /** A detached tool's poll result as JSON text, or null once consumed. */
+  toolPoll(handle: string): Promise<string | null>
+  /** Cooperatively cancels a detached tool. */
+  toolCancel(handle: string): Promise<boolean>
+  /** The granted permission tier. */
+  permissionGetTier(): Promise<string>
+  /** Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`). */
+  permissionSetTier(tier: string): Promise<string>
+}
+export type JsCarRuntime = CarRuntime
+
 /** The package version. */
 export declare function clientVersion(): string
 

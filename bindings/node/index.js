@@ -835,6 +835,8 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.CarRuntime = nativeBinding.CarRuntime
+module.exports.JsCarRuntime = nativeBinding.JsCarRuntime
 module.exports.clientVersion = nativeBinding.clientVersion
 module.exports.compilePermissionPreset = nativeBinding.compilePermissionPreset
 module.exports.equivalent = nativeBinding.equivalent

@@ -4,6 +4,8 @@
 use napi_derive::napi;
 use serde_json::{Map, Value};
 
+mod runtime;
+
 /// Results of binding functions: a JS `Error` whose `.code` is the stable
 /// error code of the facade.
 pub(crate) type Result<T> = napi::Result<T, String>;

@@ -1,0 +1,259 @@
+//! `CarRuntime` for Node: every method forwards to
+//! `car_runtime::api::runtime::CarRuntime`. Async methods run on napi's tokio
+//! runtime and never block the event loop; tool callbacks are called on the
+//! JS thread through thread-safe functions, so a callback may call back into
+//! the same runtime (e.g. `stateSet`) without deadlock.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use car_runtime::api::callback::decode_envelope;
+use car_runtime::api::runtime::CarRuntime as Core;
+use car_runtime::engine::{ToolCall, ToolExecutor};
+use car_runtime::ir::ToolFailure;
+use napi::bindgen_prelude::Promise;
+use napi::threadsafe_function::ThreadsafeFunction;
+use napi_derive::napi;
+use serde_json::Value;
+
+use crate::{Result, to_js_err};
+
+/// Errors of async methods: napi's async machinery only carries a `Status`,
+/// so the stable code travels as a `[code] ` message prefix that the
+/// `index.js` shim moves onto `.code`.
+fn aerr(e: car_runtime::Error) -> napi::Error {
+    napi::Error::new(napi::Status::GenericFailure, format!("[{}] {}", e.code(), e))
+}
+
+/// A JS tool function wrapped by `index.js`'s shim: it takes the call JSON
+/// and resolves to an envelope `{"ok": text}` / `{"error", "terminal"}`.
+pub(crate) type JsToolFn = ThreadsafeFunction<String, Promise<String>, String, napi::Status, false>;
+
+struct JsExecutor {
+    f: Arc<JsToolFn>,
+}
+
+#[async_trait]
+impl ToolExecutor for JsExecutor {
+    async fn execute(&self, call: ToolCall) -> std::result::Result<Value, ToolFailure> {
+        let promise = self
+            .f
+            .call_async(call.to_json())
+            .await
+            .map_err(|e| ToolFailure::ordinary(format!("tool callback could not be called: {e}")))?;
+        let envelope = promise.await.map_err(|e| ToolFailure::ordinary(format!("tool callback failed: {e}")))?;
+        decode_envelope(&envelope)
+    }
+}
+
+fn text(v: Value) -> String {
+    match v {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+/// One in-process runtime: its own state, tools, policies and event log.
+#[napi(js_name = "CarRuntime")]
+pub struct JsCarRuntime {
+    core: Core,
+}
+
+impl Default for JsCarRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[napi]
+impl JsCarRuntime {
+    /// An empty runtime.
+    #[napi(constructor)]
+    pub fn new() -> Self {
+        JsCarRuntime { core: Core::new() }
+    }
+
+    /// Registers a tool with no parameter schema.
+    #[napi]
+    pub async fn register_tool(&self, name: String) -> napi::Result<()> {
+        self.core.register_tool(&name).map_err(aerr)
+    }
+
+    /// Registers a ToolSchema (JSON text or object); parameters are validated before dispatch.
+    #[napi]
+    pub async fn register_tool_schema(&self, schema_json: Value) -> napi::Result<()> {
+        self.core.register_tool_schema(&text(schema_json)).map_err(aerr)
+    }
+
+    /// The tools as JSON text, sorted by name, each with `source`.
+    #[napi]
+    pub async fn list_tools(&self) -> napi::Result<String> {
+        Ok(self.core.list_tools())
+    }
+
+    /// Removes a tool; the count removed (0 is not an error).
+    #[napi]
+    pub async fn unregister_tool(&self, name: String) -> napi::Result<u32> {
+        Ok(self.core.unregister_tool(&name))
+    }
+
+    /// Registers a policy: `deny_tool`, `deny_tool_param`, `require_state`.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub async fn register_policy(
+        &self,
+        name: String,
+        rule: String,
+        target: Option<String>,
+        key: Option<String>,
+        pattern: Option<String>,
+        value_json: Option<Value>,
+        session_id: Option<String>,
+    ) -> napi::Result<()> {
+        let value = value_json.map(text);
+        self.core
+            .register_policy(
+                &name,
+                &rule,
+                target.as_deref(),
+                key.as_deref(),
+                pattern.as_deref(),
+                value.as_deref(),
+                session_id.as_deref(),
+            )
+            .map_err(aerr)
+    }
+
+    /// Removes every policy of that name; the count (0 is not an error).
+    #[napi]
+    pub async fn unregister_policy(&self, name: String, session_id: Option<String>) -> napi::Result<u32> {
+        self.core.unregister_policy(&name, session_id.as_deref()).map_err(aerr)
+    }
+
+    /// `[{name, description}]` in registration order, as JSON text.
+    #[napi]
+    pub async fn list_policies(&self, session_id: Option<String>) -> napi::Result<String> {
+        self.core.list_policies(session_id.as_deref()).map_err(aerr)
+    }
+
+    /// Loads `dir/*.toml` policy files; the number of rules loaded.
+    #[napi]
+    pub async fn load_policies(&self, dir: String) -> napi::Result<u32> {
+        self.core.load_policies(&dir).map_err(aerr)
+    }
+
+    /// Opens a policy scope; its id.
+    #[napi]
+    pub async fn open_session(&self) -> napi::Result<String> {
+        self.core.open_session().map_err(aerr)
+    }
+
+    /// Closes a policy scope; false when it was not open.
+    #[napi]
+    pub async fn close_session(&self, session_id: String) -> napi::Result<bool> {
+        self.core.close_session(&session_id).map_err(aerr)
+    }
+
+    /// Sets a state key (value as JSON text or a plain value).
+    #[napi]
+    pub fn state_set(&self, key: String, value_json: Value, tenant: Option<String>) -> Result<()> {
+        self.core.state_set(&key, &text(value_json), tenant.as_deref()).map_err(to_js_err)
+    }
+
+    /// A state value as JSON text; `"null"` when absent.
+    #[napi]
+    pub fn state_get(&self, key: String, tenant: Option<String>) -> Result<String> {
+        self.core.state_get(&key, tenant.as_deref()).map_err(to_js_err)
+    }
+
+    /// True when the key is set.
+    #[napi]
+    pub fn state_exists(&self, key: String, tenant: Option<String>) -> Result<bool> {
+        self.core.state_exists(&key, tenant.as_deref()).map_err(to_js_err)
+    }
+
+    /// The keys (of a tenant, without its prefix).
+    #[napi]
+    pub fn state_keys(&self, tenant: Option<String>) -> Result<Vec<String>> {
+        self.core.state_keys(tenant.as_deref()).map_err(to_js_err)
+    }
+
+    /// `{key: value}` as JSON text.
+    #[napi]
+    pub fn state_snapshot(&self, tenant: Option<String>) -> Result<String> {
+        self.core.state_snapshot(tenant.as_deref()).map_err(to_js_err)
+    }
+
+    /// Verifies a proposal against this runtime's state and tool schemas.
+    #[napi]
+    pub async fn verify_proposal(&self, proposal_json: Value) -> napi::Result<String> {
+        self.core.verify_proposal(&text(proposal_json)).map_err(aerr)
+    }
+
+    /// Executes with a wrapped tool function (see `index.js`: use
+    /// `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
+    #[napi(js_name = "_execute")]
+    pub async fn execute(
+        &self,
+        proposal_json: Value,
+        tool_fn: JsToolFn,
+        session_id: Option<String>,
+        scope_json: Option<Value>,
+    ) -> napi::Result<String> {
+        let exec = Arc::new(JsExecutor { f: Arc::new(tool_fn) });
+        let scope = scope_json.map(text);
+        self.core
+            .execute_proposal(&text(proposal_json), exec, session_id.as_deref(), scope.as_deref())
+            .await
+            .map_err(aerr)
+    }
+
+    /// Number of events held.
+    #[napi]
+    pub async fn event_count(&self) -> napi::Result<u32> {
+        Ok(u32::try_from(self.core.event_count()).unwrap_or(u32::MAX))
+    }
+
+    /// `{count, events}` newest first, as JSON text.
+    #[napi]
+    pub async fn event_query(&self, query_json: Option<Value>) -> napi::Result<String> {
+        self.core.event_query(&query_json.map(text).unwrap_or_default()).map_err(aerr)
+    }
+
+    /// Turns on SHA-256 hash chaining of later events.
+    #[napi]
+    pub async fn enable_event_log_hash_chaining(&self) -> napi::Result<()> {
+        self.core.enable_event_log_hash_chaining();
+        Ok(())
+    }
+
+    /// `{"verified": n}` or `{"tampered_at": i}` as JSON text.
+    #[napi]
+    pub async fn verify_event_log_chain(&self) -> napi::Result<String> {
+        Ok(self.core.verify_event_log_chain())
+    }
+
+    /// A detached tool's poll result as JSON text, or null once consumed.
+    #[napi]
+    pub async fn tool_poll(&self, handle: String) -> napi::Result<Option<String>> {
+        Ok(self.core.tool_poll(&handle))
+    }
+
+    /// Cooperatively cancels a detached tool.
+    #[napi]
+    pub async fn tool_cancel(&self, handle: String) -> napi::Result<bool> {
+        Ok(self.core.tool_cancel(&handle))
+    }
+
+    /// The granted permission tier.
+    #[napi]
+    pub async fn permission_get_tier(&self) -> napi::Result<String> {
+        Ok(self.core.permission_get_tier())
+    }
+
+    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`).
+    #[napi]
+    pub async fn permission_set_tier(&self, tier: String) -> napi::Result<String> {
+        self.core.permission_set_tier(&tier).map_err(aerr)
+    }
+}
