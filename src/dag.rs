@@ -1,1 +1,229 @@
-//! Module reserved for its issue; empty until that lands.
+//! The dependency graph of a proposal's actions.
+//!
+//! An edge `i -> j` means action `i` must finish before action `j` starts. Edges
+//! come from two places:
+//!
+//! - `state_dependencies`: action `j` reads key `k`, and action `i` is the most
+//!   recent action *before* `j` in the proposal that writes `k`. A key written
+//!   only by a later action (or by `j` itself) orders nothing: it is a missing
+//!   dependency, which `verify` reports, not an edge.
+//! - `dependencies`: action `j` lists the id of action `i` (earlier or later).
+//!   An id no action carries is recorded in
+//!   [`unknown_dependencies`](Dag::unknown_dependencies); when ids repeat, the
+//!   first action carrying the id is the one depended on.
+//!
+//! What an action writes, for ordering, is what the forward model applies: the
+//! keys of its `expected_effects` plus a `state_write`'s `key` parameter (see
+//! [`Dag::writes`]). Building is linear in the total size of the proposal.
+
+use std::collections::HashMap;
+
+use crate::ir::Action;
+
+/// The dependency graph of a proposal's actions, by index into the action list.
+#[derive(Debug, Clone, Default)]
+pub struct Dag {
+    preds: Vec<Vec<usize>>,
+    levels: Vec<Vec<usize>>,
+    cyclic: Vec<usize>,
+    unknown: Vec<(usize, String)>,
+}
+
+impl Dag {
+    /// Builds the graph of a proposal's actions: an edge i -> j when action j
+    /// lists in `state_dependencies` a key that an earlier action i writes (the
+    /// most recent earlier writer), and when j lists i's id in `dependencies`.
+    /// Linear in total size.
+    pub fn build(actions: &[Action]) -> Dag {
+        let n = actions.len();
+        let mut first_with_id: HashMap<&str, usize> = HashMap::with_capacity(n);
+        for (i, a) in actions.iter().enumerate() {
+            first_with_id.entry(a.id.as_str()).or_insert(i);
+        }
+        let mut last_writer: HashMap<&str, usize> = HashMap::new();
+        let mut preds: Vec<Vec<usize>> = Vec::with_capacity(n);
+        let mut unknown = Vec::new();
+        for (j, a) in actions.iter().enumerate() {
+            let mut p: Vec<usize> = Vec::new();
+            for key in &a.state_dependencies {
+                if let Some(&i) = last_writer.get(key.as_str()) {
+                    p.push(i);
+                }
+            }
+            for dep in &a.dependencies {
+                match first_with_id.get(dep.as_str()) {
+                    Some(&i) => p.push(i),
+                    None => unknown.push((j, dep.clone())),
+                }
+            }
+            p.sort_unstable();
+            p.dedup();
+            preds.push(p);
+            for key in Self::writes(a) {
+                last_writer.insert(key, j);
+            }
+        }
+        let (levels, cyclic) = layer(&preds);
+        Dag { preds, levels, cyclic, unknown }
+    }
+
+    /// The keys an action writes for ordering purposes: its `expected_effects`
+    /// keys, then a `state_write`'s `key` parameter.
+    pub fn writes(action: &Action) -> impl Iterator<Item = &str> {
+        action.expected_effects.keys().map(String::as_str).chain(action.state_write_key())
+    }
+
+    /// Layered topological order as indices into `actions`; actions in the
+    /// same level are independent and listed in proposal order. Actions in or
+    /// behind a cycle are in no level.
+    pub fn levels(&self) -> &[Vec<usize>] {
+        &self.levels
+    }
+
+    /// Direct predecessors of action i (ascending, no repeats); empty for an
+    /// index out of range.
+    pub fn predecessors(&self, i: usize) -> &[usize] {
+        self.preds.get(i).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Indices of actions that are part of (or depend on) a cycle, ascending.
+    pub fn cyclic(&self) -> &[usize] {
+        &self.cyclic
+    }
+
+    /// `(action index, missing id)` for each explicit dependency on an unknown
+    /// action id, in proposal order.
+    pub fn unknown_dependencies(&self) -> &[(usize, String)] {
+        &self.unknown
+    }
+
+    /// The number of actions the graph was built from.
+    pub fn len(&self) -> usize {
+        self.preds.len()
+    }
+
+    /// True when the graph was built from no actions.
+    pub fn is_empty(&self) -> bool {
+        self.preds.is_empty()
+    }
+}
+
+/// Kahn's algorithm: depth of each node is 1 + the deepest predecessor; nodes
+/// never reaching in-degree 0 are cyclic (in or behind a cycle).
+fn layer(preds: &[Vec<usize>]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let n = preds.len();
+    let mut succ_count = vec![0usize; n];
+    for p in preds {
+        for &i in p {
+            succ_count[i] += 1;
+        }
+    }
+    // Compressed successor lists (CSR) to keep allocation linear and small.
+    let mut offset = Vec::with_capacity(n + 1);
+    let mut acc = 0usize;
+    for &c in &succ_count {
+        offset.push(acc);
+        acc += c;
+    }
+    offset.push(acc);
+    let mut fill = offset.clone();
+    let mut succ = vec![0usize; acc];
+    for (j, p) in preds.iter().enumerate() {
+        for &i in p {
+            succ[fill[i]] = j;
+            fill[i] += 1;
+        }
+    }
+    let mut indeg: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut depth = vec![0usize; n];
+    let mut queue: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut head = 0;
+    let mut done = vec![false; n];
+    let mut max_depth = 0;
+    while head < queue.len() {
+        let i = queue[head];
+        head += 1;
+        done[i] = true;
+        max_depth = max_depth.max(depth[i]);
+        for &j in &succ[offset[i]..offset[i + 1]] {
+            depth[j] = depth[j].max(depth[i] + 1);
+            indeg[j] -= 1;
+            if indeg[j] == 0 {
+                queue.push(j);
+            }
+        }
+    }
+    let mut levels: Vec<Vec<usize>> = if queue.is_empty() { Vec::new() } else { vec![Vec::new(); max_depth + 1] };
+    let mut cyclic = Vec::new();
+    for i in 0..n {
+        if done[i] {
+            levels[depth[i]].push(i);
+        } else {
+            cyclic.push(i);
+        }
+    }
+    (levels, cyclic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn act(id: &str, writes: &[&str], reads: &[&str], deps: &[&str]) -> Action {
+        let mut a = Action::tool_call("t");
+        a.id = id.into();
+        for w in writes {
+            a.expected_effects.insert((*w).into(), json!(1));
+        }
+        a.state_dependencies = reads.iter().map(|s| s.to_string()).collect();
+        a.dependencies = deps.iter().map(|s| s.to_string()).collect();
+        a
+    }
+
+    #[test]
+    fn chain_and_wide() {
+        let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &["x"], &[]), act("c", &[], &["y"], &[])]);
+        assert_eq!(d.levels(), &[vec![0], vec![1], vec![2]]);
+        assert_eq!(d.predecessors(2), &[1]);
+        let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &[], &[])]);
+        assert_eq!(d.levels(), &[vec![0, 1]]);
+        assert!(Dag::build(&[]).levels().is_empty());
+    }
+
+    #[test]
+    fn most_recent_earlier_writer_only() {
+        let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["x"], &[], &[]), act("c", &[], &["x"], &[])]);
+        assert_eq!(d.predecessors(2), &[1]);
+        assert_eq!(d.levels(), &[vec![0, 1], vec![2]]);
+        // A later writer and the reader itself order nothing.
+        let d = Dag::build(&[act("a", &[], &["x"], &[]), act("b", &["x"], &["x"], &[])]);
+        assert!(d.predecessors(0).is_empty() && d.predecessors(1).is_empty());
+    }
+
+    #[test]
+    fn state_write_key_is_a_write() {
+        let mut w = Action::new(crate::ir::ActionType::StateWrite);
+        w.parameters.insert("key".into(), json!("k"));
+        let d = Dag::build(&[w, act("r", &[], &["k"], &[])]);
+        assert_eq!(d.predecessors(1), &[0]);
+    }
+
+    #[test]
+    fn explicit_dependencies_cycles_and_unknown_ids() {
+        let d = Dag::build(&[act("a", &[], &[], &["b"]), act("b", &[], &[], &[])]);
+        assert_eq!(d.levels(), &[vec![1], vec![0]]);
+        let d = Dag::build(&[
+            act("a", &[], &[], &["b"]),
+            act("b", &[], &[], &["a"]),
+            act("c", &[], &[], &["a"]),
+            act("d", &[], &[], &["zz"]),
+        ]);
+        assert_eq!(d.cyclic(), &[0, 1, 2]);
+        assert_eq!(d.levels(), &[vec![3]]);
+        assert_eq!(d.unknown_dependencies(), &[(3, "zz".to_string())]);
+        let d = Dag::build(&[act("a", &[], &[], &["a"])]);
+        assert_eq!(d.cyclic(), &[0]);
+        assert!(d.levels().is_empty());
+    }
+}

@@ -1,1 +1,492 @@
-//! Module reserved for its issue; empty until that lands.
+//! The event log: what the runtime did, in order, queryable, with retention
+//! and opt-in SHA-256 hash chaining.
+//!
+//! Only `ProposalReceived` carries raw parameters (the proposal itself);
+//! per-action outcome events carry `params_digest`, the lowercase hex SHA-256
+//! of the RFC 8785 (JCS) canonical form of the action's `parameters`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::ir::{ActionProposal, json_eq};
+use crate::{Error, Result};
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    /// A proposal was submitted; carries the proposal with raw parameters.
+    ProposalReceived,
+    /// An action was refused before running (admission or precondition).
+    ActionRejected,
+    /// An attempt of an action started.
+    ActionExecuting,
+    /// An action succeeded.
+    ActionSucceeded,
+    /// An action failed (its final attempt).
+    ActionFailed,
+    /// A failed attempt will be retried.
+    ActionRetrying,
+    /// An action was never attempted.
+    ActionSkipped,
+    /// A state key changed.
+    StateChanged,
+    /// A policy denied an action.
+    PolicyViolation,
+    /// An aborted proposal's state writes were restored.
+    StateRolledBack,
+    /// A compensation ran and succeeded.
+    CompensationSucceeded,
+    /// A compensation ran and failed.
+    CompensationFailed,
+    /// A detached tool was started.
+    ToolStarted,
+    /// A proposal finished; carries its cost and whether it aborted.
+    ProposalCompleted,
+}
+
+impl EventKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [EventKind; 14] = [
+        EventKind::ProposalReceived,
+        EventKind::ActionRejected,
+        EventKind::ActionExecuting,
+        EventKind::ActionSucceeded,
+        EventKind::ActionFailed,
+        EventKind::ActionRetrying,
+        EventKind::ActionSkipped,
+        EventKind::StateChanged,
+        EventKind::PolicyViolation,
+        EventKind::StateRolledBack,
+        EventKind::CompensationSucceeded,
+        EventKind::CompensationFailed,
+        EventKind::ToolStarted,
+        EventKind::ProposalCompleted,
+    ];
+
+    /// The wire spelling (`ActionSucceeded`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::ProposalReceived => "ProposalReceived",
+            EventKind::ActionRejected => "ActionRejected",
+            EventKind::ActionExecuting => "ActionExecuting",
+            EventKind::ActionSucceeded => "ActionSucceeded",
+            EventKind::ActionFailed => "ActionFailed",
+            EventKind::ActionRetrying => "ActionRetrying",
+            EventKind::ActionSkipped => "ActionSkipped",
+            EventKind::StateChanged => "StateChanged",
+            EventKind::PolicyViolation => "PolicyViolation",
+            EventKind::StateRolledBack => "StateRolledBack",
+            EventKind::CompensationSucceeded => "CompensationSucceeded",
+            EventKind::CompensationFailed => "CompensationFailed",
+            EventKind::ToolStarted => "ToolStarted",
+            EventKind::ProposalCompleted => "ProposalCompleted",
+        }
+    }
+
+    /// Parses a wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// An event's payload; the proposal of `ProposalReceived` is rendered lazily.
+#[derive(Debug, Clone)]
+pub enum EventData {
+    /// A JSON object.
+    Value(Value),
+    /// The submitted proposal, serialized on demand.
+    Proposal(Arc<ActionProposal>),
+}
+
+impl EventData {
+    /// The payload as JSON.
+    pub fn to_value(&self) -> Value {
+        match self {
+            EventData::Value(v) => v.clone(),
+            EventData::Proposal(p) => serde_json::to_value(&**p).unwrap_or(Value::Null),
+        }
+    }
+
+    fn field(&self, key: &str) -> Option<Value> {
+        match self {
+            EventData::Value(v) => v.get(key).cloned(),
+            EventData::Proposal(_) => self.to_value().get(key).cloned(),
+        }
+    }
+}
+
+/// One record of the log.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Sequence number, increasing from 1 over the runtime's life.
+    pub id: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// When.
+    pub timestamp: DateTime<Utc>,
+    /// The proposal, when any.
+    pub proposal_id: Option<Arc<str>>,
+    /// The action, when any.
+    pub action_id: Option<String>,
+    /// The payload.
+    pub data: EventData,
+    /// Hash of the previous chained event (chaining on).
+    pub prev_hash: Option<String>,
+    /// This event's hash (chaining on).
+    pub hash: Option<String>,
+}
+
+impl Event {
+    /// `{id, kind, timestamp, proposal_id, action_id, data, prev_hash?, hash?}`.
+    pub fn to_json(&self) -> Value {
+        let mut m = self.content();
+        if let Some(h) = &self.hash {
+            m.insert("hash".into(), Value::String(h.clone()));
+        }
+        Value::Object(m)
+    }
+
+    /// Everything the hash covers: the record plus `prev_hash`.
+    fn content(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("id".into(), Value::from(self.id));
+        m.insert("kind".into(), Value::String(self.kind.as_str().into()));
+        m.insert("timestamp".into(), json!(self.timestamp));
+        m.insert("proposal_id".into(), self.proposal_id.as_deref().map_or(Value::Null, |p| Value::String(p.into())));
+        m.insert("action_id".into(), self.action_id.clone().map_or(Value::Null, Value::String));
+        m.insert("data".into(), self.data.to_value());
+        if let Some(p) = &self.prev_hash {
+            m.insert("prev_hash".into(), Value::String(p.clone()));
+        }
+        m
+    }
+
+    /// The chain hash: SHA-256 of the JCS form of the content, hex.
+    fn compute_hash(&self) -> String {
+        let canon = serde_jcs::to_vec(&Value::Object(self.content())).unwrap_or_default();
+        hex::encode(Sha256::digest(&canon))
+    }
+}
+
+/// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
+pub fn params_digest(value: &Map<String, Value>) -> String {
+    digest_canonical(&canonical_json(value))
+}
+
+/// The RFC 8785 canonical text of a parameters object.
+pub fn canonical_json(value: &Map<String, Value>) -> Vec<u8> {
+    if value.is_empty() {
+        return b"{}".to_vec();
+    }
+    serde_jcs::to_vec(value).unwrap_or_default()
+}
+
+/// Lowercase hex SHA-256 of canonical bytes.
+pub fn digest_canonical(canonical: &[u8]) -> String {
+    hex::encode(Sha256::digest(canonical))
+}
+
+/// `{max_events?, max_age_secs?}`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RetentionPolicy {
+    /// Keep at most this many events (the newest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_events: Option<usize>,
+    /// Drop events older than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_secs: Option<u64>,
+}
+
+/// A query; conditions are AND-ed.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct EventQuery {
+    /// Kinds to include (any of).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only this action.
+    #[serde(default)]
+    pub action_id: Option<String>,
+    /// Only this proposal.
+    #[serde(default)]
+    pub proposal_id: Option<String>,
+    /// At or after (inclusive).
+    #[serde(default)]
+    pub since: Option<DateTime<Utc>>,
+    /// Before (exclusive).
+    #[serde(default)]
+    pub until: Option<DateTime<Utc>>,
+    /// `data[k] == v` for each entry.
+    #[serde(default)]
+    pub data_matches: Map<String, Value>,
+    /// At most this many, newest first; 0 = all.
+    #[serde(default)]
+    pub limit: usize,
+}
+
+/// The outcome of verifying a hash chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainVerification {
+    /// Every chained event checked out; the count of chained events.
+    Verified(usize),
+    /// The index (in the log as given) of the first event that does not.
+    TamperedAt(usize),
+}
+
+impl ChainVerification {
+    /// `{"verified": n}` or `{"tampered_at": i}`.
+    pub fn to_json(self) -> Value {
+        match self {
+            ChainVerification::Verified(n) => json!({"verified": n}),
+            ChainVerification::TamperedAt(i) => json!({"tampered_at": i}),
+        }
+    }
+}
+
+/// Verifies a sequence of events: each chained event's hash matches its
+/// content and links to the previous chained event; once chaining has started
+/// every later event must be chained.
+pub fn verify_chain(events: &[Event]) -> ChainVerification {
+    let mut prev: Option<&str> = None;
+    let mut started = false;
+    let mut n = 0;
+    for (i, e) in events.iter().enumerate() {
+        let Some(h) = &e.hash else {
+            if started {
+                return ChainVerification::TamperedAt(i);
+            }
+            continue;
+        };
+        if started && e.prev_hash.as_deref() != prev {
+            return ChainVerification::TamperedAt(i);
+        }
+        if e.compute_hash() != *h {
+            return ChainVerification::TamperedAt(i);
+        }
+        started = true;
+        prev = Some(h);
+        n += 1;
+    }
+    ChainVerification::Verified(n)
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    events: VecDeque<Event>,
+    next_id: u64,
+    retention: RetentionPolicy,
+    chaining: bool,
+    last_hash: Option<String>,
+}
+
+impl LogInner {
+    fn apply_retention(&mut self, now: DateTime<Utc>) -> usize {
+        let before = self.events.len();
+        if let Some(max) = self.retention.max_events {
+            while self.events.len() > max {
+                self.events.pop_front();
+            }
+        }
+        if let Some(age) = self.retention.max_age_secs {
+            let cutoff = now - chrono::Duration::seconds(i64::try_from(age).unwrap_or(i64::MAX / 1000));
+            while self.events.front().is_some_and(|e| e.timestamp < cutoff) {
+                self.events.pop_front();
+            }
+        }
+        before - self.events.len()
+    }
+}
+
+/// The append-only (modulo retention and `clear`) event log.
+#[derive(Debug, Default)]
+pub struct EventLog {
+    inner: Mutex<LogInner>,
+}
+
+impl EventLog {
+    /// An empty log with no retention and chaining off.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty log with this retention.
+    pub fn with_retention(retention: RetentionPolicy) -> Self {
+        EventLog { inner: Mutex::new(LogInner { retention, ..LogInner::default() }) }
+    }
+
+    /// Appends an event; returns its id.
+    pub fn append(
+        &self,
+        kind: EventKind,
+        proposal_id: Option<&Arc<str>>,
+        action_id: Option<&str>,
+        data: EventData,
+    ) -> u64 {
+        let Ok(mut log) = self.inner.lock() else { return 0 };
+        log.next_id += 1;
+        let mut e = Event {
+            id: log.next_id,
+            kind,
+            timestamp: Utc::now(),
+            proposal_id: proposal_id.cloned(),
+            action_id: action_id.map(str::to_string),
+            data,
+            prev_hash: None,
+            hash: None,
+        };
+        if log.chaining {
+            e.prev_hash = log.last_hash.clone();
+            let h = e.compute_hash();
+            log.last_hash = Some(h.clone());
+            e.hash = Some(h);
+        }
+        let now = e.timestamp;
+        let id = e.id;
+        log.events.push_back(e);
+        if log.retention.max_events.is_some() || log.retention.max_age_secs.is_some() {
+            log.apply_retention(now);
+        }
+        id
+    }
+
+    /// Appends an event whose data is a JSON value.
+    pub fn record(&self, kind: EventKind, proposal_id: Option<&Arc<str>>, action_id: Option<&str>, data: Value) -> u64 {
+        self.append(kind, proposal_id, action_id, EventData::Value(data))
+    }
+
+    /// Number of events held.
+    pub fn count(&self) -> usize {
+        self.inner.lock().map(|l| l.events.len()).unwrap_or(0)
+    }
+
+    /// A copy of every event held, oldest first.
+    pub fn events(&self) -> Vec<Event> {
+        self.inner.lock().map(|l| l.events.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Events matching the query, newest first.
+    pub fn query(&self, q: &EventQuery) -> Result<Vec<Event>> {
+        let mut kinds = Vec::with_capacity(q.kinds.len());
+        for k in &q.kinds {
+            kinds.push(
+                EventKind::parse(k)
+                    .ok_or_else(|| Error::invalid_argument("kinds", format!("unknown event kind `{k}`")))?,
+            );
+        }
+        let log =
+            self.inner.lock().map_err(|_| Error::runtime("event_log_poisoned", "the event log lock was poisoned"))?;
+        let mut out = Vec::new();
+        for e in log.events.iter().rev() {
+            if !kinds.is_empty() && !kinds.contains(&e.kind) {
+                continue;
+            }
+            if q.action_id.as_deref().is_some_and(|a| e.action_id.as_deref() != Some(a)) {
+                continue;
+            }
+            if q.proposal_id.as_deref().is_some_and(|p| e.proposal_id.as_deref() != Some(p)) {
+                continue;
+            }
+            if q.since.is_some_and(|s| e.timestamp < s) || q.until.is_some_and(|u| e.timestamp >= u) {
+                continue;
+            }
+            if !q.data_matches.iter().all(|(k, v)| e.data.field(k).is_some_and(|d| json_eq(&d, v))) {
+                continue;
+            }
+            out.push(e.clone());
+            if q.limit > 0 && out.len() >= q.limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Event counts by kind (kinds with none omitted), sorted by kind name.
+    pub fn stats(&self) -> Map<String, Value> {
+        let Ok(log) = self.inner.lock() else { return Map::new() };
+        stats_of(log.events.iter())
+    }
+
+    /// Removes every event; returns how many and their counts by kind.
+    pub fn clear(&self) -> (usize, Map<String, Value>) {
+        let Ok(mut log) = self.inner.lock() else { return (0, Map::new()) };
+        let stats = stats_of(log.events.iter());
+        let n = log.events.len();
+        log.events.clear();
+        (n, stats)
+    }
+
+    /// The retention policy.
+    pub fn retention(&self) -> RetentionPolicy {
+        self.inner.lock().map(|l| l.retention.clone()).unwrap_or_default()
+    }
+
+    /// Sets the retention policy and applies it now; returns events removed.
+    pub fn set_retention(&self, policy: RetentionPolicy) -> usize {
+        let Ok(mut log) = self.inner.lock() else { return 0 };
+        log.retention = policy;
+        log.apply_retention(Utc::now())
+    }
+
+    /// Turns hash chaining on for every later event (idempotent).
+    pub fn enable_chaining(&self) {
+        if let Ok(mut log) = self.inner.lock() {
+            log.chaining = true;
+        }
+    }
+
+    /// True when chaining is on.
+    pub fn chaining(&self) -> bool {
+        self.inner.lock().map(|l| l.chaining).unwrap_or(false)
+    }
+
+    /// Verifies the chain of the events held.
+    pub fn verify_chain(&self) -> ChainVerification {
+        verify_chain(&self.events())
+    }
+}
+
+fn stats_of<'a>(events: impl Iterator<Item = &'a Event>) -> Map<String, Value> {
+    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for e in events {
+        *counts.entry(e.kind.as_str()).or_default() += 1;
+    }
+    counts.into_iter().map(|(k, v)| (k.to_string(), Value::from(v))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_of_empty_and_canonical_order() {
+        let mut a = Map::new();
+        a.insert("b".into(), json!(1));
+        a.insert("a".into(), json!(2));
+        assert_eq!(canonical_json(&a), br#"{"a":2,"b":1}"#);
+        assert_eq!(params_digest(&Map::new()), hex::encode(Sha256::digest(b"{}")));
+    }
+
+    #[test]
+    fn chain_detects_tampering_and_retention() {
+        let log = EventLog::new();
+        log.record(EventKind::StateChanged, None, None, json!({"key": "a"}));
+        log.enable_chaining();
+        for i in 0..4 {
+            log.record(EventKind::StateChanged, None, None, json!({"key": i}));
+        }
+        assert_eq!(log.verify_chain(), ChainVerification::Verified(4));
+        let mut evs = log.events();
+        evs[3].data = EventData::Value(json!({"key": 99}));
+        assert_eq!(verify_chain(&evs), ChainVerification::TamperedAt(3));
+        let mut evs = log.events();
+        evs.remove(2);
+        assert_eq!(verify_chain(&evs), ChainVerification::TamperedAt(2));
+        assert_eq!(log.set_retention(RetentionPolicy { max_events: Some(2), max_age_secs: None }), 3);
+        assert_eq!(log.count(), 2);
+        assert_eq!(log.verify_chain(), ChainVerification::Verified(2));
+    }
+}

@@ -1,1 +1,272 @@
-//! Module reserved for its issue; empty until that lands.
+//! The versioned state store: every write bumps the key's version (for
+//! `read_version` assumptions), tenants live under `tenant:<id>:` and are
+//! isolated both ways, and a proposal writes through a [`Transaction`] that
+//! records the prior value of each key it touches so an abort restores
+//! exactly those keys and nothing else.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
+
+use serde_json::{Map, Value};
+
+use crate::{Error, Result};
+
+/// The prefix under which every tenant's keys live.
+pub const TENANT_PREFIX: &str = "tenant:";
+
+#[derive(Debug, Clone)]
+struct Slot {
+    /// `None` once deleted (the version survives the delete).
+    value: Option<Value>,
+    version: u64,
+}
+
+/// A tenant scope: `None` is the unscoped view, which hides every `tenant:` key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Scope {
+    prefix: Option<String>,
+}
+
+impl Scope {
+    /// The unscoped view.
+    pub fn global() -> Self {
+        Scope { prefix: None }
+    }
+
+    /// A tenant's view. The id must be non-empty and must not contain `:`
+    /// (which would make `tenant:<a>:<b>:<key>` ambiguous).
+    pub fn tenant(id: &str) -> Result<Self> {
+        if id.is_empty() || id.contains(':') {
+            return Err(Error::invalid_argument(
+                "tenant",
+                format!("invalid tenant id `{id}`: must be non-empty without `:`"),
+            ));
+        }
+        Ok(Scope { prefix: Some(format!("{TENANT_PREFIX}{id}:")) })
+    }
+
+    /// `Scope::tenant` for `Some`, the unscoped view for `None`.
+    pub fn from_option(tenant: Option<&str>) -> Result<Self> {
+        match tenant {
+            Some(t) => Scope::tenant(t),
+            None => Ok(Scope::global()),
+        }
+    }
+
+    /// The tenant id, when scoped.
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.prefix.as_deref().map(|p| &p[TENANT_PREFIX.len()..p.len() - 1])
+    }
+
+    /// The physical key of `key` in this scope; `None` when the unscoped view
+    /// is asked for a `tenant:` key (tenants are invisible from outside).
+    pub fn physical(&self, key: &str) -> Option<String> {
+        match &self.prefix {
+            Some(p) => Some(format!("{p}{key}")),
+            None if key.starts_with(TENANT_PREFIX) => None,
+            None => Some(key.to_string()),
+        }
+    }
+
+    /// The key as this scope shows it, when the physical key belongs to it.
+    fn visible<'a>(&self, physical: &'a str) -> Option<&'a str> {
+        match &self.prefix {
+            Some(p) => physical.strip_prefix(p.as_str()),
+            None if physical.starts_with(TENANT_PREFIX) => None,
+            None => Some(physical),
+        }
+    }
+}
+
+/// Prior values of the keys a proposal wrote, restored on abort.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    prior: Mutex<HashMap<String, Option<Value>>>,
+}
+
+impl Transaction {
+    /// An empty transaction.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of keys the transaction touched.
+    pub fn len(&self) -> usize {
+        self.prior.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// True when nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The state store. Cheap reads, one lock; never held across an await.
+#[derive(Debug, Default)]
+pub struct StateStore {
+    slots: RwLock<HashMap<String, Slot>>,
+}
+
+fn poisoned() -> Error {
+    Error::runtime("state_poisoned", "the state store lock was poisoned by a panic")
+}
+
+impl StateStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The value of `key` in `scope` (`None` when absent).
+    pub fn get(&self, scope: &Scope, key: &str) -> Option<Value> {
+        let phys = scope.physical(key)?;
+        self.get_physical(&phys)
+    }
+
+    /// The value under a physical key.
+    pub fn get_physical(&self, phys: &str) -> Option<Value> {
+        let slots = self.slots.read().ok()?;
+        slots.get(phys).and_then(|s| s.value.clone())
+    }
+
+    /// Evaluates `f` on the current value of a physical key without cloning it.
+    pub fn with_physical<R>(&self, phys: &str, f: impl FnOnce(Option<&Value>) -> R) -> R {
+        match self.slots.read() {
+            Ok(slots) => f(slots.get(phys).and_then(|s| s.value.as_ref())),
+            Err(_) => f(None),
+        }
+    }
+
+    /// True when `key` holds a value (`null` included) in `scope`.
+    pub fn exists(&self, scope: &Scope, key: &str) -> bool {
+        let Some(phys) = scope.physical(key) else { return false };
+        self.with_physical(&phys, |v| v.is_some())
+    }
+
+    /// The version of `key` (0 when never written). Deletes bump it too.
+    pub fn version(&self, scope: &Scope, key: &str) -> u64 {
+        let Some(phys) = scope.physical(key) else { return 0 };
+        self.slots.read().ok().and_then(|s| s.get(&phys).map(|s| s.version)).unwrap_or(0)
+    }
+
+    /// Sets `key` in `scope`; returns the new version.
+    pub fn set(&self, scope: &Scope, key: &str, value: Value) -> Result<u64> {
+        let phys = scope.physical(key).ok_or_else(|| tenant_key_refused(key))?;
+        self.write_physical(&phys, Some(value), None)
+    }
+
+    /// Deletes `key` in `scope`; returns true when it held a value.
+    pub fn delete(&self, scope: &Scope, key: &str) -> Result<bool> {
+        let phys = scope.physical(key).ok_or_else(|| tenant_key_refused(key))?;
+        let existed = self.with_physical(&phys, |v| v.is_some());
+        self.write_physical(&phys, None, None)?;
+        Ok(existed)
+    }
+
+    /// Writes (`Some`) or deletes (`None`) a physical key, recording its prior
+    /// value in `tx` the first time the transaction touches it.
+    pub fn write_physical(&self, phys: &str, value: Option<Value>, tx: Option<&Transaction>) -> Result<u64> {
+        let mut slots = self.slots.write().map_err(|_| poisoned())?;
+        let slot = slots.entry(phys.to_string()).or_insert(Slot { value: None, version: 0 });
+        if let Some(tx) = tx {
+            let mut prior = tx.prior.lock().map_err(|_| poisoned())?;
+            prior.entry(phys.to_string()).or_insert_with(|| slot.value.clone());
+        }
+        slot.value = value;
+        slot.version += 1;
+        Ok(slot.version)
+    }
+
+    /// Restores every key the transaction wrote to its prior value (a new
+    /// version each); other keys are untouched. Returns the keys restored.
+    pub fn rollback(&self, tx: &Transaction) -> Vec<String> {
+        let prior = match tx.prior.lock() {
+            Ok(mut p) => std::mem::take(&mut *p),
+            Err(_) => return Vec::new(),
+        };
+        let Ok(mut slots) = self.slots.write() else { return Vec::new() };
+        let mut keys = Vec::with_capacity(prior.len());
+        for (k, v) in prior {
+            let slot = slots.entry(k.clone()).or_insert(Slot { value: None, version: 0 });
+            slot.value = v;
+            slot.version += 1;
+            keys.push(k);
+        }
+        keys.sort();
+        keys
+    }
+
+    /// Keys visible in `scope`, sorted (tenant keys without their prefix).
+    pub fn keys(&self, scope: &Scope) -> Vec<String> {
+        let Ok(slots) = self.slots.read() else { return Vec::new() };
+        let mut out: Vec<String> = slots
+            .iter()
+            .filter(|(_, s)| s.value.is_some())
+            .filter_map(|(k, _)| scope.visible(k).map(str::to_string))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// `{key: value}` of `scope`, sorted by key.
+    pub fn snapshot(&self, scope: &Scope) -> Map<String, Value> {
+        let Ok(slots) = self.slots.read() else { return Map::new() };
+        let mut pairs: Vec<(&str, &Value)> =
+            slots.iter().filter_map(|(k, s)| Some((scope.visible(k)?, s.value.as_ref()?))).collect();
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+
+    /// `{key: version}` of `scope` for keys that hold a value.
+    pub fn versions(&self, scope: &Scope) -> Map<String, Value> {
+        let Ok(slots) = self.slots.read() else { return Map::new() };
+        let mut pairs: Vec<(&str, u64)> = slots
+            .iter()
+            .filter(|(_, s)| s.value.is_some())
+            .filter_map(|(k, s)| Some((scope.visible(k)?, s.version)))
+            .collect();
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+        pairs.into_iter().map(|(k, v)| (k.to_string(), Value::from(v))).collect()
+    }
+}
+
+fn tenant_key_refused(key: &str) -> Error {
+    Error::invalid_argument("key", format!("`{key}` is a tenant key; pass the tenant instead of the prefix"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions_tenants_and_rollback() {
+        let s = StateStore::new();
+        let g = Scope::global();
+        let t = Scope::tenant("acme").unwrap();
+        assert_eq!(s.set(&g, "a", json!(1)).unwrap(), 1);
+        assert_eq!(s.set(&g, "a", json!(2)).unwrap(), 2);
+        s.set(&t, "a", json!("t")).unwrap();
+        assert_eq!(s.get(&g, "a"), Some(json!(2)));
+        assert_eq!(s.get(&t, "a"), Some(json!("t")));
+        assert_eq!(s.keys(&g), ["a"]);
+        assert_eq!(s.keys(&t), ["a"]);
+        assert!(!s.exists(&g, "tenant:acme:a"));
+        assert!(s.set(&g, "tenant:acme:b", json!(1)).is_err());
+        assert!(Scope::tenant("a:b").is_err());
+        assert_eq!(t.tenant_id(), Some("acme"));
+
+        let tx = Transaction::new();
+        s.write_physical("a", Some(json!(3)), Some(&tx)).unwrap();
+        s.write_physical("a", Some(json!(4)), Some(&tx)).unwrap();
+        s.write_physical("new", Some(Value::Null), Some(&tx)).unwrap();
+        s.set(&g, "other", json!(9)).unwrap();
+        assert_eq!(s.rollback(&tx), ["a", "new"]);
+        assert_eq!(s.get(&g, "a"), Some(json!(2)));
+        assert!(!s.exists(&g, "new"));
+        assert_eq!(s.get(&g, "other"), Some(json!(9)));
+        assert_eq!(s.version(&g, "a"), 5);
+        assert!(s.delete(&g, "a").unwrap());
+        assert!(!s.exists(&g, "a"));
+    }
+}

@@ -1,1 +1,331 @@
-//! Module reserved for its issue; empty until that lands.
+//! The `CarRuntime` facade: the binding methods of `bindings-api.md` in
+//! snake_case, JSON text in and out, over one in-process [`Runtime`].
+//!
+//! ```
+//! let rt = car_runtime::api::runtime::CarRuntime::new();
+//! rt.state_set("k", "1", None).unwrap();
+//! assert_eq!(rt.state_get("k", None).unwrap(), "1");
+//! assert_eq!(rt.state_get("k", Some("acme")).unwrap(), "null");
+//! ```
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::engine::{ExecOptions, Runtime, RuntimeOptions, ToolExecutor};
+use crate::events::{EventQuery, RetentionPolicy};
+use crate::ir::{ToolSchema, from_json_str};
+use crate::policy::{
+    DenyCallback, PermissionTier, PolicyFn, deny_tool, deny_tool_callback, deny_tool_param, require_state,
+};
+use crate::state::Scope;
+use crate::{Error, Result};
+
+/// One in-process runtime: its own state, tools, policies and event log.
+#[derive(Clone, Debug)]
+pub struct CarRuntime {
+    rt: Runtime,
+    tier: Arc<RwLock<PermissionTier>>,
+}
+
+impl Default for CarRuntime {
+    fn default() -> Self {
+        CarRuntime::new()
+    }
+}
+
+/// `scope_json` of `execute_proposal`: `{tenant_id?}` (`tenant` accepted too).
+#[derive(Debug, Default, Deserialize)]
+struct ExecScope {
+    #[serde(default, alias = "tenant")]
+    tenant_id: Option<String>,
+}
+
+fn to_text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
+}
+
+fn need<'a>(name: &str, v: Option<&'a str>) -> Result<&'a str> {
+    v.filter(|s| !s.is_empty()).ok_or_else(|| Error::invalid_argument(name, "is required for this rule"))
+}
+
+impl CarRuntime {
+    /// An empty runtime with default options.
+    pub fn new() -> Self {
+        CarRuntime::with_options(RuntimeOptions::default())
+    }
+
+    /// An empty runtime with these options.
+    pub fn with_options(options: RuntimeOptions) -> Self {
+        CarRuntime { rt: Runtime::new(options), tier: Arc::new(RwLock::new(PermissionTier::default())) }
+    }
+
+    /// The engine underneath.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// Registers a tool with no parameter schema.
+    pub fn register_tool(&self, name: &str) -> Result<()> {
+        self.rt.register_tool_name(name)
+    }
+
+    /// Registers a `ToolSchema` (JSON text); parameters are validated before dispatch.
+    pub fn register_tool_schema(&self, schema_json: &str) -> Result<()> {
+        self.rt.register_tool(from_json_str::<ToolSchema>(schema_json)?)
+    }
+
+    /// Every ToolSchema sorted by name, each with `source`, as JSON text.
+    pub fn list_tools(&self) -> String {
+        serde_json::to_string(&self.rt.list_tools()).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// Removes a tool; the count removed (0 is not an error).
+    pub fn unregister_tool(&self, name: &str) -> u32 {
+        self.rt.unregister_tool(name) as u32
+    }
+
+    /// Registers a policy: `deny_tool` (target), `deny_tool_param` (target,
+    /// key, pattern) or `require_state` (key, value_json); in a session scope
+    /// when `session_id` is given. `deny_tool_callback` needs a host callback:
+    /// see [`CarRuntime::register_policy_callback`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn register_policy(
+        &self,
+        name: &str,
+        rule: &str,
+        target: Option<&str>,
+        key: Option<&str>,
+        pattern: Option<&str>,
+        value_json: Option<&str>,
+        session_id: Option<&str>,
+    ) -> Result<()> {
+        let (f, description): (PolicyFn, String) = match rule {
+            "deny_tool" => {
+                let t = need("target", target)?;
+                (deny_tool(t), format!("deny tool '{t}'"))
+            }
+            "deny_tool_param" => {
+                let (t, k, p) = (need("target", target)?, need("key", key)?, need("pattern", pattern)?);
+                (deny_tool_param(t, k, p), format!("deny tool '{t}' when param '{k}' contains the denied pattern"))
+            }
+            "require_state" => {
+                let k = need("key", key)?;
+                let v: Value = match value_json {
+                    Some(text) => from_json_str(text)?,
+                    None => Value::Null,
+                };
+                let d = format!("require state '{k}' == {v}");
+                (require_state(k, v), d)
+            }
+            "deny_tool_callback" => {
+                return Err(Error::invalid_argument(
+                    "rule",
+                    "`deny_tool_callback` needs a host callback; use register_policy_callback",
+                ));
+            }
+            other => {
+                return Err(Error::invalid_argument(
+                    "rule",
+                    format!(
+                        "unknown policy rule `{other}`; expected `deny_tool`, `deny_tool_param`, `require_state` or `deny_tool_callback`"
+                    ),
+                ));
+            }
+        };
+        self.install_policy(name, f, description, session_id)
+    }
+
+    /// Registers a `deny_tool_callback` policy with a host callback.
+    pub fn register_policy_callback(
+        &self,
+        name: &str,
+        target: &str,
+        callback: DenyCallback,
+        session_id: Option<&str>,
+    ) -> Result<()> {
+        let d = format!("deny tool '{target}' when the host callback says so");
+        self.install_policy(name, deny_tool_callback(target, callback), d, session_id)
+    }
+
+    fn install_policy(&self, name: &str, f: PolicyFn, description: String, session_id: Option<&str>) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::invalid_argument("name", "a policy name must be non-empty"));
+        }
+        self.rt.with_policies_mut(|p| match session_id {
+            Some(s) => p.register_in_session(s, name, f, description),
+            None => {
+                p.register(name, f, description);
+                Ok(())
+            }
+        })?
+    }
+
+    /// Removes every global policy of that name (or of a session's, when
+    /// given); the count removed.
+    pub fn unregister_policy(&self, name: &str, session_id: Option<&str>) -> Result<u32> {
+        self.rt
+            .with_policies_mut(|p| match session_id {
+                Some(s) => p.unregister_in_session(s, name),
+                None => Ok(p.unregister(name)),
+            })?
+            .map(|n| n as u32)
+    }
+
+    /// `[{name, description}]` in registration order (a session's own when given).
+    pub fn list_policies(&self, session_id: Option<&str>) -> Result<String> {
+        let list = self.rt.with_policies(|p| match session_id {
+            Some(s) => p.list_session(s),
+            None => Ok(p.list()),
+        })??;
+        Ok(serde_json::to_string(&list).unwrap_or_else(|_| "[]".into()))
+    }
+
+    /// Loads `dir/*.toml` policy files; the number of rules loaded.
+    pub fn load_policies(&self, dir: &str) -> Result<u32> {
+        self.rt.with_policies_mut(|p| p.load_policy_dir(Path::new(dir)))?.map(|n| n as u32)
+    }
+
+    /// Opens a policy session scope; its id.
+    pub fn open_session(&self) -> Result<String> {
+        self.rt.with_policies_mut(|p| p.open_session())
+    }
+
+    /// Closes a policy session scope; false when it did not exist.
+    pub fn close_session(&self, session_id: &str) -> Result<bool> {
+        self.rt.with_policies_mut(|p| p.close_session(session_id))
+    }
+
+    /// Sets a state key to a JSON value (tenant-scoped when given).
+    pub fn state_set(&self, key: &str, value_json: &str, tenant: Option<&str>) -> Result<()> {
+        let v: Value = from_json_str(value_json)?;
+        self.rt.state_set(key, v, tenant).map(|_| ())
+    }
+
+    /// The value as JSON text, `"null"` when absent.
+    pub fn state_get(&self, key: &str, tenant: Option<&str>) -> Result<String> {
+        let scope = Scope::from_option(tenant)?;
+        Ok(self.rt.state().get(&scope, key).map_or_else(|| "null".to_string(), |v| to_text(&v)))
+    }
+
+    /// True when the key holds a value (`null` included).
+    pub fn state_exists(&self, key: &str, tenant: Option<&str>) -> Result<bool> {
+        Ok(self.rt.state().exists(&Scope::from_option(tenant)?, key))
+    }
+
+    /// Keys visible in the scope, sorted (tenant keys without their prefix;
+    /// the unscoped view hides every `tenant:` key).
+    pub fn state_keys(&self, tenant: Option<&str>) -> Result<Vec<String>> {
+        Ok(self.rt.state().keys(&Scope::from_option(tenant)?))
+    }
+
+    /// `{key: value}` of the scope as JSON text.
+    pub fn state_snapshot(&self, tenant: Option<&str>) -> Result<String> {
+        Ok(to_text(&Value::Object(self.rt.state().snapshot(&Scope::from_option(tenant)?))))
+    }
+
+    /// Verifies a proposal against this runtime's state and tool schemas.
+    pub fn verify_proposal(&self, proposal_json: &str) -> Result<String> {
+        let p = crate::ir::parse_proposal(proposal_json)?;
+        let opts = crate::verify::VerifyOptions {
+            initial_state: self.rt.state().snapshot(&Scope::global()),
+            tool_names: None,
+            max_actions: self.rt.options().cost_budget.as_ref().and_then(|b| b.max_actions),
+            tool_schemas: Some(self.rt.list_tools()),
+        };
+        Ok(serde_json::to_string(&crate::verify::verify(&p, &opts)).unwrap_or_else(|_| "{}".into()))
+    }
+
+    /// Executes a proposal with the host's executor; the ProposalResult as
+    /// JSON text. `scope_json` is `{tenant_id?}`: the state tenant to run in.
+    pub async fn execute_proposal(
+        &self,
+        proposal_json: &str,
+        executor: Arc<dyn ToolExecutor>,
+        session_id: Option<&str>,
+        scope_json: Option<&str>,
+    ) -> Result<String> {
+        let proposal = crate::ir::parse_proposal(proposal_json)?;
+        let scope: ExecScope = match scope_json {
+            Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
+            _ => ExecScope::default(),
+        };
+        let opts = ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id };
+        let result = self.rt.execute(proposal, executor, opts).await?;
+        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
+    }
+
+    /// Number of events held.
+    pub fn event_count(&self) -> u64 {
+        self.rt.events().count() as u64
+    }
+
+    /// `{count, events}` newest first. Query: `{kinds?, action_id?,
+    /// proposal_id?, since?, until?, data_matches?, limit?}`.
+    pub fn event_query(&self, query_json: &str) -> Result<String> {
+        let q: EventQuery =
+            if query_json.trim().is_empty() { EventQuery::default() } else { from_json_str(query_json)? };
+        let events: Vec<Value> = self.rt.events().query(&q)?.iter().map(|e| e.to_json()).collect();
+        Ok(to_text(&json!({"count": events.len(), "events": events})))
+    }
+
+    /// Event counts by kind (`events.stats`).
+    pub fn event_stats(&self) -> String {
+        to_text(&Value::Object(self.rt.events().stats()))
+    }
+
+    /// Removes every event: `{removed, stats}` (stats of what was removed).
+    pub fn event_clear(&self) -> String {
+        let (removed, stats) = self.rt.events().clear();
+        to_text(&json!({"removed": removed, "stats": stats}))
+    }
+
+    /// Gets (`None`) or sets the retention policy: `{policy}` or `{policy, removed}`.
+    pub fn event_retention(&self, policy_json: Option<&str>) -> Result<String> {
+        match policy_json.filter(|s| !s.trim().is_empty() && s.trim() != "null") {
+            None => Ok(to_text(&json!({"policy": self.rt.events().retention()}))),
+            Some(text) => {
+                let policy: RetentionPolicy = from_json_str(text)?;
+                let removed = self.rt.events().set_retention(policy.clone());
+                Ok(to_text(&json!({"policy": policy, "removed": removed})))
+            }
+        }
+    }
+
+    /// Turns SHA-256 hash chaining on for every later event.
+    pub fn enable_event_log_hash_chaining(&self) {
+        self.rt.events().enable_chaining();
+    }
+
+    /// `{"verified": n}` or `{"tampered_at": i}`.
+    pub fn verify_event_log_chain(&self) -> String {
+        to_text(&self.rt.events().verify_chain().to_json())
+    }
+
+    /// A detached tool's `ToolPollResult` as JSON text, or `None` once its
+    /// terminal status has been reported (or for an unknown handle).
+    pub fn tool_poll(&self, handle: &str) -> Option<String> {
+        self.rt.tool_poll(handle).map(|r| serde_json::to_string(&r).unwrap_or_else(|_| "null".into()))
+    }
+
+    /// Cooperatively cancels a detached tool.
+    pub fn tool_cancel(&self, handle: &str) -> bool {
+        self.rt.tool_cancel(handle)
+    }
+
+    /// The granted permission tier (`sandbox_edit` by default).
+    pub fn permission_get_tier(&self) -> String {
+        self.tier.read().map(|t| t.as_str().to_string()).unwrap_or_else(|_| PermissionTier::default().to_string())
+    }
+
+    /// Sets the granted tier; returns it. Unknown tiers are an error.
+    pub fn permission_set_tier(&self, tier: &str) -> Result<String> {
+        let t: PermissionTier = tier.parse()?;
+        if let Ok(mut g) = self.tier.write() {
+            *g = t;
+        }
+        Ok(t.as_str().to_string())
+    }
+}

@@ -1,1 +1,265 @@
-//! Module reserved for its issue; empty until that lands.
+//! The execution engine: a [`Runtime`] owns a tool registry, the policy
+//! engine, the state store and the event log, and executes proposals with a
+//! host-supplied [`ToolExecutor`].
+//!
+//! Execution runs admission first (unknown tools, parameter schemas, policy
+//! violations, cycles, the cost budget: a refused action is `rejected` and its
+//! `failure_behavior` applies), then the DAG level by level with independent
+//! actions running concurrently. Each proposal writes state through its own
+//! transaction, restored on abort without touching other proposals' keys.
+
+mod detached;
+mod executor;
+mod limits;
+mod registry;
+mod run;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+pub use detached::DetachedTools;
+pub use executor::{CancelToken, ChunkStream, FnExecutor, ToolCall, ToolExecutor};
+pub use limits::{RateLimiter, ResultCache, cache_key};
+pub use registry::{RegisteredTool, ToolRegistry};
+
+use crate::events::{EventKind, EventLog, RetentionPolicy};
+use crate::ir::{CostBudget, ToolPollResult, ToolSchema, ToolSource, ToolStreamEvent};
+use crate::policy::PolicyEngine;
+use crate::state::{Scope, StateStore};
+use crate::{Error, Result};
+
+/// The warning on a succeeded action of an aborted proposal.
+pub const ROLLBACK_WARNING: &str =
+    "proposal aborted; state effects were rolled back; external effects may remain and were not undone";
+
+/// Runtime options.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Run the compensation of every succeeded `compensable` action, in
+    /// reverse completion order, when a proposal aborts. Off by default.
+    pub compensate_on_abort: bool,
+    /// Event log retention.
+    pub event_retention: RetentionPolicy,
+    /// Chunks a detached tool handle buffers before dropping the oldest.
+    pub chunk_buffer_size: usize,
+    /// A hard budget: proposals over `max_actions` / `max_tool_calls` are
+    /// refused before anything runs; `max_duration_ms` stops dispatching.
+    pub cost_budget: Option<CostBudget>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            compensate_on_abort: false,
+            event_retention: RetentionPolicy::default(),
+            chunk_buffer_size: 1024,
+            cost_budget: None,
+        }
+    }
+}
+
+impl RuntimeOptions {
+    /// Sets `compensate_on_abort`.
+    pub fn compensate_on_abort(mut self, on: bool) -> Self {
+        self.compensate_on_abort = on;
+        self
+    }
+
+    /// Sets the event retention.
+    pub fn event_retention(mut self, r: RetentionPolicy) -> Self {
+        self.event_retention = r;
+        self
+    }
+
+    /// Sets the detached chunk buffer size (at least 1).
+    pub fn chunk_buffer_size(mut self, n: usize) -> Self {
+        self.chunk_buffer_size = n.max(1);
+        self
+    }
+
+    /// Sets the cost budget.
+    pub fn cost_budget(mut self, b: CostBudget) -> Self {
+        self.cost_budget = Some(b);
+        self
+    }
+}
+
+/// Per-execution options.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    /// The policy session scope (its policies apply on top of the global ones).
+    pub session_id: Option<String>,
+    /// The state tenant the proposal reads and writes.
+    pub tenant: Option<String>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) options: RuntimeOptions,
+    pub(crate) tools: RwLock<ToolRegistry>,
+    pub(crate) policies: RwLock<PolicyEngine>,
+    pub(crate) state: StateStore,
+    pub(crate) events: EventLog,
+    pub(crate) idempotency: ResultCache,
+    pub(crate) ttl_cache: ResultCache,
+    pub(crate) rate: RateLimiter,
+    pub(crate) detached: Arc<DetachedTools>,
+    pub(crate) request_seq: AtomicU64,
+}
+
+/// An in-process runtime. Cheap to clone (shared state); Send + Sync.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("options", &self.inner.options).finish_non_exhaustive()
+    }
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime::new(RuntimeOptions::default())
+    }
+}
+
+fn poisoned(what: &str) -> Error {
+    Error::runtime("lock_poisoned", format!("the {what} lock was poisoned by a panic"))
+}
+
+impl Runtime {
+    /// A runtime with these options.
+    pub fn new(options: RuntimeOptions) -> Self {
+        let events = EventLog::with_retention(options.event_retention.clone());
+        let detached = Arc::new(DetachedTools::new(options.chunk_buffer_size));
+        Runtime {
+            inner: Arc::new(Inner {
+                options,
+                tools: RwLock::new(ToolRegistry::default()),
+                policies: RwLock::new(PolicyEngine::new()),
+                state: StateStore::new(),
+                events,
+                idempotency: ResultCache::default(),
+                ttl_cache: ResultCache::default(),
+                rate: RateLimiter::default(),
+                detached,
+                request_seq: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.inner.options
+    }
+
+    /// Registers (or replaces) a tool from its schema; the runtime assigns
+    /// `source: user_defined`. An invalid JSON Schema is a config error.
+    pub fn register_tool(&self, schema: ToolSchema) -> Result<()> {
+        self.register_tool_with_source(schema, ToolSource::UserDefined)
+    }
+
+    /// Registers a tool with an explicit source (built-ins, subprocess, MCP).
+    pub fn register_tool_with_source(&self, schema: ToolSchema, source: ToolSource) -> Result<()> {
+        let tool = RegisteredTool::new(schema, source)?;
+        self.inner.tools.write().map_err(|_| poisoned("tool registry"))?.register(tool);
+        Ok(())
+    }
+
+    /// Registers a tool with no parameter schema.
+    pub fn register_tool_name(&self, name: &str) -> Result<()> {
+        self.register_tool(ToolSchema::named(name))
+    }
+
+    /// Removes a tool; the count removed (0 is not an error).
+    pub fn unregister_tool(&self, name: &str) -> usize {
+        self.inner.tools.write().map(|mut t| t.unregister(name)).unwrap_or(0)
+    }
+
+    /// Every tool schema, sorted by name.
+    pub fn list_tools(&self) -> Vec<ToolSchema> {
+        self.inner.tools.read().map(|t| t.list()).unwrap_or_default()
+    }
+
+    /// The schema of one tool.
+    pub fn tool(&self, name: &str) -> Option<ToolSchema> {
+        self.inner.tools.read().ok()?.get(name).map(|t| t.schema.clone())
+    }
+
+    /// Reads the policy engine.
+    pub fn with_policies<R>(&self, f: impl FnOnce(&PolicyEngine) -> R) -> Result<R> {
+        Ok(f(&*self.inner.policies.read().map_err(|_| poisoned("policy engine"))?))
+    }
+
+    /// Changes the policy engine.
+    pub fn with_policies_mut<R>(&self, f: impl FnOnce(&mut PolicyEngine) -> R) -> Result<R> {
+        Ok(f(&mut *self.inner.policies.write().map_err(|_| poisoned("policy engine"))?))
+    }
+
+    /// The state store (reads; writes through [`Runtime::state_set`] are logged).
+    pub fn state(&self) -> &StateStore {
+        &self.inner.state
+    }
+
+    /// Sets a state key (tenant-scoped when given) and logs `StateChanged`.
+    pub fn state_set(&self, key: &str, value: Value, tenant: Option<&str>) -> Result<u64> {
+        let scope = Scope::from_option(tenant)?;
+        let version = self.inner.state.set(&scope, key, value.clone())?;
+        self.inner.events.record(
+            EventKind::StateChanged,
+            None,
+            None,
+            json!({"key": key, "tenant": tenant, "op": "set", "value": value, "version": version}),
+        );
+        Ok(version)
+    }
+
+    /// Deletes a state key and logs `StateChanged`; true when it held a value.
+    pub fn state_delete(&self, key: &str, tenant: Option<&str>) -> Result<bool> {
+        let scope = Scope::from_option(tenant)?;
+        let existed = self.inner.state.delete(&scope, key)?;
+        let version = self.inner.state.version(&scope, key);
+        self.inner.events.record(
+            EventKind::StateChanged,
+            None,
+            None,
+            json!({"key": key, "tenant": tenant, "op": "delete", "version": version}),
+        );
+        Ok(existed)
+    }
+
+    /// The event log.
+    pub fn events(&self) -> &EventLog {
+        &self.inner.events
+    }
+
+    /// Polls a detached tool: drains its chunks; `None` once its terminal
+    /// status has been reported (or for an unknown handle).
+    pub fn tool_poll(&self, handle: &str) -> Option<ToolPollResult> {
+        self.inner.detached.poll(handle)
+    }
+
+    /// Cooperatively cancels a detached tool; false when unknown or finished.
+    pub fn tool_cancel(&self, handle: &str) -> bool {
+        self.inner.detached.cancel(handle)
+    }
+
+    /// Subscribes to `{handle, chunk}` events of every detached tool.
+    pub fn subscribe_tool_stream(&self) -> broadcast::Receiver<ToolStreamEvent> {
+        self.inner.detached.subscribe()
+    }
+
+    /// Empties the idempotency and TTL result caches.
+    pub fn clear_caches(&self) {
+        self.inner.idempotency.clear();
+        self.inner.ttl_cache.clear();
+    }
+
+    pub(crate) fn next_request_id(&self) -> String {
+        format!("req-{}", self.inner.request_seq.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}

@@ -1,19 +1,38 @@
 //! The policy engine: closure rules evaluated against every action before it
 //! runs. Every action passes every policy and all violations are collected; a
 //! panicking policy is caught and becomes a violation naming the policy.
+//!
+//! Also here: the declarative `.car/policies/*.toml` rules ([`file`]), trace
+//! rules enforced at dispatch ([`trace`]), the two classifiers (authority and
+//! reversibility, [`classify`]), the permission gate and its approvals ledger
+//! ([`approval`]) and dispatch-time inspectors ([`inspectors`]).
 
+pub mod approval;
+pub mod classify;
+pub mod file;
+pub mod inspectors;
 mod rules;
+pub mod trace;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::ir::Action;
 
+pub use approval::{
+    ApprovalLedger, ApprovalRecord, ApprovalVerdict, Decision, JsonlLedger, MemoryLedger, PermissionDecision,
+    PermissionGate, fingerprint,
+};
+pub use classify::{Axes, Flattened, PermissionTier, RiskClassifier, classify_reversibility, evaluate_axes, flatten};
+pub use file::{PolicySet, discover_policy_dir, load_policy_set, parse_policy_text};
+pub use inspectors::{Inspector, InspectorChain, InspectorDenial, InspectorVerdict};
 pub use rules::{DenyCallback, coerce_to_string, deny_tool, deny_tool_callback, deny_tool_param, require_state};
+pub use trace::{TraceRule, TraceState};
 
 /// A policy rule: `(action, state) -> Some(reason)` to deny, `None` to pass.
 pub type PolicyFn = Arc<dyn Fn(&Action, &Map<String, Value>) -> Option<String> + Send + Sync>;
@@ -45,11 +64,14 @@ struct Entry {
     rule: PolicyFn,
 }
 
-/// Registered policies: global ones and per-session scopes.
+/// Registered policies: global ones and per-session scopes, plus the trace
+/// rules enforced at dispatch. Clones share the trace (and rate-limit) state.
 #[derive(Clone, Default)]
 pub struct PolicyEngine {
     global: Vec<Entry>,
     sessions: HashMap<String, Vec<Entry>>,
+    trace_rules: Vec<TraceRule>,
+    trace: Arc<Mutex<TraceState>>,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -57,6 +79,7 @@ impl std::fmt::Debug for PolicyEngine {
         f.debug_struct("PolicyEngine")
             .field("global", &self.global.iter().map(|e| e.name.as_str()).collect::<Vec<_>>())
             .field("sessions", &self.sessions.keys().collect::<Vec<_>>())
+            .field("trace_rules", &self.trace_rules.iter().map(TraceRule::name).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -92,8 +115,12 @@ impl PolicyEngine {
         id
     }
 
-    /// Drops a session scope and its policies; false when it did not exist.
+    /// Drops a session scope, its policies and its trace; false when it did
+    /// not exist.
     pub fn close_session(&mut self, session_id: &str) -> bool {
+        if let Ok(mut t) = self.trace.lock() {
+            t.reset(Some(session_id));
+        }
         self.sessions.remove(session_id).is_some()
     }
 
@@ -117,9 +144,11 @@ impl PolicyEngine {
         Ok(before - scope.len())
     }
 
-    /// Global policies in registration order.
+    /// Global policies in registration order, then the trace rules.
     pub fn list(&self) -> Vec<PolicyInfo> {
-        info(&self.global)
+        let mut out = info(&self.global);
+        out.extend(self.trace_rules.iter().map(|r| PolicyInfo { name: r.name(), description: r.describe() }));
+        out
     }
 
     /// A session's own policies in registration order.
@@ -127,14 +156,76 @@ impl PolicyEngine {
         self.sessions.get(session_id).map(|s| info(s)).ok_or_else(|| unknown_session(session_id))
     }
 
-    /// Number of global policies.
+    /// Number of global policies (trace rules included).
     pub fn len(&self) -> usize {
-        self.global.len()
+        self.global.len() + self.trace_rules.len()
     }
 
-    /// True when no global policy is registered.
+    /// True when no global policy or trace rule is registered.
     pub fn is_empty(&self) -> bool {
-        self.global.is_empty()
+        self.global.is_empty() && self.trace_rules.is_empty()
+    }
+
+    /// Registers a trace rule, enforced by [`check_dispatch`](Self::check_dispatch).
+    pub fn register_trace_rule(&mut self, rule: TraceRule) {
+        self.trace_rules.push(rule);
+    }
+
+    /// The registered trace rules.
+    pub fn trace_rules(&self) -> &[TraceRule] {
+        &self.trace_rules
+    }
+
+    /// Lowers a policy set onto this engine: its per-action rules become
+    /// global policies named by their stable rule names, its trace rules are
+    /// enforced at dispatch. Returns the number of rules added.
+    pub fn apply_policy_set(&mut self, set: &PolicySet) -> usize {
+        let lowered = set.lower();
+        let n = lowered.len() + set.trace_rule.len();
+        for r in lowered {
+            self.register(r.name, r.rule, r.description);
+        }
+        self.trace_rules.extend(set.trace_rule.iter().cloned());
+        n
+    }
+
+    /// Loads every `*.toml` of `dir` (sorted) into this engine; returns the
+    /// number of rules. A missing directory is `Ok(0)`; a malformed file
+    /// fails the whole load (nothing is registered) naming the file and key.
+    pub fn load_policy_dir(&mut self, dir: &Path) -> crate::Result<usize> {
+        let set = load_policy_set(dir)?;
+        Ok(self.apply_policy_set(&set))
+    }
+
+    /// Trace rules evaluated at dispatch of a `tool_call` (what already ran
+    /// in this session, or in the session-less scope when `session_id` is
+    /// `None`). Returns violations named `trace_rule:<tool>`. An admitted
+    /// dispatch counts as having run from this moment.
+    pub fn check_dispatch(&self, action: &Action, session_id: Option<&str>) -> Vec<PolicyViolation> {
+        match self.trace.lock() {
+            Ok(mut t) => t.admit(&self.trace_rules, action, session_id),
+            Err(_) => vec![PolicyViolation {
+                policy_name: "trace_rule".into(),
+                action_id: action.id.clone(),
+                reason: "trace state unavailable; dispatch denied".into(),
+            }],
+        }
+    }
+
+    /// Records that a `tool_call` was dispatched and whether it succeeded
+    /// (feeds trace rules).
+    pub fn record_dispatch(&self, action: &Action, session_id: Option<&str>, succeeded: bool) {
+        if let Ok(mut t) = self.trace.lock() {
+            t.record(action, session_id, succeeded);
+        }
+    }
+
+    /// Forgets what ran in one trace scope (e.g. the session-less scope at
+    /// the start of a new proposal).
+    pub fn reset_trace(&self, session_id: Option<&str>) {
+        if let Ok(mut t) = self.trace.lock() {
+            t.reset(session_id);
+        }
     }
 
     /// Checks an action against every global policy.

@@ -1,1 +1,441 @@
-//! Module reserved for its issue; empty until that lands.
+//! Static analysis of a proposal: `verify`, `simulate`, `equivalent`,
+//! `optimize` and `transaction_check`.
+//!
+//! Everything here is a pure function of its inputs and linear in the size of
+//! the proposal (plus sorting the findings): the graph comes from
+//! [`Dag`](crate::dag::Dag), repeated calls are found by hashing a canonical
+//! form of `(tool, parameters)`, and "are these two writers ordered?" is
+//! answered by [`reach`] without an all-pairs closure.
+//!
+//! `verify` and `simulate` walk the same layered order applying
+//! `expected_effects`, but differ on an action that cannot run (a failing
+//! precondition or a state dependency not yet available): `verify` applies its
+//! effects anyway so that it reports every problem in one pass, `simulate`
+//! skips them and the skip cascades through data dependencies (spec, "verify
+//! and simulate treat blocked actions differently").
+
+mod evidence;
+mod precondition;
+mod reach;
+mod schema;
+mod transaction;
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use crate::dag::Dag;
+use crate::ir::{
+    Action, ActionProposal, ActionType, Compensation, EvidenceTier, Severity, ToolSchema, VerificationIssue,
+    VerificationResult, json_eq,
+};
+
+pub use transaction::{ConflictKind, TransactionConflict, TransactionReport, transaction_check};
+
+/// `max_actions` when the caller gives none (the original runtime's limit).
+pub const DEFAULT_MAX_ACTIONS: u64 = 30;
+
+/// A tool call repeated this many times (same tool, same parameters) is an
+/// error ("likely loop"); twice is a warning.
+pub const LOOP_ERROR_REPEATS: usize = 3;
+
+/// The probe states `equivalent` uses when the caller supplies none.
+pub fn default_test_states() -> Vec<Map<String, Value>> {
+    let mut xy = Map::new();
+    xy.insert("x".into(), Value::from(1));
+    xy.insert("y".into(), Value::from(2));
+    vec![Map::new(), xy]
+}
+
+/// Writers of one key with at most this many members are compared pairwise
+/// (as the original runtime does); a key with more writers is checked
+/// writer-by-writer against the closest earlier writer only, which keeps the
+/// analysis linear.
+pub(crate) const PAIRWISE_WRITERS: usize = 16;
+
+/// The optional inputs of [`verify`].
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// The state before the proposal runs; default `{}`.
+    pub initial_state: Map<String, Value>,
+    /// Names of the registered tools; `None` skips `tool_existence`.
+    pub tool_names: Option<Vec<String>>,
+    /// Action-count limit; default [`DEFAULT_MAX_ACTIONS`].
+    pub max_actions: Option<u64>,
+    /// Registered tool schemas; `None` skips `param_schema`. Their names also
+    /// count as registered tools.
+    pub tool_schemas: Option<Vec<ToolSchema>>,
+}
+
+/// Findings per evidence check, in the order the bundle lists them.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    pub resource: u64,
+    pub loops: u64,
+    pub preconditions: u64,
+    pub state_deps: u64,
+    pub explicit_deps: u64,
+    pub tools: u64,
+    pub params: u64,
+    pub compensation: u64,
+    pub conflicts: u64,
+}
+
+fn issue(action_id: &str, severity: Severity, message: String, tier: EvidenceTier) -> VerificationIssue {
+    VerificationIssue { action_id: action_id.to_string(), severity, message, tier: Some(tier) }
+}
+
+fn decided(action_id: &str, severity: Severity, message: String) -> VerificationIssue {
+    issue(action_id, severity, message, EvidenceTier::DecisionProcedure)
+}
+
+/// Applies an action's modelled effects: a `state_write` sets its `key`
+/// parameter to its `value` parameter (`null` when absent), then every
+/// `expected_effects` entry is set.
+fn apply_effects(a: &Action, state: &mut Map<String, Value>) {
+    if let Some(key) = a.state_write_key() {
+        state.insert(key.to_string(), a.parameters.get("value").cloned().unwrap_or(Value::Null));
+    }
+    for (k, v) in &a.expected_effects {
+        state.insert(k.clone(), v.clone());
+    }
+}
+
+/// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (n, k) in keys.into_iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                if let Some(x) = m.get(k.as_str()) {
+                    canonical(x, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (n, x) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                canonical(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Groups of identical tool calls (same tool, canonically equal parameters)
+/// made at least twice: `(tool, count)` ordered by `tool:parameters`.
+pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
+    let mut counts: HashMap<String, (usize, &str)> = HashMap::new();
+    for a in actions {
+        if a.action_type != ActionType::ToolCall {
+            continue;
+        }
+        let Some(tool) = a.tool.as_deref() else { continue };
+        let mut key = String::with_capacity(tool.len() + 16);
+        key.push_str(tool);
+        key.push(':');
+        canonical(&Value::Object(a.parameters.clone()), &mut key);
+        counts.entry(key).or_insert((0, tool)).0 += 1;
+    }
+    let mut groups: Vec<(String, usize, &str)> =
+        counts.into_iter().filter(|(_, (c, _))| *c >= 2).map(|(k, (c, t))| (k, c, t)).collect();
+    groups.sort();
+    groups.into_iter().map(|(_, c, t)| (t.to_string(), c)).collect()
+}
+
+/// Keys each action writes (for ordering and conflicts), sorted, without repeats.
+fn sorted_writes(a: &Action) -> Vec<&str> {
+    let mut w: Vec<&str> = Dag::writes(a).collect();
+    w.sort_unstable();
+    w.dedup();
+    w
+}
+
+/// `(writer_a, writer_b, key)` for writers of one key that no path of the
+/// graph orders, as indices; grouped by key in order of first write.
+pub(crate) fn write_conflicts(actions: &[Action], reach: &mut reach::Reach<'_>) -> Vec<(usize, usize, String)> {
+    let mut order: Vec<&str> = Vec::new();
+    let mut writers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, a) in actions.iter().enumerate() {
+        for k in sorted_writes(a) {
+            let ws = writers.entry(k).or_insert_with(|| {
+                order.push(k);
+                Vec::new()
+            });
+            ws.push(i);
+        }
+    }
+    let mut out = Vec::new();
+    for key in order {
+        let Some(ws) = writers.get(key) else { continue };
+        if ws.len() <= PAIRWISE_WRITERS {
+            for (x, &i) in ws.iter().enumerate() {
+                for &j in &ws[x + 1..] {
+                    if !reach.ordered(i, j) {
+                        out.push((i, j, key.to_string()));
+                    }
+                }
+            }
+        } else {
+            for pair in ws.windows(2) {
+                if !reach.ordered(pair[0], pair[1]) {
+                    out.push((pair[0], pair[1], key.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Checks a proposal without running it. See the spec's "What verify detects".
+pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationResult {
+    let actions = &proposal.actions;
+    let n = actions.len();
+    let dag = Dag::build(actions);
+    let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
+    let mut f = Findings::default();
+    let mut issues: Vec<VerificationIssue> = Vec::new();
+
+    if n as u64 > max
+        && let Some(first) = actions.first()
+    {
+        issues.push(decided(&first.id, Severity::Warning, format!("excessive actions: {n} (limit {max})")));
+        f.resource += 1;
+    }
+
+    for (tool, count) in repeated_calls(actions) {
+        let (severity, message) = if count >= LOOP_ERROR_REPEATS {
+            (Severity::Error, format!("repeated identical tool call: {tool} ({count}x) \u{2014} likely loop"))
+        } else {
+            (Severity::Warning, format!("duplicate tool call: {tool} ({count}x)"))
+        };
+        issues.push(issue("proposal", severity, message, EvidenceTier::Heuristic));
+        f.loops += 1;
+    }
+
+    let registry: Option<HashSet<&str>> = if opts.tool_names.is_some() || opts.tool_schemas.is_some() {
+        let mut r: HashSet<&str> = HashSet::new();
+        r.extend(opts.tool_names.iter().flatten().map(String::as_str));
+        r.extend(opts.tool_schemas.iter().flatten().map(|s| s.name.as_str()));
+        Some(r)
+    } else {
+        None
+    };
+    let schemas: Option<HashMap<&str, &Value>> =
+        opts.tool_schemas.as_ref().map(|ss| ss.iter().map(|s| (s.name.as_str(), &s.parameters)).collect());
+    let ids: HashSet<&str> = actions.iter().map(|a| a.id.as_str()).collect();
+    let mut unknown_deps: HashMap<usize, Vec<&str>> = HashMap::new();
+    for (i, id) in dag.unknown_dependencies() {
+        unknown_deps.entry(*i).or_default().push(id.as_str());
+    }
+    let mut compensation_checkable = false;
+
+    let mut static_checks = |i: usize, a: &Action, issues: &mut Vec<VerificationIssue>, f: &mut Findings| {
+        for id in unknown_deps.get(&i).into_iter().flatten() {
+            issues.push(decided(&a.id, Severity::Error, format!("dependency on unknown action '{id}'")));
+            f.explicit_deps += 1;
+        }
+        if a.action_type == ActionType::ToolCall
+            && let Some(tool) = a.tool.as_deref()
+        {
+            if let Some(reg) = &registry
+                && !reg.contains(tool)
+            {
+                issues.push(decided(&a.id, Severity::Error, format!("tool '{tool}' is not registered")));
+                f.tools += 1;
+            }
+            if let Some(schema) = schemas.as_ref().and_then(|s| s.get(tool)) {
+                for m in schema::check(tool, schema, &a.parameters) {
+                    issues.push(decided(&a.id, Severity::Error, m));
+                    f.params += 1;
+                }
+            }
+        }
+        if a.missing_required_compensation() {
+            compensation_checkable = true;
+            issues.push(decided(
+                &a.id,
+                Severity::Error,
+                "action declares reversibility 'compensable' but no compensation".to_string(),
+            ));
+            f.compensation += 1;
+        }
+        match &a.compensation {
+            Some(Compensation::Tool { tool, .. }) => {
+                if let Some(reg) = &registry
+                    && !reg.contains(tool.as_str())
+                {
+                    issues.push(decided(
+                        &a.id,
+                        Severity::Error,
+                        format!("compensation names tool '{tool}', which is not registered"),
+                    ));
+                    f.compensation += 1;
+                }
+            }
+            Some(Compensation::ActionRef { action_id }) => {
+                compensation_checkable = true;
+                if !ids.contains(action_id.as_str()) {
+                    issues.push(decided(
+                        &a.id,
+                        Severity::Error,
+                        format!("compensation references action '{action_id}', which is not in this proposal"),
+                    ));
+                    f.compensation += 1;
+                }
+            }
+            None => {}
+        }
+    };
+
+    let mut state = opts.initial_state.clone();
+    for level in dag.levels() {
+        for &i in level {
+            let a = &actions[i];
+            for pc in &a.preconditions {
+                if !pc.evaluate(&state) {
+                    let m = precondition::failure_message(pc, state.get(&pc.key));
+                    issues.push(decided(&a.id, Severity::Error, m));
+                    f.preconditions += 1;
+                }
+            }
+            for key in &a.state_dependencies {
+                if !state.contains_key(key) {
+                    let m = format!("state dependency '{key}' not available at this point");
+                    issues.push(decided(&a.id, Severity::Error, m));
+                    f.state_deps += 1;
+                }
+            }
+            static_checks(i, a, &mut issues, &mut f);
+            apply_effects(a, &mut state);
+        }
+    }
+    for &i in dag.cyclic() {
+        let a = &actions[i];
+        issues.push(decided(
+            &a.id,
+            Severity::Error,
+            "action is in or behind a cycle of explicit `dependencies` and can never run".to_string(),
+        ));
+        f.explicit_deps += 1;
+        static_checks(i, a, &mut issues, &mut f);
+    }
+    state.sort_keys();
+
+    let mut reach = reach::Reach::new(&dag);
+    let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &mut reach)
+        .into_iter()
+        .map(|(i, j, key)| {
+            let (a, b) = (&actions[i].id, &actions[j].id);
+            issues.push(decided(
+                a,
+                Severity::Warning,
+                format!("write conflict on '{key}' with action {b} (no dependency declared)"),
+            ));
+            (a.clone(), b.clone(), key)
+        })
+        .collect();
+    f.conflicts = conflicts.len() as u64;
+
+    let uses_explicit_deps = actions.iter().any(|a| !a.dependencies.is_empty());
+    let ctx = evidence::Context {
+        actions,
+        max_actions: max,
+        registry_supplied: registry.is_some(),
+        schemas_supplied: schemas.is_some(),
+        compensation_ran: registry.is_some() || compensation_checkable,
+        explicit_deps_ran: uses_explicit_deps || !dag.cyclic().is_empty(),
+    };
+    let evidence = evidence::build(&ctx, &f, &issues, conflicts.len());
+    let valid = !issues.iter().any(|i| i.severity == Severity::Error);
+    let execution_levels = dag.levels().iter().map(|l| l.iter().map(|&i| actions[i].id.clone()).collect()).collect();
+    VerificationResult { valid, issues, simulated_state: state, execution_levels, conflicts, evidence }
+}
+
+/// The state the executor would leave behind: the layered walk of [`verify`],
+/// except that an action that cannot run (a precondition fails, a state
+/// dependency is not available, an explicit dependency was itself blocked,
+/// names no action, or is part of a cycle) contributes nothing. Keys sorted.
+pub fn simulate(proposal: &ActionProposal, initial_state: &Map<String, Value>) -> Map<String, Value> {
+    let actions = &proposal.actions;
+    let dag = Dag::build(actions);
+    let mut blocked = vec![false; actions.len()];
+    for &i in dag.cyclic() {
+        blocked[i] = true;
+    }
+    for (i, _) in dag.unknown_dependencies() {
+        blocked[*i] = true;
+    }
+    let first_with_id: HashMap<&str, usize> = if actions.iter().any(|a| !a.dependencies.is_empty()) {
+        let mut m = HashMap::new();
+        for (i, a) in actions.iter().enumerate() {
+            m.entry(a.id.as_str()).or_insert(i);
+        }
+        m
+    } else {
+        HashMap::new()
+    };
+    let mut state = initial_state.clone();
+    for level in dag.levels() {
+        for &i in level {
+            let a = &actions[i];
+            let runs = !blocked[i]
+                && a.dependencies.iter().all(|d| first_with_id.get(d.as_str()).is_some_and(|&j| !blocked[j]))
+                && a.preconditions.iter().all(|pc| pc.evaluate(&state))
+                && a.state_dependencies.iter().all(|k| state.contains_key(k));
+            if runs {
+                apply_effects(a, &mut state);
+            } else {
+                blocked[i] = true;
+            }
+        }
+    }
+    state.sort_keys();
+    state
+}
+
+/// True when `simulate` gives equal final states (numbers by value) for both
+/// proposals from every probe state; [`default_test_states`] when `None`.
+/// This samples: it does not decide equivalence over all starting states.
+pub fn equivalent(p1: &ActionProposal, p2: &ActionProposal, test_states: Option<&[Map<String, Value>]>) -> bool {
+    let defaults;
+    let probes = match test_states {
+        Some(s) => s,
+        None => {
+            defaults = default_test_states();
+            &defaults
+        }
+    };
+    probes.iter().all(|s| {
+        let a = Value::Object(simulate(p1, s));
+        let b = Value::Object(simulate(p2, s));
+        json_eq(&a, &b)
+    })
+}
+
+/// Drops phantom `state_dependencies` (keys no action of the proposal writes:
+/// they order nothing) so independent actions share a level. Never reorders,
+/// adds or drops actions, and keeps explicit `dependencies`.
+pub fn optimize(proposal: &ActionProposal) -> ActionProposal {
+    let written: HashSet<&str> = proposal.actions.iter().flat_map(Dag::writes).collect();
+    let mut out = proposal.clone();
+    for a in &mut out.actions {
+        a.state_dependencies.retain(|k| written.contains(k.as_str()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,788 @@
+//! Executing one proposal: admission, DAG levels, dispatch, retries,
+//! timeouts, caches, rollback, compensation and cost accounting.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Map, Value, json};
+
+use super::executor::{CancelToken, ToolCall, ToolExecutor};
+use super::registry::RegisteredTool;
+use super::{ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
+use crate::Result;
+use crate::dag::Dag;
+use crate::events::{EventData, EventKind, canonical_json, digest_canonical};
+use crate::ir::{
+    Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
+    Operator, Precondition, ProposalResult, Reversibility, StateMutation, ToolFailure,
+};
+use crate::state::{Scope, Transaction};
+
+/// The normalized class of a post-dispatch failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorClass {
+    Timeout,
+    RejectedByPolicy,
+    ToolError,
+    Validation,
+    Unknown,
+}
+
+impl ErrorClass {
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::RejectedByPolicy => "rejected_by_policy",
+            ErrorClass::ToolError => "tool_error",
+            ErrorClass::Validation => "validation",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+}
+
+struct Fail {
+    message: String,
+    class: ErrorClass,
+    terminal: bool,
+}
+
+impl Fail {
+    fn new(message: impl Into<String>, class: ErrorClass) -> Self {
+        Fail { message: message.into(), class, terminal: false }
+    }
+}
+
+struct Done {
+    output: Option<Value>,
+    changes: Map<String, Value>,
+    cached: Option<&'static str>,
+}
+
+/// How an action ended, for the scheduler.
+struct Outcome {
+    result: ActionResult,
+    abort: bool,
+}
+
+struct Ctx {
+    rt: Runtime,
+    proposal: Arc<ActionProposal>,
+    pid: Arc<str>,
+    scope: Scope,
+    tx: Transaction,
+    executor: Arc<dyn ToolExecutor>,
+    session_id: Option<String>,
+    tools: Vec<Option<Arc<RegisteredTool>>>,
+    tool_calls: AtomicU64,
+    retries: AtomicU64,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl Runtime {
+    /// Executes a proposal with the host's executor. Errors only for an
+    /// invalid execution scope; every action outcome is in the result.
+    pub async fn execute(
+        &self,
+        proposal: ActionProposal,
+        executor: Arc<dyn ToolExecutor>,
+        opts: ExecOptions,
+    ) -> Result<ProposalResult> {
+        let scope = Scope::from_option(opts.tenant.as_deref())?;
+        let start = Instant::now();
+        let proposal = Arc::new(proposal);
+        let pid: Arc<str> = Arc::from(proposal.id.as_str());
+        let n = proposal.actions.len();
+        self.inner.events.append(EventKind::ProposalReceived, Some(&pid), None, EventData::Proposal(proposal.clone()));
+
+        if opts.session_id.is_none()
+            && let Ok(p) = self.inner.policies.read()
+            && !p.trace_rules().is_empty()
+        {
+            p.reset_trace(None);
+        }
+        let dag = Dag::build(&proposal.actions);
+        let mut results: Vec<Option<ActionResult>> = vec![None; n];
+        let mut ctx = Ctx {
+            rt: self.clone(),
+            proposal: proposal.clone(),
+            pid: pid.clone(),
+            scope,
+            tx: Transaction::new(),
+            executor,
+            session_id: opts.session_id,
+            tools: vec![None; n],
+            tool_calls: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        };
+        let mut aborted = self.admit(&mut ctx, &dag, &mut results);
+
+        let mut completion: Vec<usize> = Vec::new();
+        let mut budget_exhausted = false;
+        let max_duration = self.inner.options.cost_budget.as_ref().and_then(|b| b.max_duration_ms);
+        if !aborted {
+            for level in dag.levels() {
+                if max_duration.is_some_and(|m| ms(start.elapsed()) > m) {
+                    budget_exhausted = true;
+                    break;
+                }
+                let runnable: Vec<usize> = level.iter().copied().filter(|&i| results[i].is_none()).collect();
+                if runnable.len() == 1 {
+                    let i = runnable[0];
+                    let o = run_action(&ctx, i).await;
+                    aborted |= record(o, i, &mut results, &mut completion);
+                } else if !runnable.is_empty() {
+                    let mut futs: FuturesUnordered<_> =
+                        runnable.iter().map(|&i| run_action(&ctx, i).map(move |o| (i, o))).collect();
+                    while let Some((i, o)) = futs.next().await {
+                        aborted |= record(o, i, &mut results, &mut completion);
+                    }
+                }
+                if aborted {
+                    break;
+                }
+            }
+        }
+
+        let skip_reason = if budget_exhausted { "skipped: cost budget exhausted" } else { "skipped due to abort" };
+        for (i, r) in results.iter_mut().enumerate() {
+            if r.is_none() {
+                let a = &proposal.actions[i];
+                let mut res = ActionResult::new(a.id.clone(), ActionStatus::Skipped);
+                res.error = Some(skip_reason.to_string());
+                self.inner.events.record(
+                    EventKind::ActionSkipped,
+                    Some(&pid),
+                    Some(&a.id),
+                    json!({"reason": skip_reason}),
+                );
+                *r = Some(res);
+            }
+        }
+        let mut results: Vec<ActionResult> = results.into_iter().flatten().collect();
+
+        if aborted {
+            let keys = self.inner.state.rollback(&ctx.tx);
+            self.inner.events.record(EventKind::StateRolledBack, Some(&pid), None, json!({"keys": keys}));
+            for r in results.iter_mut().filter(|r| r.status == ActionStatus::Succeeded) {
+                r.rolled_back = true;
+                r.state_changes.clear();
+                r.error = Some(ROLLBACK_WARNING.to_string());
+            }
+            if self.inner.options.compensate_on_abort {
+                for &i in completion.iter().rev() {
+                    let a = &proposal.actions[i];
+                    if a.reversibility != Reversibility::Compensable {
+                        continue;
+                    }
+                    let Some(comp) = &a.compensation else { continue };
+                    let outcome = compensate(&ctx, a, comp).await;
+                    let (kind, data) = match &outcome {
+                        Ok(()) => (EventKind::CompensationSucceeded, json!({"compensation": comp})),
+                        Err(e) => (EventKind::CompensationFailed, json!({"compensation": comp, "error": e})),
+                    };
+                    self.inner.events.record(kind, Some(&pid), Some(&a.id), data);
+                    match outcome {
+                        Ok(()) => results[i].compensated = true,
+                        Err(e) => results[i].compensation_error = Some(e),
+                    }
+                }
+            }
+        }
+
+        let mut cost = CostSummary {
+            tool_calls: ctx.tool_calls.load(Ordering::Relaxed),
+            retries: ctx.retries.load(Ordering::Relaxed),
+            ..CostSummary::default()
+        };
+        for r in &results {
+            match r.status {
+                ActionStatus::Succeeded | ActionStatus::Failed => cost.actions_executed += 1,
+                ActionStatus::Rejected => cost.actions_rejected += 1,
+                ActionStatus::Skipped => cost.actions_skipped += 1,
+                _ => {}
+            }
+        }
+        cost.total_duration_ms = ms(start.elapsed());
+        self.inner.events.record(
+            EventKind::ProposalCompleted,
+            Some(&pid),
+            None,
+            json!({"aborted": aborted, "cost": cost}),
+        );
+        Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
+    }
+
+    /// Admission before anything runs. Returns true when a refused action's
+    /// failure behavior aborts the proposal.
+    fn admit(&self, ctx: &mut Ctx, dag: &Dag, results: &mut [Option<ActionResult>]) -> bool {
+        let proposal = ctx.proposal.clone();
+        let actions = &proposal.actions;
+        let n = actions.len();
+        let mut refusals: Vec<Option<String>> = vec![None; n];
+        let mut policy_refused = vec![false; n];
+
+        for &i in dag.cyclic() {
+            refusals[i] = Some("action is part of a dependency cycle".to_string());
+        }
+        for (i, dep) in dag.unknown_dependencies() {
+            refusals[*i].get_or_insert_with(|| format!("dependency '{dep}' is not an action of this proposal"));
+        }
+        if let Some(b) = &self.inner.options.cost_budget {
+            let tool_calls = actions.iter().filter(|a| a.action_type == ActionType::ToolCall).count() as u64;
+            let over = match (b.max_actions, b.max_tool_calls) {
+                (Some(m), _) if n as u64 > m => Some(format!("cost budget exceeded: {n} actions > max_actions {m}")),
+                (_, Some(m)) if tool_calls > m => {
+                    Some(format!("cost budget exceeded: {tool_calls} tool calls > max_tool_calls {m}"))
+                }
+                _ => None,
+            };
+            if let Some(reason) = over {
+                refusals.iter_mut().for_each(|r| *r = Some(reason.clone()));
+            }
+        }
+
+        if let Ok(tools) = self.inner.tools.read() {
+            for (i, a) in actions.iter().enumerate() {
+                if a.action_type != ActionType::ToolCall {
+                    continue;
+                }
+                let name = a.tool.as_deref().unwrap_or("");
+                match tools.get(name) {
+                    None => {
+                        refusals[i].get_or_insert_with(|| format!("tool '{name}' is not registered"));
+                    }
+                    Some(t) => {
+                        if t.validates_params()
+                            && refusals[i].is_none()
+                            && let Some(e) = t.check_params(&Value::Object(a.parameters.clone()))
+                        {
+                            refusals[i] = Some(format!("tool '{name}' parameter validation: {e}"));
+                        }
+                        ctx.tools[i] = Some(t);
+                    }
+                }
+            }
+        }
+
+        if let Ok(policies) = self.inner.policies.read() {
+            let session = ctx.session_id.as_deref();
+            if !policies.is_empty() || session.is_some() {
+                let state = self.inner.state.snapshot(&ctx.scope);
+                for (i, a) in actions.iter().enumerate() {
+                    let violations = policies.check_in_session(a, &state, session);
+                    if violations.is_empty() {
+                        continue;
+                    }
+                    let mut reasons = Vec::with_capacity(violations.len());
+                    for v in &violations {
+                        self.inner.events.record(
+                            EventKind::PolicyViolation,
+                            Some(&ctx.pid),
+                            Some(&a.id),
+                            json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason}),
+                        );
+                        reasons.push(format!("policy '{}': {}", v.policy_name, v.reason));
+                    }
+                    policy_refused[i] = true;
+                    if refusals[i].is_none() {
+                        refusals[i] = Some(reasons.join("; "));
+                    }
+                }
+            }
+        }
+
+        let mut abort = false;
+        for (i, reason) in refusals.into_iter().enumerate() {
+            let Some(reason) = reason else { continue };
+            let a = &actions[i];
+            self.inner.events.record(
+                EventKind::ActionRejected,
+                Some(&ctx.pid),
+                Some(&a.id),
+                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "stage": "admission"}),
+            );
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+            r.error = Some(reason);
+            results[i] = Some(r);
+            // `retry` on a refusal acts as `abort`: retrying would refuse again.
+            if a.failure_behavior != FailureBehavior::Skip {
+                abort = true;
+            }
+        }
+        abort
+    }
+}
+
+fn record(o: Outcome, i: usize, results: &mut [Option<ActionResult>], completion: &mut Vec<usize>) -> bool {
+    if o.result.status == ActionStatus::Succeeded {
+        completion.push(i);
+    }
+    results[i] = Some(o.result);
+    o.abort
+}
+
+/// Checks preconditions and state dependencies against live state.
+fn dispatch_check(ctx: &Ctx, a: &Action) -> Option<String> {
+    let state = &ctx.rt.inner.state;
+    for p in &a.preconditions {
+        let ok = match ctx.scope.physical(&p.key) {
+            Some(k) => state.with_physical(&k, |v| p.evaluate_value(v)),
+            None => p.evaluate_value(None),
+        };
+        if !ok {
+            return Some(format!("precondition failed: {}", p.describe()));
+        }
+    }
+    for k in &a.state_dependencies {
+        let present = ctx.scope.physical(k).is_some_and(|p| state.with_physical(&p, |v| v.is_some()));
+        if !present {
+            return Some(format!("state dependency '{k}' not found"));
+        }
+    }
+    None
+}
+
+async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
+    let a = &ctx.proposal.actions[i];
+    let events = &ctx.rt.inner.events;
+    let t0 = Instant::now();
+    if let Some(reason) = dispatch_check(ctx, a) {
+        events.record(
+            EventKind::ActionRejected,
+            Some(&ctx.pid),
+            Some(&a.id),
+            json!({"tool": a.tool, "reason": reason, "policy": false, "stage": "dispatch"}),
+        );
+        let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+        r.error = Some(reason);
+        return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+    }
+
+    let canonical = canonical_json(&a.parameters);
+    let digest = digest_canonical(&canonical);
+    let traced = a.action_type == ActionType::ToolCall
+        && ctx.rt.inner.policies.read().map(|p| !p.trace_rules().is_empty()).unwrap_or(false);
+    if traced {
+        let session = ctx.session_id.as_deref();
+        let violations = ctx.rt.inner.policies.read().map(|p| p.check_dispatch(a, session)).unwrap_or_default();
+        if !violations.is_empty() {
+            let mut reasons = Vec::with_capacity(violations.len());
+            for v in &violations {
+                events.record(
+                    EventKind::PolicyViolation,
+                    Some(&ctx.pid),
+                    Some(&a.id),
+                    json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason, "stage": "dispatch"}),
+                );
+                reasons.push(format!("{}: {}", v.policy_name, v.reason));
+            }
+            let message = format!("denied by policy: {}", reasons.join("; "));
+            let duration = ms(t0.elapsed());
+            events.record(
+                EventKind::ActionFailed,
+                Some(&ctx.pid),
+                Some(&a.id),
+                json!({
+                    "action_type": a.action_type.as_str(),
+                    "tool": a.tool,
+                    "attempt": 1,
+                    "params_digest": digest,
+                    "expected_effects": a.expected_effects,
+                    "error": message,
+                    "error_class": ErrorClass::RejectedByPolicy.as_str(),
+                    "terminal": false,
+                    "duration_ms": duration,
+                }),
+            );
+            // A denial is not retried: `retry` acts as `abort`.
+            let skip = a.failure_behavior == FailureBehavior::Skip;
+            let mut r =
+                ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
+            r.error = Some(message);
+            r.duration_ms = Some(duration);
+            return Outcome { result: r, abort: !skip };
+        }
+    }
+    let outcome = run_attempts(ctx, i, a, t0, &canonical, &digest).await;
+    if traced && let Ok(p) = ctx.rt.inner.policies.read() {
+        p.record_dispatch(a, ctx.session_id.as_deref(), outcome.result.status == ActionStatus::Succeeded);
+    }
+    outcome
+}
+
+async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &[u8], digest: &str) -> Outcome {
+    let events = &ctx.rt.inner.events;
+    let max_attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
+    let mut attempt: u32 = 1;
+    loop {
+        events.record(
+            EventKind::ActionExecuting,
+            Some(&ctx.pid),
+            Some(&a.id),
+            json!({"action_type": a.action_type.as_str(), "tool": a.tool, "attempt": attempt}),
+        );
+        match attempt_action(ctx, i, a, attempt, canonical, Some(&ctx.tx)).await {
+            Ok(done) => {
+                let duration = ms(t0.elapsed());
+                let mut data = json!({
+                    "action_type": a.action_type.as_str(),
+                    "tool": a.tool,
+                    "attempt": attempt,
+                    "params_digest": digest,
+                    "expected_effects": a.expected_effects,
+                    "duration_ms": duration,
+                });
+                if let (Some(c), Some(m)) = (done.cached, data.as_object_mut()) {
+                    m.insert("cached".into(), Value::String(c.into()));
+                }
+                events.record(EventKind::ActionSucceeded, Some(&ctx.pid), Some(&a.id), data);
+                let mut r = ActionResult::new(a.id.clone(), ActionStatus::Succeeded);
+                r.output = done.output;
+                r.state_changes = done.changes;
+                r.duration_ms = Some(duration);
+                return Outcome { result: r, abort: false };
+            }
+            Err(f) => {
+                if !f.terminal && attempt < max_attempts {
+                    ctx.retries.fetch_add(1, Ordering::Relaxed);
+                    events.record(
+                        EventKind::ActionRetrying,
+                        Some(&ctx.pid),
+                        Some(&a.id),
+                        json!({"tool": a.tool, "attempt": attempt + 1, "previous_error": f.message, "error_class": f.class.as_str()}),
+                    );
+                    attempt += 1;
+                    continue;
+                }
+                let duration = ms(t0.elapsed());
+                events.record(
+                    EventKind::ActionFailed,
+                    Some(&ctx.pid),
+                    Some(&a.id),
+                    json!({
+                        "action_type": a.action_type.as_str(),
+                        "tool": a.tool,
+                        "attempt": attempt,
+                        "params_digest": digest,
+                        "expected_effects": a.expected_effects,
+                        "error": f.message,
+                        "error_class": f.class.as_str(),
+                        "terminal": f.terminal,
+                        "duration_ms": duration,
+                    }),
+                );
+                let skip = !f.terminal && a.failure_behavior == FailureBehavior::Skip;
+                let mut r =
+                    ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
+                r.error = Some(f.message);
+                r.terminal = f.terminal;
+                r.duration_ms = Some(duration);
+                return Outcome { result: r, abort: !skip };
+            }
+        }
+    }
+}
+
+/// Writes one key through the proposal's transaction (when given), logs it
+/// and records the mutation.
+fn write_state(
+    ctx: &Ctx,
+    a: &Action,
+    key: &str,
+    value: Option<Value>,
+    tx: Option<&Transaction>,
+    changes: &mut Map<String, Value>,
+) -> Result<(), Fail> {
+    let phys = ctx.scope.physical(key).ok_or_else(|| {
+        Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
+    })?;
+    let version = ctx
+        .rt
+        .inner
+        .state
+        .write_physical(&phys, value.clone(), tx)
+        .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
+    let mutation = match value {
+        Some(value) => StateMutation::Set { value },
+        None => StateMutation::Delete,
+    };
+    let wire = mutation.to_value();
+    let mut data = json!({"key": key, "tenant": ctx.scope.tenant_id(), "version": version});
+    if let (Some(m), Value::Object(w)) = (data.as_object_mut(), &wire) {
+        for (k, v) in w {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    ctx.rt.inner.events.record(EventKind::StateChanged, Some(&ctx.pid), Some(&a.id), data);
+    changes.insert(key.to_string(), wire);
+    Ok(())
+}
+
+async fn attempt_action(
+    ctx: &Ctx,
+    i: usize,
+    a: &Action,
+    attempt: u32,
+    canonical: &[u8],
+    tx: Option<&Transaction>,
+) -> Result<Done, Fail> {
+    match a.action_type {
+        ActionType::StateWrite => {
+            let key = a
+                .state_write_key()
+                .ok_or_else(|| Fail::new("state_write requires 'key' parameter", ErrorClass::Unknown))?;
+            let value = if a.parameters.get("delete").and_then(Value::as_bool) == Some(true) {
+                None
+            } else {
+                Some(a.parameters.get("value").cloned().unwrap_or(Value::Null))
+            };
+            let mut changes = Map::new();
+            write_state(ctx, a, key, value, tx, &mut changes)?;
+            Ok(Done { output: Some(Value::String(format!("written: {key}"))), changes, cached: None })
+        }
+        ActionType::StateRead => {
+            let key = a
+                .parameters
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Fail::new("state_read requires 'key' parameter", ErrorClass::Unknown))?;
+            let v = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
+            Ok(Done { output: Some(v.unwrap_or(Value::Null)), changes: Map::new(), cached: None })
+        }
+        ActionType::Assertion => {
+            let key = a
+                .parameters
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Fail::new("assertion requires 'key' parameter", ErrorClass::Unknown))?;
+            let expected = a.parameters.get("expected").cloned().unwrap_or(Value::Null);
+            let op = a.parameters.get("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
+            let current = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
+            let check = Precondition::new(key, op.clone(), expected.clone());
+            if check.evaluate_value(current.as_ref()) {
+                Ok(Done { output: Some(json!({"asserted": key, "value": current})), changes: Map::new(), cached: None })
+            } else {
+                let shown = current.map_or_else(|| "absent".to_string(), |v| v.to_string());
+                let msg = if op == Operator::Eq {
+                    format!("assertion failed: state['{key}'] = {shown}, expected {expected}")
+                } else {
+                    format!("assertion failed: state['{key}'] = {shown}, expected {} {expected}", op.as_str())
+                };
+                Err(Fail::new(msg, ErrorClass::Unknown))
+            }
+        }
+        ActionType::ToolCall => tool_call(ctx, i, a, attempt, canonical, tx).await,
+    }
+}
+
+fn classify(f: &ToolFailure) -> ErrorClass {
+    if f.message.starts_with("denied by policy:") || f.message.starts_with("rejected by policy:") {
+        ErrorClass::RejectedByPolicy
+    } else {
+        ErrorClass::ToolError
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Invokes the executor once, with the per-attempt timeout, catching panics.
+async fn invoke(ctx: &Ctx, call: ToolCall) -> Result<Value, Fail> {
+    let tool = call.tool.clone();
+    let timeout = call.timeout_ms;
+    ctx.tool_calls.fetch_add(1, Ordering::Relaxed);
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.executor.execute(call))) {
+        Ok(f) => AssertUnwindSafe(f).catch_unwind(),
+        Err(p) => {
+            return Err(Fail::new(
+                format!("tool '{tool}' executor panicked: {}", panic_message(&*p)),
+                ErrorClass::ToolError,
+            ));
+        }
+    };
+    let res = match timeout {
+        Some(t) => match tokio::time::timeout(Duration::from_millis(t), fut).await {
+            Ok(r) => r,
+            Err(_) => return Err(Fail::new(format!("tool '{tool}' timed out after {t} ms"), ErrorClass::Timeout)),
+        },
+        None => fut.await,
+    };
+    match res {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(f)) => {
+            let class = classify(&f);
+            Err(Fail { terminal: f.is_terminal(), message: f.message, class })
+        }
+        Err(p) => {
+            Err(Fail::new(format!("tool '{tool}' executor panicked: {}", panic_message(&*p)), ErrorClass::ToolError))
+        }
+    }
+}
+
+fn make_call(ctx: &Ctx, tool: &str, params: &Map<String, Value>, a: &Action, attempt: u32) -> ToolCall {
+    ToolCall {
+        tool: tool.to_string(),
+        params: Value::Object(params.clone()),
+        action_id: a.id.clone(),
+        request_id: ctx.rt.next_request_id(),
+        timeout_ms: a.timeout_ms,
+        session_id: ctx.session_id.clone(),
+        attempt,
+    }
+}
+
+async fn tool_call(
+    ctx: &Ctx,
+    i: usize,
+    a: &Action,
+    attempt: u32,
+    canonical: &[u8],
+    tx: Option<&Transaction>,
+) -> Result<Done, Fail> {
+    let name = a.tool.as_deref().unwrap_or("");
+    let tool = match ctx.tools.get(i).cloned().flatten() {
+        Some(t) => t,
+        None => ctx
+            .rt
+            .inner
+            .tools
+            .read()
+            .ok()
+            .and_then(|t| t.get(name))
+            .ok_or_else(|| Fail::new(format!("tool '{name}' is not registered"), ErrorClass::ToolError))?,
+    };
+    let inner = &ctx.rt.inner;
+    if a.invocation_mode.is_detached() {
+        return start_detached(ctx, &tool, a, attempt).await;
+    }
+
+    let idempotent = a.idempotent || tool.schema.idempotent;
+    let ttl = tool.schema.cache_ttl_secs;
+    let key = (idempotent || ttl.is_some()).then(|| cache_key(name, canonical));
+    let mut cached = None;
+    if let Some(k) = &key {
+        if idempotent && let Some(v) = inner.idempotency.get(k) {
+            cached = Some((v, "idempotency"));
+        } else if ttl.is_some()
+            && let Some(v) = inner.ttl_cache.get(k)
+        {
+            cached = Some((v, "ttl"));
+        }
+    }
+
+    let (output, cached_by) = match cached {
+        Some((v, by)) => (v, Some(by)),
+        None => {
+            if let Some(rl) = &tool.schema.rate_limit {
+                inner.rate.acquire(name, rl).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
+            }
+            let v = invoke(ctx, make_call(ctx, name, &a.parameters, a, attempt)).await?;
+            if let Some(e) = tool.check_output(&v) {
+                return Err(Fail::new(format!("tool '{name}' output validation: {e}"), ErrorClass::Validation));
+            }
+            if let Some(k) = key {
+                if idempotent {
+                    inner.idempotency.put(k.clone(), v.clone(), None);
+                }
+                if let Some(t) = ttl {
+                    inner.ttl_cache.put(k, v.clone(), Some(Duration::from_secs(t)));
+                }
+            }
+            (v, None)
+        }
+    };
+
+    let mut changes = Map::new();
+    for (k, v) in &a.expected_effects {
+        write_state(ctx, a, k, Some(v.clone()), tx, &mut changes)?;
+    }
+    Ok(Done { output: Some(output), changes, cached: cached_by })
+}
+
+async fn start_detached(ctx: &Ctx, tool: &RegisteredTool, a: &Action, attempt: u32) -> Result<Done, Fail> {
+    let name = tool.schema.name.as_str();
+    let inner = &ctx.rt.inner;
+    let Ok(handle_rt) = tokio::runtime::Handle::try_current() else {
+        return Err(Fail::new(
+            format!("tool '{name}': detached invocation needs a tokio runtime"),
+            ErrorClass::ToolError,
+        ));
+    };
+    if let Some(rl) = &tool.schema.rate_limit {
+        inner.rate.acquire(name, rl).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
+    }
+    ctx.tool_calls.fetch_add(1, Ordering::Relaxed);
+    let cancel = CancelToken::new();
+    let call = make_call(ctx, name, &a.parameters, a, attempt);
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.executor.execute_stream(call, cancel.clone()))) {
+        Ok(f) => AssertUnwindSafe(f).catch_unwind(),
+        Err(p) => {
+            return Err(Fail::new(
+                format!("tool '{name}' executor panicked: {}", panic_message(&*p)),
+                ErrorClass::ToolError,
+            ));
+        }
+    };
+    let started = match a.timeout_ms {
+        Some(t) => match tokio::time::timeout(Duration::from_millis(t), fut).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(Fail::new(format!("tool '{name}' timed out after {t} ms starting"), ErrorClass::Timeout));
+            }
+        },
+        None => fut.await,
+    };
+    let stream = match started {
+        Ok(Ok(s)) => s,
+        Ok(Err(f)) => {
+            let class = classify(&f);
+            return Err(Fail { terminal: f.is_terminal(), message: f.message, class });
+        }
+        Err(p) => {
+            return Err(Fail::new(
+                format!("tool '{name}' executor panicked: {}", panic_message(&*p)),
+                ErrorClass::ToolError,
+            ));
+        }
+    };
+    let handle = inner.detached.register(name, &a.id, cancel.clone());
+    inner.events.record(
+        EventKind::ToolStarted,
+        Some(&ctx.pid),
+        Some(&a.id),
+        json!({"tool": name, "handle": handle.id, "invocation_mode": a.invocation_mode}),
+    );
+    handle_rt.spawn(detached::drain(inner.detached.clone(), handle.clone(), stream, cancel));
+    Ok(Done { output: Some(json!({"tool_handle": handle.id, "status": "running"})), changes: Map::new(), cached: None })
+}
+
+/// Runs one compensation once; its state writes are not transactional.
+async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), String> {
+    match comp {
+        Compensation::Tool { tool, parameters } => {
+            let registered = ctx.rt.inner.tools.read().ok().and_then(|t| t.get(tool));
+            if registered.is_none() {
+                return Err(format!("compensation tool '{tool}' is not registered"));
+            }
+            invoke(ctx, make_call(ctx, tool, parameters, a, 1)).await.map(|_| ()).map_err(|f| f.message)
+        }
+        Compensation::ActionRef { action_id } => {
+            let Some((j, target)) = ctx.proposal.actions.iter().enumerate().find(|(_, b)| b.id == *action_id) else {
+                return Err(format!("compensation action '{action_id}' is not in the proposal"));
+            };
+            let canonical = canonical_json(&target.parameters);
+            attempt_action(ctx, j, target, 1, &canonical, None).await.map(|_| ()).map_err(|f| f.message)
+        }
+    }
+}

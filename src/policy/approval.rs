@@ -1,0 +1,366 @@
+//! The permission gate: per-action decisions against a granted tier and a
+//! durable approvals ledger.
+//!
+//! An action's operation is identified by its fingerprint,
+//! `type|tool|canonical parameters` (`-` when there is no tool; parameters
+//! with keys sorted recursively, compact). The gate decides:
+//! 1. the latest ledger record for the fingerprint: `approved` → `allow`,
+//!    `rejected` → `deny`;
+//! 2. otherwise `full_access` always → `needs_approval`;
+//! 3. otherwise a required tier above the granted one → `needs_approval`;
+//! 4. otherwise `allow`.
+//!
+//! The embedded ledger is an append-only JSONL file of [`ApprovalRecord`]s.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::classify::{Axes, PermissionTier, RiskClassifier, classify_reversibility_flat, flatten};
+use crate::Error;
+use crate::ir::{Action, Reversibility};
+
+/// A reviewer's verdict on one fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalVerdict {
+    /// The operation may run.
+    Approved,
+    /// The operation may not run.
+    Rejected,
+}
+
+/// One line of the ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// The operation's fingerprint.
+    pub fingerprint: String,
+    /// The tier the operation required when it was reviewed.
+    pub required_tier: PermissionTier,
+    /// The verdict.
+    pub decision: ApprovalVerdict,
+    /// Who decided.
+    pub reviewer: String,
+    /// Why.
+    pub reason: String,
+    /// Supporting evidence, as given.
+    #[serde(default)]
+    pub evidence: Option<Value>,
+    /// When (RFC 3339).
+    pub decided_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where approvals are kept.
+pub trait ApprovalLedger: Send + Sync {
+    /// The latest record for a fingerprint.
+    fn latest(&self, fingerprint: &str) -> crate::Result<Option<ApprovalRecord>>;
+    /// Appends a record.
+    fn append(&self, record: &ApprovalRecord) -> crate::Result<()>;
+}
+
+/// The embedded ledger: an append-only JSONL file. A missing file is an
+/// empty ledger; a line that is not a record fails the read (naming the file
+/// and line) rather than being skipped.
+#[derive(Debug)]
+pub struct JsonlLedger {
+    path: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl JsonlLedger {
+    /// A ledger at `path` (created on first append).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        JsonlLedger { path: path.into(), lock: Mutex::new(()) }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every record, oldest first.
+    pub fn records(&self) -> crate::Result<Vec<ApprovalRecord>> {
+        let shown = self.path.display().to_string();
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(Error::runtime("ledger_io_error", format!("cannot read approvals ledger `{shown}`: {e}")));
+            }
+        };
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let rec: ApprovalRecord = serde_json::from_str(line).map_err(|e| {
+                Error::config(
+                    "invalid_ledger",
+                    format!("approvals ledger `{shown}`: line {} is not an approval record: {e}", i + 1),
+                    json!({"file": shown, "line": i + 1}),
+                )
+            })?;
+            out.push(rec);
+        }
+        Ok(out)
+    }
+}
+
+impl ApprovalLedger for JsonlLedger {
+    fn latest(&self, fingerprint: &str) -> crate::Result<Option<ApprovalRecord>> {
+        Ok(self.records()?.into_iter().rev().find(|r| r.fingerprint == fingerprint))
+    }
+
+    fn append(&self, record: &ApprovalRecord) -> crate::Result<()> {
+        let shown = self.path.display().to_string();
+        let io = |e: std::io::Error| {
+            Error::runtime("ledger_io_error", format!("cannot write approvals ledger `{shown}`: {e}"))
+        };
+        let _guard =
+            self.lock.lock().map_err(|_| Error::runtime("ledger_io_error", "approvals ledger lock poisoned"))?;
+        if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        let mut line = serde_json::to_string(record).map_err(|e| Error::runtime("ledger_io_error", e.to_string()))?;
+        line.push('\n');
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).map_err(io)?;
+        f.write_all(line.as_bytes()).map_err(io)?;
+        f.flush().map_err(io)
+    }
+}
+
+/// An in-memory ledger (tests, embedders without a file).
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    records: Mutex<Vec<ApprovalRecord>>,
+}
+
+impl ApprovalLedger for MemoryLedger {
+    fn latest(&self, fingerprint: &str) -> crate::Result<Option<ApprovalRecord>> {
+        let g = self.records.lock().map_err(|_| Error::runtime("ledger_io_error", "approvals ledger lock poisoned"))?;
+        Ok(g.iter().rev().find(|r| r.fingerprint == fingerprint).cloned())
+    }
+    fn append(&self, record: &ApprovalRecord) -> crate::Result<()> {
+        let mut g =
+            self.records.lock().map_err(|_| Error::runtime("ledger_io_error", "approvals ledger lock poisoned"))?;
+        g.push(record.clone());
+        Ok(())
+    }
+}
+
+/// Parameters as canonical JSON: keys sorted recursively, compact.
+pub fn canonical_json(v: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(v).to_string()
+}
+
+/// The fingerprint of the operation an action represents:
+/// `type|tool|canonical parameters`.
+pub fn fingerprint(action: &Action) -> String {
+    format!(
+        "{}|{}|{}",
+        action.action_type.as_str(),
+        action.tool.as_deref().unwrap_or("-"),
+        canonical_json(&Value::Object(action.parameters.clone()))
+    )
+}
+
+/// A gate decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// May run.
+    Allow,
+    /// Needs a human approval first.
+    NeedsApproval,
+    /// May not run.
+    Deny,
+}
+
+/// One row of `permission_evaluate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionDecision {
+    /// The action.
+    pub action_id: String,
+    /// Its operation's fingerprint.
+    pub fingerprint: String,
+    /// The decision.
+    pub decision: Decision,
+    /// The tier the action requires.
+    pub required: PermissionTier,
+    /// The tier the session is granted.
+    pub granted: PermissionTier,
+    /// Whether the action can be undone (classified, not enforced).
+    pub reversibility: Reversibility,
+    /// Why, unless allowed by tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The gate: a classifier plus an optional ledger.
+#[derive(Default)]
+pub struct PermissionGate {
+    classifier: RiskClassifier,
+    ledger: Option<Box<dyn ApprovalLedger>>,
+}
+
+impl std::fmt::Debug for PermissionGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermissionGate").field("ledger", &self.ledger.is_some()).finish()
+    }
+}
+
+impl PermissionGate {
+    /// A gate with the default classifier and no ledger.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses this ledger.
+    pub fn with_ledger(mut self, ledger: Box<dyn ApprovalLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// Uses this classifier.
+    pub fn with_classifier(mut self, classifier: RiskClassifier) -> Self {
+        self.classifier = classifier;
+        self
+    }
+
+    /// Both axes of an action from one flattening.
+    pub fn axes(&self, action: &Action) -> Axes {
+        let f = flatten(action);
+        Axes { required_tier: self.classifier.classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
+    }
+
+    /// Decides one action. A ledger that cannot be read is an error (the
+    /// caller must not proceed).
+    pub fn evaluate(&self, action: &Action, granted: PermissionTier) -> crate::Result<PermissionDecision> {
+        let axes = self.axes(action);
+        let fp = fingerprint(action);
+        let record = match &self.ledger {
+            Some(l) => l.latest(&fp)?,
+            None => None,
+        };
+        let required = axes.required_tier;
+        let (decision, reason) = match record {
+            Some(r) if r.decision == ApprovalVerdict::Approved => (Decision::Allow, None),
+            Some(r) => (Decision::Deny, Some(format!("previously rejected by {} ({})", r.reviewer, r.reason))),
+            None if required == PermissionTier::FullAccess => (
+                Decision::NeedsApproval,
+                Some("full_access actions require human approval before execution".to_string()),
+            ),
+            None if required > granted => (
+                Decision::NeedsApproval,
+                Some(format!("action requires {required} but session is granted only {granted}")),
+            ),
+            None => (Decision::Allow, None),
+        };
+        Ok(PermissionDecision {
+            action_id: action.id.clone(),
+            fingerprint: fp,
+            decision,
+            required,
+            granted,
+            reversibility: axes.reversibility,
+            reason,
+        })
+    }
+
+    /// Records a reviewer's verdict for an action's operation.
+    pub fn record(
+        &self,
+        action: &Action,
+        approve: bool,
+        reviewer: &str,
+        reason: &str,
+        evidence: Option<Value>,
+    ) -> crate::Result<ApprovalRecord> {
+        let required = self.axes(action).required_tier;
+        self.record_fingerprint(&fingerprint(action), required, approve, reviewer, reason, evidence)
+    }
+
+    /// Records a verdict for an explicit fingerprint.
+    pub fn record_fingerprint(
+        &self,
+        fingerprint: &str,
+        required_tier: PermissionTier,
+        approve: bool,
+        reviewer: &str,
+        reason: &str,
+        evidence: Option<Value>,
+    ) -> crate::Result<ApprovalRecord> {
+        let ledger =
+            self.ledger.as_ref().ok_or_else(|| Error::runtime("no_ledger", "no approvals ledger is configured"))?;
+        if fingerprint.is_empty() {
+            return Err(Error::invalid_argument("fingerprint", "must not be empty"));
+        }
+        let rec = ApprovalRecord {
+            fingerprint: fingerprint.to_string(),
+            required_tier,
+            decision: if approve { ApprovalVerdict::Approved } else { ApprovalVerdict::Rejected },
+            reviewer: reviewer.to_string(),
+            reason: reason.to_string(),
+            evidence,
+            decided_at: chrono::Utc::now(),
+        };
+        ledger.append(&rec)?;
+        Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn act(id: &str, tool: &str, params: Value) -> Action {
+        let mut a = Action::tool_call(tool);
+        a.id = id.into();
+        a.parameters = params.as_object().cloned().unwrap_or_default();
+        a
+    }
+
+    #[test]
+    fn fingerprint_is_canonical() {
+        let a = act("a", "deploy", json!({"z": 1, "a": {"y": 2, "b": [1, "x"]}}));
+        assert_eq!(fingerprint(&a), r#"tool_call|deploy|{"a":{"b":[1,"x"],"y":2},"z":1}"#);
+        let mut s = Action::new(crate::ir::ActionType::StateRead);
+        s.parameters = Default::default();
+        assert_eq!(fingerprint(&s), "state_read|-|{}");
+    }
+
+    #[test]
+    fn gate_decisions_and_ledger() {
+        let gate = PermissionGate::new().with_ledger(Box::<MemoryLedger>::default());
+        let deploy = act("d", "deploy", json!({"target": "prod"}));
+        let read = act("r", "read_file", json!({"path": "x"}));
+        let d = gate.evaluate(&deploy, PermissionTier::FullAccess).unwrap();
+        assert_eq!(d.decision, Decision::NeedsApproval, "full_access always needs approval");
+        let r = gate.evaluate(&read, PermissionTier::ReadOnly).unwrap();
+        assert_eq!(r.decision, Decision::NeedsApproval);
+        assert_eq!(r.reason.as_deref(), Some("action requires sandbox_edit but session is granted only read_only"));
+        assert_eq!(gate.evaluate(&read, PermissionTier::SandboxEdit).unwrap().decision, Decision::Allow);
+        gate.record(&deploy, false, "bob", "no", None).unwrap();
+        let d = gate.evaluate(&deploy, PermissionTier::FullAccess).unwrap();
+        assert_eq!(d.decision, Decision::Deny);
+        assert_eq!(d.reason.as_deref(), Some("previously rejected by bob (no)"));
+        gate.record(&deploy, true, "al", "ok", None).unwrap();
+        assert_eq!(gate.evaluate(&deploy, PermissionTier::ReadOnly).unwrap().decision, Decision::Allow, "latest wins");
+        assert!(PermissionGate::new().record(&deploy, true, "x", "y", None).is_err());
+    }
+}

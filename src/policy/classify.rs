@@ -1,0 +1,592 @@
+//! The two axes: authority ([`PermissionTier`], who may authorize an action)
+//! and reversibility (can it be undone), computed independently from one
+//! flattened view of the action.
+//!
+//! Both classifiers are keyword heuristics that match **at boundaries**, not
+//! as substrings:
+//! - tool-name segments, split at `_`, `-`, `.`, `/`, `:` and camelCase
+//!   (`sendEmail` → `send`, `email`);
+//! - command keys (`command`, `cmd`, `args`, `argv`, `flags`), whose values
+//!   are read as shell words and matched at command position;
+//! - parameter key names (`api_key`, `auth.token`);
+//! - target paths (`~/.ssh/id_rsa`, `.aws/credentials`, `*.pem`);
+//! - a short list of always-dangerous phrases matched as whole words in any
+//!   string (`drop table`, `delete from`, `rm -rf`, `git reset`).
+//!
+//! So a URL does not match `http`, `format_date` does not match `format` and
+//! "release notes" does not match `release`. Unknown tools are irreversible.
+//!
+//! Known misses, pinned by tests and all erring toward over-asking:
+//! `list_deployments` is compensable (the object `deploy` wins over the verb
+//! `list`), `get_payment` is irreversible (money is matched by its object),
+//! a `git push` is compensable unconditionally (the honest hedge is "if nobody
+//! has pulled yet"), and `read_secret` is reversible — this axis is about
+//! effects, and reading has none; an exfiltrating read is maximally dangerous
+//! and maximally reversible at once, which is why it is `full_access`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ir::{Action, ActionType, Reversibility};
+
+/// Who may authorize an action: `read_only < sandbox_edit < full_access`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionTier {
+    /// Reads nothing but state; changes nothing.
+    ReadOnly,
+    /// Local work inside the sandbox.
+    #[default]
+    SandboxEdit,
+    /// Externally consequential; always needs a human approval.
+    FullAccess,
+}
+
+impl PermissionTier {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionTier::ReadOnly => "read_only",
+            PermissionTier::SandboxEdit => "sandbox_edit",
+            PermissionTier::FullAccess => "full_access",
+        }
+    }
+
+    /// Parses a wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "read_only" => Some(PermissionTier::ReadOnly),
+            "sandbox_edit" => Some(PermissionTier::SandboxEdit),
+            "full_access" => Some(PermissionTier::FullAccess),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PermissionTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PermissionTier {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        PermissionTier::parse(s).ok_or_else(|| {
+            crate::Error::invalid_argument(
+                "tier",
+                format!("unknown permission tier `{s}`; expected `read_only`, `sandbox_edit` or `full_access`"),
+            )
+        })
+    }
+}
+
+/// Keys whose values are read as shell words.
+pub const COMMAND_KEYS: &[&str] = &["command", "cmd", "args", "argv", "flags"];
+
+/// Executables that make a command `full_access` when found at command
+/// position in a command key.
+pub const FULL_ACCESS_COMMAND_KEYWORDS: &[&str] = &[
+    "rm",
+    "sudo",
+    "su",
+    "doas",
+    "curl",
+    "wget",
+    "ssh",
+    "scp",
+    "sftp",
+    "rsync",
+    "nc",
+    "ncat",
+    "netcat",
+    "telnet",
+    "ftp",
+    "format",
+    "mkfs",
+    "fdisk",
+    "parted",
+    "dd",
+    "shred",
+    "chmod",
+    "chown",
+    "chgrp",
+    "shutdown",
+    "reboot",
+    "halt",
+    "poweroff",
+    "kill",
+    "killall",
+    "pkill",
+    "crontab",
+    "iptables",
+    "kubectl",
+    "terraform",
+    "helm",
+];
+
+/// Two-word commands (`git push`) that make a command `full_access`.
+pub const FULL_ACCESS_SUBCOMMANDS: &[(&str, &str)] = &[
+    ("git", "push"),
+    ("git", "reset"),
+    ("git", "clean"),
+    ("npm", "publish"),
+    ("cargo", "publish"),
+    ("docker", "rm"),
+    ("docker", "push"),
+    ("gh", "release"),
+    ("pip", "upload"),
+    ("twine", "upload"),
+];
+
+/// Phrases that are dangerous wherever they appear (matched as whole words).
+pub const DANGEROUS_PHRASES: &[&str] = &[
+    "drop table",
+    "drop database",
+    "drop schema",
+    "delete from",
+    "truncate table",
+    "rm -rf",
+    "rm -fr",
+    "git reset",
+    "git push --force",
+];
+
+/// Tool-name segments that make a tool `full_access`.
+pub const FULL_ACCESS_TOOL_SEGMENTS: &[&str] = &[
+    "deploy",
+    "release",
+    "publish",
+    "send",
+    "email",
+    "mail",
+    "sms",
+    "payment",
+    "payments",
+    "pay",
+    "charge",
+    "refund",
+    "payout",
+    "invoice",
+    "secret",
+    "secrets",
+    "password",
+    "credential",
+    "credentials",
+    "delete",
+    "remove",
+    "rm",
+    "drop",
+    "destroy",
+    "purge",
+    "wipe",
+    "push",
+    "upload",
+    "download",
+    "kubectl",
+    "terraform",
+    "sudo",
+    "transfer",
+    "wire",
+];
+
+/// Parameter key names that carry a credential (compared in snake_case).
+pub const SENSITIVE_KEYS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "api_token",
+    "api_secret",
+    "access_token",
+    "auth_token",
+    "bearer_token",
+    "refresh_token",
+    "id_token",
+    "secret",
+    "client_secret",
+    "secret_key",
+    "secret_access_key",
+    "access_key",
+    "access_key_id",
+    "private_key",
+    "password",
+    "passwd",
+    "passphrase",
+    "credentials",
+    "credential",
+    "authorization",
+    "auth.token",
+    "auth.password",
+    "auth.key",
+];
+
+/// Path fragments naming secrets on disk.
+pub const SENSITIVE_PATH_FRAGMENTS: &[&str] = &[
+    "/.ssh/",
+    ".aws/credentials",
+    ".aws/config",
+    "/.gnupg/",
+    ".kube/config",
+    "/etc/shadow",
+    "/etc/sudoers",
+    "/.netrc",
+    "/.docker/config.json",
+    "/.config/gcloud/",
+];
+
+/// File-name suffixes naming secrets on disk.
+pub const SENSITIVE_PATH_SUFFIXES: &[&str] = &[
+    ".pem",
+    ".key",
+    ".p12",
+    ".pfx",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "/.env",
+    "/.netrc",
+    "/.pgpass",
+    "/etc/passwd",
+];
+
+/// Tool-name segments meaning the effect cannot be undone.
+pub const IRREVERSIBLE_SEGMENTS: &[&str] = &[
+    "delete", "remove", "rm", "drop", "destroy", "purge", "wipe", "truncate", "erase", "shred", "kill", "send",
+    "email", "mail", "sms", "message", "notify", "payment", "pay", "charge", "refund", "transfer", "payout", "publish",
+    "release", "format", "shutdown", "reboot", "download", "post", "tweet",
+];
+
+/// Tool-name segments meaning the effect is undone by a compensating action.
+pub const COMPENSABLE_SEGMENTS: &[&str] = &[
+    "deploy",
+    "push",
+    "commit",
+    "create",
+    "insert",
+    "update",
+    "upsert",
+    "install",
+    "upload",
+    "add",
+    "merge",
+    "tag",
+    "provision",
+    "scale",
+    "enable",
+    "disable",
+    "assign",
+    "invite",
+    "schedule",
+    "rename",
+    "move",
+    "patch",
+];
+
+/// Tool-name segments meaning the tool has no effect to undo.
+pub const REVERSIBLE_SEGMENTS: &[&str] = &[
+    "read", "get", "list", "ls", "find", "grep", "search", "query", "fetch", "status", "show", "view", "describe",
+    "inspect", "lookup", "head", "cat", "check", "count", "diff", "stat", "peek", "browse", "preview", "explain",
+];
+
+/// Phrases in any string that make an effect irreversible.
+pub const IRREVERSIBLE_PHRASES: &[&str] = &[
+    "drop table",
+    "drop database",
+    "drop schema",
+    "delete from",
+    "truncate table",
+    "rm -rf",
+    "rm -fr",
+    "git reset --hard",
+    "git clean",
+    "git push --force",
+    "git push -f",
+];
+
+/// Phrases in any string that make an effect compensable.
+pub const COMPENSABLE_PHRASES: &[&str] =
+    &["insert into", "git push", "git commit", "git merge", "git tag", "create table", "alter table"];
+
+/// Inflections a tool-name segment may carry beyond its keyword stem for the
+/// reversibility axis (`deployments` → `deploy`).
+const INFLECTIONS: &[&str] = &["", "s", "es", "ed", "d", "ing", "ment", "ments", "er", "ers", "ion", "ions"];
+
+/// One flattened view of an action, built once and read by both classifiers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flattened {
+    /// The action type.
+    pub action_type: Option<ActionType>,
+    /// Lowercased tool-name segments.
+    pub tool_segments: Vec<String>,
+    /// Lowercased dotted key paths of every nested parameter, in snake_case.
+    pub key_paths: Vec<String>,
+    /// Lowercased words of every command-key value.
+    pub commands: Vec<Vec<String>>,
+    /// Lowercased words of every nested string (and the tool name).
+    pub words: Vec<String>,
+    /// Every nested string, lowercased.
+    pub strings: Vec<String>,
+}
+
+/// Splits a tool name into lowercased segments at `_ - . / :` and camelCase.
+pub fn tool_segments(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in name.split(['_', '-', '.', '/', ':', ' ']) {
+        let mut cur = String::new();
+        let chars: Vec<char> = part.chars().collect();
+        for (i, &c) in chars.iter().enumerate() {
+            let boundary = c.is_uppercase()
+                && i > 0
+                && (chars[i - 1].is_lowercase()
+                    || chars[i - 1].is_ascii_digit()
+                    || chars.get(i + 1).is_some_and(|n| n.is_lowercase()) && chars[i - 1].is_uppercase());
+            if boundary && !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            cur.extend(c.to_lowercase());
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+    }
+    out
+}
+
+fn snake_key(key: &str) -> String {
+    tool_segments(key).join("_")
+}
+
+/// Splits text into lowercased shell-ish words: whitespace separated, with
+/// surrounding quotes, brackets and trailing `;`/`,` stripped; shell
+/// separators become their own words.
+pub fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for raw in text.split_whitespace() {
+        let mut w = raw.to_lowercase();
+        let mut trailing_sep = None;
+        for sep in [";", "&&", "||", "|", "&"] {
+            if w.len() > sep.len() && w.ends_with(sep) {
+                w.truncate(w.len() - sep.len());
+                trailing_sep = Some(sep);
+                break;
+            }
+        }
+        let trimmed =
+            w.trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '(' | ')' | '[' | ']' | '{' | '}' | ',' | ';'));
+        if !trimmed.is_empty() {
+            out.push(trimmed.to_string());
+        } else if matches!(w.as_str(), ";" | "&&" | "||" | "|" | "&") {
+            out.push(w.clone());
+        }
+        if let Some(sep) = trailing_sep {
+            out.push(sep.to_string());
+        }
+    }
+    out
+}
+
+fn contains_phrase(words: &[String], phrase: &str) -> bool {
+    let p: Vec<&str> = phrase.split(' ').collect();
+    !p.is_empty() && words.windows(p.len()).any(|w| w.iter().zip(&p).all(|(a, b)| a == b))
+}
+
+fn collect(v: &Value, path: &str, under_command: bool, f: &mut Flattened) {
+    match v {
+        Value::String(s) => {
+            let lower = s.to_lowercase();
+            let w = words(&lower);
+            if under_command {
+                f.commands.push(w.clone());
+            }
+            f.words.extend(w);
+            f.strings.push(lower);
+        }
+        Value::Array(items) => {
+            if under_command && items.iter().all(Value::is_string) {
+                // An argv array is one command.
+                let joined: Vec<String> = items.iter().filter_map(Value::as_str).map(str::to_lowercase).collect();
+                f.commands.push(words(&joined.join(" ")));
+                for s in joined {
+                    f.words.extend(words(&s));
+                    f.strings.push(s);
+                }
+            } else {
+                for item in items {
+                    collect(item, path, under_command, f);
+                }
+            }
+        }
+        Value::Object(m) => collect_map(m, path, under_command, f),
+        _ => {}
+    }
+}
+
+fn collect_map(m: &Map<String, Value>, prefix: &str, under_command: bool, f: &mut Flattened) {
+    for (k, v) in m {
+        let key = snake_key(k);
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        let cmd = under_command || COMMAND_KEYS.contains(&key.as_str());
+        f.key_paths.push(path.clone());
+        collect(v, &path, cmd, f);
+    }
+}
+
+/// Flattens an action once: tool segments, key paths, command words and
+/// every nested string, lowercased.
+pub fn flatten(action: &Action) -> Flattened {
+    let mut f = Flattened { action_type: Some(action.action_type), ..Flattened::default() };
+    if let Some(tool) = &action.tool {
+        f.tool_segments = tool_segments(tool);
+    }
+    collect_map(&action.parameters, "", false, &mut f);
+    f
+}
+
+fn at_command_position(cmd: &[String]) -> impl Iterator<Item = usize> + '_ {
+    const WRAPPERS: &[&str] = &["sudo", "doas", "env", "nohup", "time", "nice", "xargs", "exec", "command", "-c"];
+    (0..cmd.len()).filter(move |&i| {
+        i == 0
+            || matches!(cmd[i - 1].as_str(), ";" | "&&" | "||" | "|" | "&" | "then" | "do")
+            || WRAPPERS.contains(&cmd[i - 1].as_str())
+    })
+}
+
+fn command_is_full_access(cmd: &[String]) -> bool {
+    at_command_position(cmd).any(|i| {
+        let w = cmd[i].rsplit('/').next().unwrap_or(&cmd[i]);
+        FULL_ACCESS_COMMAND_KEYWORDS.contains(&w)
+            || w.starts_with("mkfs.")
+            || FULL_ACCESS_SUBCOMMANDS.iter().any(|(a, b)| w == *a && cmd.get(i + 1).is_some_and(|n| n == b))
+    })
+}
+
+fn key_is_sensitive(path: &str) -> bool {
+    let leaf = path.rsplit('.').next().unwrap_or(path);
+    SENSITIVE_KEYS.contains(&leaf)
+        || SENSITIVE_KEYS.iter().any(|k| k.contains('.') && (path == *k || path.ends_with(&format!(".{k}"))))
+}
+
+fn path_is_sensitive(s: &str) -> bool {
+    let s = s.trim();
+    if s.contains(char::is_whitespace) && !s.starts_with('/') && !s.starts_with('~') && !s.starts_with('.') {
+        return false;
+    }
+    let normalized = if let Some(rest) = s.strip_prefix("~/") { format!("/{rest}") } else { format!("/{s}") };
+    SENSITIVE_PATH_FRAGMENTS.iter().any(|p| normalized.contains(p))
+        || SENSITIVE_PATH_SUFFIXES.iter().any(|p| normalized.ends_with(p))
+}
+
+/// The authority classifier. Its keyword lists are public so a host can
+/// extend them.
+#[derive(Debug, Clone)]
+pub struct RiskClassifier {
+    /// Tool-name segments that require `full_access`.
+    pub full_access_tool_segments: Vec<String>,
+    /// Executables that require `full_access` in a command key.
+    pub full_access_commands: Vec<String>,
+    /// Phrases that require `full_access` anywhere.
+    pub dangerous_phrases: Vec<String>,
+}
+
+impl Default for RiskClassifier {
+    fn default() -> Self {
+        let own = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        RiskClassifier {
+            full_access_tool_segments: own(FULL_ACCESS_TOOL_SEGMENTS),
+            full_access_commands: own(FULL_ACCESS_COMMAND_KEYWORDS),
+            dangerous_phrases: own(DANGEROUS_PHRASES),
+        }
+    }
+}
+
+impl RiskClassifier {
+    /// The tier required to authorize `action`.
+    pub fn classify(&self, action: &Action) -> PermissionTier {
+        self.classify_flat(&flatten(action))
+    }
+
+    /// The tier required for an already flattened action.
+    pub fn classify_flat(&self, f: &Flattened) -> PermissionTier {
+        match f.action_type {
+            Some(ActionType::StateRead) | Some(ActionType::Assertion) => return PermissionTier::ReadOnly,
+            Some(ActionType::StateWrite) => return PermissionTier::SandboxEdit,
+            _ => {}
+        }
+        if self.full_access_reason(f).is_some() { PermissionTier::FullAccess } else { PermissionTier::SandboxEdit }
+    }
+
+    /// Why a tool call needs `full_access`, if it does (names the signal,
+    /// never a parameter value).
+    pub fn full_access_reason(&self, f: &Flattened) -> Option<String> {
+        if let Some(s) = f.tool_segments.iter().find(|s| self.full_access_tool_segments.contains(s)) {
+            return Some(format!("tool name segment `{s}`"));
+        }
+        for cmd in &f.commands {
+            if command_is_full_access(cmd)
+                || at_command_position(cmd).any(|i| self.full_access_commands.iter().any(|c| *c == cmd[i]))
+            {
+                return Some("a command key runs a privileged or external command".into());
+            }
+        }
+        if let Some(k) = f.key_paths.iter().find(|k| key_is_sensitive(k)) {
+            return Some(format!("parameter key `{k}` carries a credential"));
+        }
+        if f.strings.iter().any(|s| path_is_sensitive(s)) {
+            return Some("a parameter targets a secret path".into());
+        }
+        if let Some(p) = self.dangerous_phrases.iter().find(|p| contains_phrase(&f.words, p)) {
+            return Some(format!("a parameter contains the dangerous phrase `{p}`"));
+        }
+        None
+    }
+}
+
+fn segment_matches(segment: &str, stems: &[&str]) -> bool {
+    stems.iter().any(|stem| {
+        segment.strip_prefix(stem).is_some_and(|rest| INFLECTIONS.contains(&rest))
+            || (stem.ends_with('e') && segment.strip_prefix(&stem[..stem.len() - 1]).is_some_and(|r| r == "ing"))
+    })
+}
+
+/// The reversibility classifier: can the action be undone? Independent of
+/// the tier. Unknown tools are `irreversible`.
+pub fn classify_reversibility(action: &Action) -> Reversibility {
+    classify_reversibility_flat(&flatten(action))
+}
+
+/// [`classify_reversibility`] over an already flattened action.
+pub fn classify_reversibility_flat(f: &Flattened) -> Reversibility {
+    match f.action_type {
+        Some(ActionType::StateRead) | Some(ActionType::Assertion) | Some(ActionType::StateWrite) => {
+            return Reversibility::Reversible;
+        }
+        _ => {}
+    }
+    let seg = |stems: &[&str]| f.tool_segments.iter().any(|s| segment_matches(s, stems));
+    let phrase = |ps: &[&str]| ps.iter().any(|p| contains_phrase(&f.words, p));
+    if seg(IRREVERSIBLE_SEGMENTS) || phrase(IRREVERSIBLE_PHRASES) {
+        Reversibility::Irreversible
+    } else if seg(COMPENSABLE_SEGMENTS) || phrase(COMPENSABLE_PHRASES) {
+        Reversibility::Compensable
+    } else if seg(REVERSIBLE_SEGMENTS) {
+        Reversibility::Reversible
+    } else {
+        Reversibility::Irreversible
+    }
+}
+
+/// Both axes of one action, from one flattening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Axes {
+    /// Who may authorize it.
+    pub required_tier: PermissionTier,
+    /// Whether it can be undone.
+    pub reversibility: Reversibility,
+}
+
+/// Flattens `action` once and classifies it on both axes with the default
+/// classifier.
+pub fn evaluate_axes(action: &Action) -> Axes {
+    let f = flatten(action);
+    Axes { required_tier: RiskClassifier::default().classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
+}

@@ -1,0 +1,234 @@
+//! Dispatch-time inspectors: a short-circuiting chain of guards over
+//! `(tool_name, params)`, separate from the action-level policies and run when
+//! a tool is dispatched rather than when an action is validated.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+/// An inspector's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InspectorVerdict {
+    /// Let the call through (to the next inspector).
+    Allow,
+    /// Refuse the call with this reason.
+    Deny(String),
+}
+
+/// A dispatch-time guard.
+pub trait Inspector: Send + Sync {
+    /// The inspector's name, used in denials.
+    fn name(&self) -> &str;
+    /// Judges one call.
+    fn inspect(&self, tool: &str, params: &Map<String, Value>) -> InspectorVerdict;
+}
+
+struct FnInspector<F> {
+    name: String,
+    f: F,
+}
+
+impl<F> Inspector for FnInspector<F>
+where
+    F: Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn inspect(&self, tool: &str, params: &Map<String, Value>) -> InspectorVerdict {
+        (self.f)(tool, params)
+    }
+}
+
+/// A denial by one inspector of a chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectorDenial {
+    /// The denying inspector.
+    pub inspector: String,
+    /// Its reason.
+    pub reason: String,
+}
+
+impl std::fmt::Display for InspectorDenial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "denied by policy: {} ({})", self.reason, self.inspector)
+    }
+}
+
+/// Inspectors run in order; the first deny stops the chain. A panicking
+/// inspector denies (fail closed).
+#[derive(Clone, Default)]
+pub struct InspectorChain {
+    inspectors: Vec<Arc<dyn Inspector>>,
+}
+
+impl std::fmt::Debug for InspectorChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.inspectors.iter().map(|i| i.name().to_string())).finish()
+    }
+}
+
+impl InspectorChain {
+    /// An empty chain (allows everything).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends an inspector.
+    pub fn push(&mut self, inspector: Arc<dyn Inspector>) -> &mut Self {
+        self.inspectors.push(inspector);
+        self
+    }
+
+    /// Appends a closure inspector.
+    pub fn push_fn(
+        &mut self,
+        name: impl Into<String>,
+        f: impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.push(Arc::new(FnInspector { name: name.into(), f }))
+    }
+
+    /// Number of inspectors.
+    pub fn len(&self) -> usize {
+        self.inspectors.len()
+    }
+
+    /// True when the chain is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inspectors.is_empty()
+    }
+
+    /// Runs the chain; `Err` carries the first denial.
+    pub fn inspect(&self, tool: &str, params: &Map<String, Value>) -> Result<(), InspectorDenial> {
+        for i in &self.inspectors {
+            let verdict = catch_unwind(AssertUnwindSafe(|| i.inspect(tool, params)))
+                .unwrap_or_else(|_| InspectorVerdict::Deny(format!("inspector `{}` panicked", i.name())));
+            if let InspectorVerdict::Deny(reason) = verdict {
+                return Err(InspectorDenial { inspector: i.name().to_string(), reason });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An egress filter: denies a call whose `url`-like parameters (`url`,
+/// `uri`, `endpoint`, `host`) name a host outside `allowed_hosts` (exact or a
+/// subdomain). A value that is not a parseable URL or host denies.
+pub fn egress_allowlist(
+    allowed_hosts: Vec<String>,
+) -> impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync {
+    let allowed: Vec<String> = allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()).collect();
+    move |_tool, params| {
+        for key in ["url", "uri", "endpoint", "host"] {
+            let Some(v) = params.get(key) else { continue };
+            let Some(s) = v.as_str() else {
+                return InspectorVerdict::Deny(format!("parameter `{key}` is not a string"));
+            };
+            let Some(host) = host_of(s) else {
+                return InspectorVerdict::Deny(format!("parameter `{key}` names no recognisable host"));
+            };
+            if !allowed.iter().any(|a| host == *a || host.ends_with(&format!(".{a}"))) {
+                return InspectorVerdict::Deny(format!("parameter `{key}` names a host outside the egress allowlist"));
+            }
+        }
+        InspectorVerdict::Allow
+    }
+}
+
+fn host_of(s: &str) -> Option<String> {
+    let rest = s.split_once("://").map_or(s, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let host =
+        if let Some(v6) = host_port.strip_prefix('[') { v6.split(']').next()? } else { host_port.split(':').next()? };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    (!host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':')))
+        .then_some(host)
+}
+
+/// A repetition detector: denies the `max_repeats + 1`-th consecutive call
+/// with the same tool and parameters.
+pub fn repetition_limit(max_repeats: usize) -> impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync {
+    let last: std::sync::Mutex<(String, usize)> = std::sync::Mutex::new((String::new(), 0));
+    move |tool, params| {
+        let key = format!("{tool}|{}", Value::Object(params.clone()));
+        let Ok(mut g) = last.lock() else {
+            return InspectorVerdict::Deny("repetition state unavailable".into());
+        };
+        if g.0 == key {
+            g.1 += 1;
+        } else {
+            *g = (key, 1);
+        }
+        if g.1 > max_repeats {
+            InspectorVerdict::Deny(format!(
+                "`{tool}` repeated with identical parameters more than {max_repeats} time(s)"
+            ))
+        } else {
+            InspectorVerdict::Allow
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn chain_short_circuits_on_first_deny() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c2 = calls.clone();
+        let mut chain = InspectorChain::new();
+        chain.push_fn("allow", |_, _| InspectorVerdict::Allow);
+        chain.push_fn(
+            "deny_x",
+            |t, _| if t == "x" { InspectorVerdict::Deny("no x".into()) } else { InspectorVerdict::Allow },
+        );
+        chain.push_fn("count", move |_, _| {
+            c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            InspectorVerdict::Allow
+        });
+        let d = chain.inspect("x", &Map::new()).unwrap_err();
+        assert_eq!(d.inspector, "deny_x");
+        assert_eq!(d.to_string(), "denied by policy: no x (deny_x)");
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(chain.inspect("y", &Map::new()).is_ok());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn panicking_inspector_denies() {
+        let mut chain = InspectorChain::new();
+        chain.push_fn("boom", |_, _| panic!("bad"));
+        assert_eq!(chain.inspect("x", &Map::new()).unwrap_err().inspector, "boom");
+    }
+
+    #[test]
+    fn egress_and_repetition() {
+        let egress = egress_allowlist(vec!["example.com".into()]);
+        assert_eq!(egress("http", &params(json!({"url": "https://api.example.com/x"}))), InspectorVerdict::Allow);
+        assert_eq!(egress("http", &params(json!({"url": "https://u:p@example.com:8443/x"}))), InspectorVerdict::Allow);
+        assert!(matches!(
+            egress("http", &params(json!({"url": "https://evil.com/example.com"}))),
+            InspectorVerdict::Deny(_)
+        ));
+        assert!(matches!(
+            egress("http", &params(json!({"url": "https://example.com.evil.io"}))),
+            InspectorVerdict::Deny(_)
+        ));
+        assert!(matches!(egress("http", &params(json!({"url": 5}))), InspectorVerdict::Deny(_)));
+        let rep = repetition_limit(2);
+        let p = params(json!({"a": 1}));
+        assert_eq!(rep("t", &p), InspectorVerdict::Allow);
+        assert_eq!(rep("t", &p), InspectorVerdict::Allow);
+        assert!(matches!(rep("t", &p), InspectorVerdict::Deny(_)));
+        assert_eq!(rep("t", &params(json!({"a": 2}))), InspectorVerdict::Allow);
+    }
+}
