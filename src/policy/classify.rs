@@ -158,8 +158,6 @@ pub const FULL_ACCESS_TOOL_SEGMENTS: &[&str] = &[
     "release",
     "publish",
     "send",
-    "email",
-    "mail",
     "sms",
     "payment",
     "payments",
@@ -167,7 +165,6 @@ pub const FULL_ACCESS_TOOL_SEGMENTS: &[&str] = &[
     "charge",
     "refund",
     "payout",
-    "invoice",
     "secret",
     "secrets",
     "password",
@@ -176,16 +173,23 @@ pub const FULL_ACCESS_TOOL_SEGMENTS: &[&str] = &[
     "delete",
     "remove",
     "rm",
+    "rmdir",
+    "unlink",
+    "clean",
     "drop",
+    "truncate",
     "destroy",
-    "purge",
     "wipe",
     "push",
     "upload",
     "download",
+    "reset",
     "kubectl",
     "terraform",
+    "helm",
     "sudo",
+    "chmod",
+    "chown",
     "transfer",
     "wire",
 ];
@@ -199,6 +203,7 @@ pub const SENSITIVE_KEYS: &[&str] = &[
     "access_token",
     "auth_token",
     "bearer_token",
+    "token",
     "refresh_token",
     "id_token",
     "secret",
@@ -251,9 +256,9 @@ pub const SENSITIVE_PATH_SUFFIXES: &[&str] = &[
 
 /// Tool-name segments meaning the effect cannot be undone.
 pub const IRREVERSIBLE_SEGMENTS: &[&str] = &[
-    "delete", "remove", "rm", "drop", "destroy", "purge", "wipe", "truncate", "erase", "shred", "kill", "send",
-    "email", "mail", "sms", "message", "notify", "payment", "pay", "charge", "refund", "transfer", "payout", "publish",
-    "release", "format", "shutdown", "reboot", "download", "post", "tweet",
+    "delete", "remove", "rm", "rmdir", "unlink", "clean", "drop", "destroy", "purge", "wipe", "truncate", "erase",
+    "shred", "kill", "send", "sms", "notify", "payment", "pay", "charge", "refund", "transfer", "payout", "invoice",
+    "publish", "release", "format", "shutdown", "reboot", "download", "post", "tweet",
 ];
 
 /// Tool-name segments meaning the effect is undone by a compensating action.
@@ -261,31 +266,36 @@ pub const COMPENSABLE_SEGMENTS: &[&str] = &[
     "deploy",
     "push",
     "commit",
+    "clone",
     "create",
     "insert",
     "update",
     "upsert",
+    "put",
     "install",
     "upload",
     "add",
-    "merge",
     "tag",
     "provision",
     "scale",
+    "start",
+    "stop",
+    "restart",
     "enable",
     "disable",
     "assign",
+    "grant",
     "invite",
+    "subscribe",
     "schedule",
-    "rename",
-    "move",
     "patch",
 ];
 
 /// Tool-name segments meaning the tool has no effect to undo.
 pub const REVERSIBLE_SEGMENTS: &[&str] = &[
-    "read", "get", "list", "ls", "find", "grep", "search", "query", "fetch", "status", "show", "view", "describe",
-    "inspect", "lookup", "head", "cat", "check", "count", "diff", "stat", "peek", "browse", "preview", "explain",
+    "read", "get", "list", "ls", "find", "grep", "search", "query", "select", "fetch", "status", "show", "view",
+    "describe", "inspect", "lookup", "head", "tail", "cat", "check", "count", "diff", "stat", "peek", "browse",
+    "preview", "explain", "validate", "scan",
 ];
 
 /// Phrases in any string that make an effect irreversible.
@@ -299,8 +309,6 @@ pub const IRREVERSIBLE_PHRASES: &[&str] = &[
     "rm -fr",
     "git reset --hard",
     "git clean",
-    "git push --force",
-    "git push -f",
 ];
 
 /// Phrases in any string that make an effect compensable.
@@ -309,7 +317,7 @@ pub const COMPENSABLE_PHRASES: &[&str] =
 
 /// Inflections a tool-name segment may carry beyond its keyword stem for the
 /// reversibility axis (`deployments` → `deploy`).
-const INFLECTIONS: &[&str] = &["", "s", "es", "ed", "d", "ing", "ment", "ments", "er", "ers", "ion", "ions"];
+const INFLECTIONS: &[&str] = &["", "s", "es", "ed", "d", "ing", "ment", "ments", "ion", "ions"];
 
 /// One flattened view of an action, built once and read by both classifiers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -451,10 +459,10 @@ fn at_command_position(cmd: &[String]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
-fn command_is_full_access(cmd: &[String]) -> bool {
+fn command_is_full_access(cmd: &[String], executables: &[String]) -> bool {
     at_command_position(cmd).any(|i| {
         let w = cmd[i].rsplit('/').next().unwrap_or(&cmd[i]);
-        FULL_ACCESS_COMMAND_KEYWORDS.contains(&w)
+        executables.iter().any(|e| e == w)
             || w.starts_with("mkfs.")
             || FULL_ACCESS_SUBCOMMANDS.iter().any(|(a, b)| w == *a && cmd.get(i + 1).is_some_and(|n| n == b))
     })
@@ -522,9 +530,7 @@ impl RiskClassifier {
             return Some(format!("tool name segment `{s}`"));
         }
         for cmd in &f.commands {
-            if command_is_full_access(cmd)
-                || at_command_position(cmd).any(|i| self.full_access_commands.iter().any(|c| *c == cmd[i]))
-            {
+            if command_is_full_access(cmd, &self.full_access_commands) {
                 return Some("a command key runs a privileged or external command".into());
             }
         }
@@ -587,6 +593,120 @@ pub struct Axes {
 /// Flattens `action` once and classifies it on both axes with the default
 /// classifier.
 pub fn evaluate_axes(action: &Action) -> Axes {
+    static DEFAULT: std::sync::LazyLock<RiskClassifier> = std::sync::LazyLock::new(RiskClassifier::default);
     let f = flatten(action);
-    Axes { required_tier: RiskClassifier::default().classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
+    Axes { required_tier: DEFAULT.classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(tool: &str, params: Value) -> Action {
+        let mut a = Action::tool_call(tool);
+        a.parameters = params.as_object().cloned().unwrap_or_default();
+        a
+    }
+
+    fn tier(tool: &str, params: Value) -> PermissionTier {
+        RiskClassifier::default().classify(&call(tool, params))
+    }
+
+    fn rev(tool: &str, params: Value) -> Reversibility {
+        classify_reversibility(&call(tool, params))
+    }
+
+    #[test]
+    fn known_misses_are_pinned() {
+        assert_eq!(rev("list_deployments", json!({})), Reversibility::Compensable);
+        assert_eq!(rev("get_payment", json!({})), Reversibility::Irreversible);
+        assert_eq!(rev("git_push", json!({})), Reversibility::Compensable);
+        assert_eq!(rev("shell", json!({"command": "git push origin main"})), Reversibility::Compensable);
+        assert_eq!(rev("shell", json!({"command": "git push --force origin main"})), Reversibility::Compensable);
+        assert_eq!(rev("read_secret", json!({})), Reversibility::Reversible);
+        assert_eq!(tier("read_secret", json!({})), PermissionTier::FullAccess);
+    }
+
+    #[test]
+    fn unknown_tools_are_irreversible_sandbox_edit() {
+        assert_eq!(rev("frobnicate", json!({})), Reversibility::Irreversible);
+        assert_eq!(tier("frobnicate", json!({})), PermissionTier::SandboxEdit);
+    }
+
+    #[test]
+    fn action_types() {
+        let read = Action::new(ActionType::StateRead);
+        let assert_ = Action::new(ActionType::Assertion);
+        let write = Action::new(ActionType::StateWrite);
+        assert_eq!(
+            evaluate_axes(&read),
+            Axes { required_tier: PermissionTier::ReadOnly, reversibility: Reversibility::Reversible }
+        );
+        assert_eq!(evaluate_axes(&assert_).required_tier, PermissionTier::ReadOnly);
+        assert_eq!(
+            evaluate_axes(&write),
+            Axes { required_tier: PermissionTier::SandboxEdit, reversibility: Reversibility::Reversible }
+        );
+    }
+
+    #[test]
+    fn boundaries_not_substrings() {
+        assert_eq!(tier("fetch", json!({"url": "https://example.com/deploy/http"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("format_date", json!({})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("shell", json!({"command": "echo release notes"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("note", json!({"text": "release notes"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("shell", json!({"command": "date --format x"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("validate_email", json!({})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("deployer_status", json!({})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("pushover", json!({})), PermissionTier::SandboxEdit);
+    }
+
+    #[test]
+    fn tool_segments_split_camel_and_separators() {
+        assert_eq!(tool_segments("sendEmail"), ["send", "email"]);
+        assert_eq!(tool_segments("HTTPRequest"), ["http", "request"]);
+        assert_eq!(tool_segments("docker.rm"), ["docker", "rm"]);
+        assert_eq!(tool_segments("git-push_now"), ["git", "push", "now"]);
+        assert_eq!(tier("sendEmail", json!({})), PermissionTier::FullAccess);
+        assert_eq!(tier("docker.rm", json!({})), PermissionTier::FullAccess);
+        assert_eq!(tier("deploy_service", json!({})), PermissionTier::FullAccess);
+    }
+
+    #[test]
+    fn signals_in_parameters() {
+        // Command keys at command position.
+        assert_eq!(tier("shell", json!({"command": "rm -rf /tmp/x"})), PermissionTier::FullAccess);
+        assert_eq!(tier("shell", json!({"command": "ls; sudo reboot"})), PermissionTier::FullAccess);
+        assert_eq!(tier("shell", json!({"command": "/usr/bin/curl http://x"})), PermissionTier::FullAccess);
+        assert_eq!(tier("run", json!({"argv": ["git", "push", "origin"]})), PermissionTier::FullAccess);
+        assert_eq!(tier("shell", json!({"command": "ls -la"})), PermissionTier::SandboxEdit);
+        assert_eq!(tier("shell", json!({"command": "git status"})), PermissionTier::SandboxEdit);
+        // Key names.
+        assert_eq!(tier("x", json!({"api_key": "abc"})), PermissionTier::FullAccess);
+        assert_eq!(tier("x", json!({"apiKey": "abc"})), PermissionTier::FullAccess);
+        assert_eq!(tier("x", json!({"auth": {"token": "abc"}})), PermissionTier::FullAccess);
+        assert_eq!(tier("x", json!({"page_token": "abc"})), PermissionTier::SandboxEdit);
+        // Paths.
+        assert_eq!(tier("read_file", json!({"path": "~/.ssh/id_rsa"})), PermissionTier::FullAccess);
+        assert_eq!(tier("read_file", json!({"path": "/home/u/.aws/credentials"})), PermissionTier::FullAccess);
+        assert_eq!(tier("read_file", json!({"path": "certs/server.pem"})), PermissionTier::FullAccess);
+        assert_eq!(tier("read_file", json!({"path": "src/main.rs"})), PermissionTier::SandboxEdit);
+        // Phrases anywhere, as whole words.
+        assert_eq!(tier("query", json!({"sql": "DROP TABLE users;"})), PermissionTier::FullAccess);
+        assert_eq!(tier("query", json!({"sql": "delete from users"})), PermissionTier::FullAccess);
+        assert_eq!(tier("query", json!({"sql": "select * from deleted_from_archive"})), PermissionTier::SandboxEdit);
+        assert_eq!(rev("query", json!({"sql": "insert into t values (1)"})), Reversibility::Compensable);
+        assert_eq!(rev("query", json!({"sql": "select 1"})), Reversibility::Reversible);
+        assert_eq!(rev("query", json!({"sql": "DROP TABLE t"})), Reversibility::Irreversible);
+    }
+
+    #[test]
+    fn tier_order_and_spelling() {
+        assert!(PermissionTier::ReadOnly < PermissionTier::SandboxEdit);
+        assert!(PermissionTier::SandboxEdit < PermissionTier::FullAccess);
+        assert_eq!(serde_json::to_value(PermissionTier::SandboxEdit).unwrap(), json!("sandbox_edit"));
+        assert_eq!("full_access".parse::<PermissionTier>().unwrap(), PermissionTier::FullAccess);
+        assert_eq!("root".parse::<PermissionTier>().unwrap_err().code(), "invalid_argument");
+    }
 }

@@ -429,9 +429,11 @@ pub fn parse_policy_text(text: &str, file: &str) -> crate::Result<PolicySet> {
                         None
                     };
                     if forbid_after.is_empty() && require_before.is_empty() && max_per_session.is_none() {
-                        return Err(cx.missing(&format!("{k}.forbid_after")).with_message(format!(
-                            "policy file `{file}`: `{k}` needs at least one of `forbid_after`, `require_before`, `max_per_session`"
-                        )));
+                        return Err(cx.err(
+                            "missing_policy_key",
+                            &format!("{k}.forbid_after"),
+                            "is required: a trace rule needs at least one of `forbid_after`, `require_before`, `max_per_session`",
+                        ));
                     }
                     set.trace_rule.push(TraceRule {
                         tool: cx.req_str(t, &k, "tool")?,
@@ -451,19 +453,6 @@ pub fn parse_policy_text(text: &str, file: &str) -> crate::Result<PolicySet> {
         }
     }
     Ok(set)
-}
-
-trait WithMessage {
-    fn with_message(self, message: String) -> Self;
-}
-
-impl WithMessage for Error {
-    fn with_message(self, message: String) -> Self {
-        match self {
-            Error::Config { code, details, .. } => Error::Config { code, message, details },
-            other => other,
-        }
-    }
 }
 
 struct Cx<'a> {
@@ -620,14 +609,25 @@ pub fn policy_files(dir: &Path) -> crate::Result<Vec<PathBuf>> {
 /// an empty set; any malformed file fails the whole load, naming the file.
 pub fn load_policy_set(dir: &Path) -> crate::Result<PolicySet> {
     let mut set = PolicySet::default();
+    for (_, file) in load_policy_files(dir)? {
+        set.merge(file);
+    }
+    Ok(set)
+}
+
+/// Reads every `*.toml` of `dir` (sorted), each as its own set, so that
+/// lowering them in turn keeps the rules in file order.
+pub fn load_policy_files(dir: &Path) -> crate::Result<Vec<(String, PolicySet)>> {
+    let mut out = Vec::new();
     for path in policy_files(dir)? {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(&path).map_err(|e| {
             Error::config("policy_io_error", format!("policy file `{shown}`: cannot read: {e}"), json!({"file": shown}))
         })?;
-        set.merge(parse_policy_text(&text, &shown)?);
+        let set = parse_policy_text(&text, &shown)?;
+        out.push((shown, set));
     }
-    Ok(set)
+    Ok(out)
 }
 
 /// Finds `.car/policies` from `start` walking up to the filesystem root; the

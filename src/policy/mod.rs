@@ -193,8 +193,8 @@ impl PolicyEngine {
     /// number of rules. A missing directory is `Ok(0)`; a malformed file
     /// fails the whole load (nothing is registered) naming the file and key.
     pub fn load_policy_dir(&mut self, dir: &Path) -> crate::Result<usize> {
-        let set = load_policy_set(dir)?;
-        Ok(self.apply_policy_set(&set))
+        let files = file::load_policy_files(dir)?;
+        Ok(files.iter().map(|(_, set)| self.apply_policy_set(set)).sum())
     }
 
     /// Trace rules evaluated at dispatch of a `tool_call` (what already ran
