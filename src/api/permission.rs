@@ -1,9 +1,93 @@
-//! The permission part of the JSON facade.
+//! The permission part of the JSON facade: `match_shell_command`,
+//! `evaluate_permission`, `toolset_hash`, `compile_permission_preset`.
 
 use serde_json::Value;
 
+use super::{json_arg, required};
+use crate::permission::{PermissionChain, ShellRules, ToolDefinition, Toolset, compile_permission_preset as compile};
+
+fn shell(command: &str, rules: &Value) -> crate::Result<String> {
+    Ok(ShellRules::from_json(rules)?.check(command).as_str().to_string())
+}
+
+fn tool_of(v: Value) -> crate::Result<ToolDefinition> {
+    match v {
+        // A bare name: a tool with no contract and undeclared risk.
+        Value::String(name) => {
+            crate::permission::validate_tool_name(&name)?;
+            Ok(ToolDefinition::undeclared(name))
+        }
+        other => ToolDefinition::from_value(other),
+    }
+}
+
+fn evaluate(chain: &Value, tool: Value, input: &Value) -> crate::Result<Value> {
+    let chain = PermissionChain::from_json(chain)?;
+    Ok(chain.evaluate(&tool_of(tool)?, input).to_json())
+}
+
+fn hash(tools: &Value) -> crate::Result<String> {
+    let list = tools.as_array().ok_or_else(|| crate::Error::invalid_argument("tools", "expected an array of tools"))?;
+    let defs = list.iter().cloned().map(ToolDefinition::from_value).collect::<crate::Result<Vec<_>>>()?;
+    Toolset::new(defs)?.hash()
+}
+
+fn preset(name: &str) -> crate::Result<Value> {
+    serde_json::to_value(compile(name)?)
+        .map_err(|e| crate::Error::runtime("serialization_failed", format!("cannot render preset `{name}`: {e}")))
+}
+
+/// `match_shell_command(command, rules_json)` → `"allow" | "ask" | "deny"`.
+pub fn match_shell_command(command: &str, rules_json: &str) -> crate::Result<String> {
+    shell(command, &crate::ir::from_json_str(rules_json)?)
+}
+
+/// `evaluate_permission(chain_json, tool_json, input_json)` → the dry-run
+/// `{verdict, decided_by, rule, input, advisory, reason}` as JSON text.
+pub fn evaluate_permission(chain_json: &str, tool_json: &str, input_json: &str) -> crate::Result<String> {
+    let chain: Value = crate::ir::from_json_str(chain_json)?;
+    let tool: Value = crate::ir::from_json_str(tool_json)?;
+    let input: Value = crate::ir::from_json_str(input_json)?;
+    Ok(evaluate(&chain, tool, &input)?.to_string())
+}
+
+/// `toolset_hash(tools_json)` → lowercase hex SHA-256.
+pub fn toolset_hash(tools_json: &str) -> crate::Result<String> {
+    hash(&crate::ir::from_json_str(tools_json)?)
+}
+
+/// `compile_permission_preset(name)` → `{deny: [rules], ask: [rules]}` as JSON text.
+pub fn compile_permission_preset(name: &str) -> crate::Result<String> {
+    Ok(preset(name)?.to_string())
+}
+
+fn str_arg<'a>(params: &'a Value, name: &str) -> crate::Result<&'a str> {
+    required(params, name)?.as_str().ok_or_else(|| crate::Error::invalid_argument(name, "expected a string"))
+}
+
 /// Answers the stateless methods of this area; `None` for any other name.
 pub(crate) fn call(method: &str, params: &Value) -> Option<crate::Result<Value>> {
-    let _ = (method, params);
-    None
+    let r = match method {
+        "match_shell_command" => (|| {
+            let rules = json_arg(required(params, "rules")?)?;
+            Ok(Value::String(shell(str_arg(params, "command")?, &rules)?))
+        })(),
+        "evaluate_permission" => (|| {
+            let chain = json_arg(required(params, "chain")?)?;
+            // A tool given as a plain string is a name, not JSON text.
+            let tool = match required(params, "tool")? {
+                Value::String(s) if s.trim_start().starts_with('{') => json_arg(&Value::String(s.clone()))?,
+                other => other.clone(),
+            };
+            let input = match params.get("input") {
+                None | Some(Value::Null) => crate::permission::chain::empty_input(),
+                Some(v) => json_arg(v)?,
+            };
+            evaluate(&chain, tool, &input)
+        })(),
+        "toolset_hash" => (|| Ok(Value::String(hash(&json_arg(required(params, "tools")?)?)?)))(),
+        "compile_permission_preset" => (|| preset(str_arg(params, "name")?))(),
+        _ => return None,
+    };
+    Some(r)
 }

@@ -1,0 +1,759 @@
+//! The lexer and segmenter: one pass over the bytes of a command, producing
+//! the flat list of segments (simple commands) the shell would run.
+//!
+//! It is a small recursive state machine over bytes, written to
+//! `shell-matching.md`:
+//! - blanks are space and tab only; newline separates commands; every other
+//!   byte (CR, NBSP, zero-width, ...) is an ordinary word byte;
+//! - quotes and escapes are honoured, nothing is expanded: a word holding an
+//!   expansion is flagged, and the commands inside `$(...)`, backticks and
+//!   `<(...)` are parsed too and appended as segments of their own (they run);
+//! - redirections are taken out of argv and classified (neutral or writing);
+//! - subshells, groups and compound-command keywords are parsed and recursed:
+//!   a keyword becomes a segment of its own that is never allowed, and the
+//!   commands it governs follow as ordinary segments;
+//! - `case` and anything the grammar below does not know is a parse failure.
+//!
+//! The output is deliberately flat: the verdict is the strictest across all
+//! segments, so a structure only has to expose every command it contains.
+
+/// Nesting limit for groups, substitutions and `bash -c` scripts; deeper is a
+/// parse failure (ask).
+pub(crate) const MAX_DEPTH: usize = 32;
+
+/// One word after quote removal, with what the matcher must know about it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Word {
+    /// The bytes after quote and escape removal.
+    pub text: Vec<u8>,
+    /// Holds an expansion (`$...`, backtick, process substitution).
+    pub expansion: bool,
+    /// Holds an unquoted glob character (`*`, `?`, `[`).
+    pub glob: bool,
+    /// Holds an unquoted brace expansion (`{a,b}`, `{1..3}`).
+    pub brace: bool,
+    /// Index in `text` where the first quoted or escaped byte went; `None`
+    /// for a fully unquoted word.
+    pub quoted_at: Option<usize>,
+}
+
+impl Word {
+    fn mark_quoted(&mut self) {
+        if self.quoted_at.is_none() {
+            self.quoted_at = Some(self.text.len());
+        }
+    }
+
+    /// True for a word with no quoting at all.
+    pub fn unquoted(&self) -> bool {
+        self.quoted_at.is_none()
+    }
+
+    /// True for a `NAME=value` word (`NAME+=value` too) whose name and `=` are
+    /// unquoted: the shell's assignment.
+    pub fn is_assignment(&self) -> bool {
+        let t = &self.text;
+        let Some(eq) = t.iter().position(|&b| b == b'=') else { return false };
+        let name_end = if eq > 0 && t[eq - 1] == b'+' { eq - 1 } else { eq };
+        if name_end == 0 || self.quoted_at.is_some_and(|q| q <= eq) {
+            return false;
+        }
+        let name = &t[..name_end];
+        (name[0].is_ascii_alphabetic() || name[0] == b'_')
+            && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    }
+
+    /// True when the word is exactly this literal (unquoted or not).
+    pub fn is_literal(&self) -> bool {
+        !self.expansion && !self.glob && !self.brace
+    }
+}
+
+/// What kind of segment a parser produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegKind {
+    /// A simple command: assignments, argv, redirections.
+    Simple,
+    /// A compound-command keyword or header (`if`, `for x in ...`, `[[ ... ]]`,
+    /// a function header): never allowed, contains no command of its own.
+    Keyword,
+    /// Redirections applied to a whole `( ... )` or `{ ...; }` group.
+    GroupTail,
+}
+
+/// One segment: what one simple command (or keyword) contributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// What this is.
+    pub kind: SegKind,
+    /// Every word in order, leading assignments included, redirections not.
+    pub words: Vec<Word>,
+    /// How many leading words are assignments.
+    pub assignments: usize,
+    /// A here-doc, here-string, or an expansion in a redirection target.
+    pub unmatchable: bool,
+    /// A redirection that can create or write a file (or open a device).
+    pub writes: bool,
+    /// Any redirection at all.
+    pub redirected: bool,
+}
+
+impl Segment {
+    fn new(kind: SegKind) -> Self {
+        Segment { kind, words: Vec::new(), assignments: 0, unmatchable: false, writes: false, redirected: false }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.kind == SegKind::Simple && self.words.is_empty() && !self.redirected
+    }
+
+    /// The argv: the words after the leading assignments.
+    pub fn argv(&self) -> &[Word] {
+        &self.words[self.assignments.min(self.words.len())..]
+    }
+}
+
+/// The result of parsing a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    /// Every complete segment, in order.
+    pub segments: Vec<Segment>,
+    /// The parse stopped at an error or an unsupported construct; segments
+    /// after that point were not seen.
+    pub failed: bool,
+}
+
+/// Parses a command into its segments.
+pub(crate) fn parse(src: &[u8]) -> Parsed {
+    parse_at_depth(src, 0)
+}
+
+pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed {
+    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth };
+    let failed = p.parse_list(Term::Eof).is_err();
+    Parsed { segments: p.out, failed }
+}
+
+/// A parse failure; what was parsed before it stays in `out`.
+#[derive(Debug)]
+struct Fail;
+
+type Step = Result<(), Fail>;
+
+/// What ends the list being parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Term {
+    /// The end of input.
+    Eof,
+    /// A `)` closing a subshell, `$(`, or a process substitution.
+    Paren,
+    /// A `}` in command position, closing a group.
+    Brace,
+}
+
+/// Keywords that head or continue a compound command and are followed by a
+/// command in command position.
+const PREFIX_KEYWORDS: &[&[u8]] =
+    &[b"!", b"time", b"if", b"then", b"else", b"elif", b"fi", b"do", b"done", b"while", b"until", b"coproc", b"in"];
+
+/// True for a byte that ends an unquoted word.
+fn is_meta(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    pos: usize,
+    out: Vec<Segment>,
+    depth: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.pos).copied()
+    }
+
+    fn peek_at(&self, k: usize) -> Option<u8> {
+        self.s.get(self.pos + k).copied()
+    }
+
+    fn starts_with(&self, lit: &[u8]) -> bool {
+        self.s[self.pos.min(self.s.len())..].starts_with(lit)
+    }
+
+    /// Skips spaces, tabs and backslash-newlines (never newlines).
+    fn skip_blanks(&mut self) {
+        loop {
+            match self.peek() {
+                Some(b' ' | b'\t') => self.pos += 1,
+                Some(b'\\') if self.peek_at(1) == Some(b'\n') => self.pos += 2,
+                _ => return,
+            }
+        }
+    }
+
+    fn finish(&mut self, cur: &mut Segment) {
+        if !cur.is_empty() {
+            self.out.push(std::mem::replace(cur, Segment::new(SegKind::Simple)));
+        }
+    }
+
+    fn keyword(&mut self) {
+        self.out.push(Segment::new(SegKind::Keyword));
+    }
+
+    /// Runs `f` one nesting level deeper; too deep is a failure.
+    fn nested(&mut self, f: impl FnOnce(&mut Self) -> Step) -> Step {
+        if self.depth >= MAX_DEPTH {
+            return Err(Fail);
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    /// The main state machine: a list of commands up to `term`.
+    fn parse_list(&mut self, term: Term) -> Step {
+        let mut cur = Segment::new(SegKind::Simple);
+        loop {
+            self.skip_blanks();
+            let Some(c) = self.peek() else {
+                self.finish(&mut cur);
+                return if term == Term::Eof { Ok(()) } else { Err(Fail) };
+            };
+            match c {
+                b'#' => {
+                    // At this point no word is in progress, so `#` starts one:
+                    // a comment runs to the end of the line.
+                    while self.peek().is_some_and(|c| c != b'\n') {
+                        self.pos += 1;
+                    }
+                }
+                b'\n' => {
+                    self.pos += 1;
+                    self.finish(&mut cur);
+                }
+                b';' => {
+                    // `;;`, `;&`, `;;&` belong to `case`, which is not parsed.
+                    if matches!(self.peek_at(1), Some(b';' | b'&')) {
+                        return Err(Fail);
+                    }
+                    self.pos += 1;
+                    self.finish(&mut cur);
+                }
+                b'&' => {
+                    if self.peek_at(1) == Some(b'>') {
+                        self.redirect(&mut cur)?;
+                    } else {
+                        self.pos += if self.peek_at(1) == Some(b'&') { 2 } else { 1 };
+                        self.finish(&mut cur);
+                    }
+                }
+                b'|' => {
+                    self.pos += if matches!(self.peek_at(1), Some(b'|' | b'&')) { 2 } else { 1 };
+                    self.finish(&mut cur);
+                }
+                b')' => {
+                    if term != Term::Paren {
+                        return Err(Fail);
+                    }
+                    self.pos += 1;
+                    self.finish(&mut cur);
+                    return Ok(());
+                }
+                b'(' => self.open_paren(&mut cur)?,
+                b'<' | b'>' if self.peek_at(1) == Some(b'(') => {
+                    // Process substitution: an argument whose command runs.
+                    self.pos += 2;
+                    self.nested(|p| p.parse_list(Term::Paren))?;
+                    cur.words.push(Word { expansion: true, ..Word::default() });
+                }
+                b'<' | b'>' => self.redirect(&mut cur)?,
+                _ => {
+                    let w = self.word()?;
+                    let fd_prefix = !w.text.is_empty()
+                        && w.unquoted()
+                        && w.text.iter().all(u8::is_ascii_digit)
+                        && matches!(self.peek(), Some(b'<' | b'>'))
+                        && self.peek_at(1) != Some(b'(');
+                    if fd_prefix {
+                        self.redirect(&mut cur)?;
+                        continue;
+                    }
+                    if cur.is_empty() && w.unquoted() && !w.expansion {
+                        match w.text.as_slice() {
+                            b"{" => {
+                                self.nested(|p| p.parse_list(Term::Brace))?;
+                                self.group_tail()?;
+                                continue;
+                            }
+                            b"}" => {
+                                if term != Term::Brace {
+                                    return Err(Fail);
+                                }
+                                return Ok(());
+                            }
+                            t if PREFIX_KEYWORDS.contains(&t) => {
+                                self.keyword();
+                                continue;
+                            }
+                            b"for" | b"select" => {
+                                self.loop_header()?;
+                                self.keyword();
+                                continue;
+                            }
+                            b"function" => {
+                                self.function_header()?;
+                                self.keyword();
+                                continue;
+                            }
+                            b"[[" => {
+                                self.conditional()?;
+                                self.keyword();
+                                continue;
+                            }
+                            b"case" | b"esac" | b"]]" => return Err(Fail),
+                            _ => {}
+                        }
+                    }
+                    if cur.words.len() == cur.assignments && w.is_assignment() {
+                        cur.assignments += 1;
+                    }
+                    cur.words.push(w);
+                }
+            }
+        }
+    }
+
+    /// `(` in command position opens a subshell (or `((` an arithmetic
+    /// command); after a single word, `name ()` is a function header.
+    fn open_paren(&mut self, cur: &mut Segment) -> Step {
+        if cur.is_empty() {
+            if self.peek_at(1) == Some(b'(') {
+                self.skip_balanced(b'(', b')')?;
+                self.keyword();
+                return self.group_tail();
+            }
+            self.pos += 1;
+            self.nested(|p| p.parse_list(Term::Paren))?;
+            return self.group_tail();
+        }
+        if cur.kind == SegKind::Simple && cur.words.len() == 1 && cur.assignments == 0 && !cur.redirected {
+            self.pos += 1;
+            self.skip_blanks();
+            if self.peek() == Some(b')') {
+                self.pos += 1;
+                *cur = Segment::new(SegKind::Keyword);
+                self.finish(cur);
+                return Ok(());
+            }
+        }
+        Err(Fail)
+    }
+
+    /// Redirections after a closing `)` or `}`; then only a separator may follow.
+    fn group_tail(&mut self) -> Step {
+        let mut tail = Segment::new(SegKind::GroupTail);
+        loop {
+            self.skip_blanks();
+            match self.peek() {
+                Some(b'<' | b'>') if self.peek_at(1) != Some(b'(') => self.redirect(&mut tail)?,
+                Some(b'&') if self.peek_at(1) == Some(b'>') => self.redirect(&mut tail)?,
+                Some(d) if d.is_ascii_digit() => {
+                    let w = self.word()?;
+                    let fd = w.unquoted() && w.text.iter().all(u8::is_ascii_digit);
+                    if !(fd && matches!(self.peek(), Some(b'<' | b'>'))) {
+                        return Err(Fail);
+                    }
+                    self.redirect(&mut tail)?;
+                }
+                None | Some(b'\n' | b';' | b'&' | b'|' | b')' | b'#') => break,
+                Some(b'}') if self.peek_at(1).is_none_or(is_meta) => break,
+                _ => return Err(Fail),
+            }
+        }
+        if tail.redirected {
+            self.out.push(tail);
+        }
+        Ok(())
+    }
+
+    /// `for NAME in WORDS` / `for ((...))` / `select ...`, up to the separator.
+    fn loop_header(&mut self) -> Step {
+        self.skip_blanks();
+        if self.starts_with(b"((") {
+            self.skip_balanced(b'(', b')')?;
+        }
+        loop {
+            self.skip_blanks();
+            match self.peek() {
+                None | Some(b'\n' | b';') => return Ok(()),
+                Some(c) if is_meta(c) => return Err(Fail),
+                _ => {
+                    self.word()?;
+                }
+            }
+        }
+    }
+
+    /// `function NAME` with optional `()`.
+    fn function_header(&mut self) -> Step {
+        self.skip_blanks();
+        match self.peek() {
+            Some(c) if !is_meta(c) => {
+                self.word()?;
+            }
+            _ => return Err(Fail),
+        }
+        self.skip_blanks();
+        if self.peek() == Some(b'(') {
+            self.pos += 1;
+            self.skip_blanks();
+            if self.peek() != Some(b')') {
+                return Err(Fail);
+            }
+            self.pos += 1;
+        }
+        Ok(())
+    }
+
+    /// `[[ ... ]]`: operators inside are plain tokens; words are still read
+    /// (so substitutions inside are parsed) up to an unquoted `]]`.
+    fn conditional(&mut self) -> Step {
+        loop {
+            self.skip_blanks();
+            match self.peek() {
+                None => return Err(Fail),
+                Some(b'\n') => self.pos += 1,
+                Some(c) if is_meta(c) => {
+                    while self.peek().is_some_and(|c| is_meta(c) && c != b' ' && c != b'\t' && c != b'\n') {
+                        self.pos += 1;
+                    }
+                }
+                _ => {
+                    let w = self.word()?;
+                    if w.unquoted() && w.text == b"]]" {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Skips a balanced `open ... close` run starting at `open` (arithmetic,
+    /// `${...}`, `$[...]`), honouring backslash escapes.
+    fn skip_balanced(&mut self, open: u8, close: u8) -> Step {
+        let mut depth = 0usize;
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            if c == b'\\' {
+                self.pos += 1;
+            } else if c == open {
+                depth += 1;
+            } else if c == close {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Ok(());
+                }
+            }
+        }
+        Err(Fail)
+    }
+
+    /// One redirection operator at `pos` (an fd number, if any, was already
+    /// read) and its target.
+    fn redirect(&mut self, seg: &mut Segment) -> Step {
+        seg.redirected = true;
+        let ops: &[(&[u8], Redir)] = &[
+            (b"&>>", Redir::Write),
+            (b"&>", Redir::Write),
+            (b"<<<", Redir::HereString),
+            (b"<<-", Redir::HereDoc),
+            (b"<<", Redir::HereDoc),
+            (b"<>", Redir::ReadWrite),
+            (b"<&", Redir::DupIn),
+            (b">&", Redir::DupOut),
+            (b">>", Redir::Write),
+            (b">|", Redir::Write),
+            (b"<", Redir::Read),
+            (b">", Redir::Write),
+        ];
+        let Some(&(op, kind)) = ops.iter().find(|(op, _)| self.starts_with(op)) else { return Err(Fail) };
+        self.pos += op.len();
+        self.skip_blanks();
+        match self.peek() {
+            Some(c) if !is_meta(c) => {}
+            _ => return Err(Fail),
+        }
+        let target = self.word()?;
+        if target.expansion {
+            seg.unmatchable = true;
+        }
+        let dev_null = target.is_literal() && target.text == b"/dev/null";
+        let fd_dup = target.is_literal()
+            && (target.text == b"-"
+                || (!target.text.is_empty() && {
+                    let digits = target.text.strip_suffix(b"-").unwrap_or(&target.text);
+                    !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
+                }));
+        match kind {
+            Redir::HereDoc | Redir::HereString => seg.unmatchable = true,
+            Redir::Read => {
+                if !target.is_literal() || (target.text.starts_with(b"/dev/") && !dev_null) {
+                    seg.writes = true;
+                }
+            }
+            Redir::Write => seg.writes |= !dev_null,
+            Redir::ReadWrite => seg.writes = true,
+            Redir::DupOut => seg.writes |= !(fd_dup || dev_null),
+            Redir::DupIn => seg.writes |= !fd_dup,
+        }
+        Ok(())
+    }
+
+    /// Reads one word up to an unquoted metacharacter.
+    fn word(&mut self) -> Result<Word, Fail> {
+        let mut w = Word::default();
+        let (mut brace_open, mut brace_sep) = (false, false);
+        while let Some(c) = self.peek() {
+            match c {
+                c if is_meta(c) => break,
+                b'\\' => match self.peek_at(1) {
+                    Some(b'\n') => self.pos += 2,
+                    Some(d) => {
+                        w.mark_quoted();
+                        w.text.push(d);
+                        self.pos += 2;
+                    }
+                    None => return Err(Fail),
+                },
+                b'\'' => {
+                    w.mark_quoted();
+                    let start = self.pos + 1;
+                    let len = self.s[start..].iter().position(|&b| b == b'\'').ok_or(Fail)?;
+                    w.text.extend_from_slice(&self.s[start..start + len]);
+                    self.pos = start + len + 1;
+                }
+                b'"' => {
+                    w.mark_quoted();
+                    self.pos += 1;
+                    self.double_quoted(&mut w)?;
+                }
+                b'`' => self.backtick(&mut w)?,
+                b'$' => self.dollar(&mut w)?,
+                _ => {
+                    match c {
+                        b'*' | b'?' | b'[' => w.glob = true,
+                        b'{' => brace_open = true,
+                        b',' if brace_open => brace_sep = true,
+                        b'.' if brace_open && self.peek_at(1) == Some(b'.') => brace_sep = true,
+                        b'}' if brace_open && brace_sep => w.brace = true,
+                        _ => {}
+                    }
+                    w.text.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    /// The inside of `"..."`, after the opening quote.
+    fn double_quoted(&mut self, w: &mut Word) -> Step {
+        loop {
+            match self.peek() {
+                None => return Err(Fail),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => match self.peek_at(1) {
+                    Some(b'\n') => self.pos += 2,
+                    Some(d @ (b'$' | b'`' | b'"' | b'\\')) => {
+                        w.text.push(d);
+                        self.pos += 2;
+                    }
+                    Some(_) => {
+                        w.text.push(b'\\');
+                        self.pos += 1;
+                    }
+                    None => return Err(Fail),
+                },
+                Some(b'`') => self.backtick(w)?,
+                Some(b'$') => self.dollar(w)?,
+                Some(c) => {
+                    w.text.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+    }
+
+    /// Any `$`: every form is an expansion. Command substitutions are parsed
+    /// so that the commands inside become segments.
+    fn dollar(&mut self, w: &mut Word) -> Step {
+        w.expansion = true;
+        match self.peek_at(1) {
+            Some(b'(') if self.peek_at(2) == Some(b'(') => {
+                self.pos += 1;
+                self.skip_balanced(b'(', b')')
+            }
+            Some(b'(') => {
+                self.pos += 2;
+                self.nested(|p| p.parse_list(Term::Paren))
+            }
+            Some(b'{') => {
+                self.pos += 1;
+                self.skip_balanced(b'{', b'}')
+            }
+            Some(b'[') => {
+                self.pos += 1;
+                self.skip_balanced(b'[', b']')
+            }
+            Some(b'\'') => {
+                // ANSI-C quoting: up to the closing quote, `\'` escaped.
+                self.pos += 2;
+                loop {
+                    match self.peek() {
+                        None => return Err(Fail),
+                        Some(b'\\') => self.pos += 2,
+                        Some(b'\'') => {
+                            self.pos += 1;
+                            return Ok(());
+                        }
+                        Some(_) => self.pos += 1,
+                    }
+                }
+            }
+            Some(b'"') => {
+                self.pos += 2;
+                self.double_quoted(w)
+            }
+            _ => {
+                self.pos += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// A backtick substitution: its body, unescaped, is parsed as a script.
+    fn backtick(&mut self, w: &mut Word) -> Step {
+        w.expansion = true;
+        self.pos += 1;
+        let mut body = Vec::new();
+        loop {
+            match self.peek() {
+                None => return Err(Fail),
+                Some(b'`') => {
+                    self.pos += 1;
+                    break;
+                }
+                Some(b'\\') if matches!(self.peek_at(1), Some(b'`' | b'\\' | b'$')) => {
+                    body.push(self.s[self.pos + 1]);
+                    self.pos += 2;
+                }
+                Some(c) => {
+                    body.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+        if self.depth >= MAX_DEPTH {
+            return Err(Fail);
+        }
+        let inner = parse_at_depth(&body, self.depth + 1);
+        self.out.extend(inner.segments);
+        if inner.failed { Err(Fail) } else { Ok(()) }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Redir {
+    Read,
+    Write,
+    ReadWrite,
+    DupIn,
+    DupOut,
+    HereDoc,
+    HereString,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argvs(src: &str) -> Vec<Vec<String>> {
+        let p = parse(src.as_bytes());
+        assert!(!p.failed, "{src:?} failed");
+        p.segments
+            .iter()
+            .map(|s| s.words.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn splits_at_every_separator() {
+        assert_eq!(argvs("a;b&&c||d|e|&f&g\nh").len(), 8);
+        assert_eq!(argvs("a 2>&1 b"), vec![vec!["a", "b"]]);
+        assert_eq!(argvs("a &> f").len(), 1);
+        assert_eq!(argvs("a >&2").len(), 1);
+    }
+
+    #[test]
+    fn quotes_and_escapes_are_removed() {
+        assert_eq!(argvs(r#"'a b' "c d" e\ f g\\h"#), vec![vec!["a b", "c d", "e f", r"g\h"]]);
+        assert_eq!(argvs("a\\\nb"), vec![vec!["ab"]]);
+        assert_eq!(argvs(r"'a\'"), vec![vec![r"a\"]]);
+    }
+
+    #[test]
+    fn blanks_are_space_and_tab_only() {
+        assert_eq!(argvs("a\rb\u{a0}c\u{2028}d").len(), 1);
+        assert_eq!(argvs("a\r b"), vec![vec!["a\r", "b"]]);
+        assert_eq!(argvs("a\tb"), vec![vec!["a", "b"]]);
+    }
+
+    #[test]
+    fn comments_start_only_at_a_word() {
+        assert_eq!(argvs("a#b # c ; d"), vec![vec!["a#b"]]);
+        assert_eq!(argvs("# x\nb"), vec![vec!["b"]]);
+    }
+
+    #[test]
+    fn substitutions_are_parsed_and_flagged() {
+        let p = parse(b"echo $(rm -rf /; ls) `id`");
+        assert!(!p.failed);
+        let names: Vec<_> = p.segments.iter().map(|s| String::from_utf8_lossy(&s.words[0].text).into_owned()).collect();
+        assert_eq!(names, ["rm", "ls", "id", "echo"]);
+        assert!(p.segments[3].words[1].expansion);
+    }
+
+    #[test]
+    fn failures() {
+        for bad in ["'a", "\"a", "a (b", "a )", "case x in a) b;; esac", "{ a", "a \\", "echo $(a", "a >", "((a"] {
+            assert!(parse(bad.as_bytes()).failed, "{bad:?} should fail");
+        }
+        let deep = "( ".repeat(40) + &")".repeat(40);
+        assert!(parse(deep.as_bytes()).failed);
+    }
+
+    #[test]
+    fn groups_and_keywords() {
+        let p = parse(b"if a; then (b) > f; fi; { c; } 2>&1; foo() { d; }");
+        assert!(!p.failed);
+        let kinds: Vec<_> = p.segments.iter().map(|s| s.kind).collect();
+        use SegKind::*;
+        assert_eq!(kinds, [Keyword, Simple, Keyword, Simple, GroupTail, Keyword, Simple, GroupTail, Keyword, Simple]);
+        assert!(p.segments[4].writes);
+        assert!(!p.segments[7].writes);
+    }
+
+    #[test]
+    fn assignments() {
+        let p = parse(b"A=1 B+=x C='y z' cmd D=2");
+        assert_eq!(p.segments[0].assignments, 3);
+        let p = parse(b"'A'=1 cmd");
+        assert_eq!(p.segments[0].assignments, 0);
+    }
+}
