@@ -12,6 +12,10 @@
 //!   [`unknown_dependencies`](Dag::unknown_dependencies); when ids repeat, the
 //!   first action carrying the id is the one depended on.
 //!
+//! - a `state_write` follows the previous `state_write` of the same `key`, so
+//!   direct writes to one key land in proposal order (as in the original
+//!   runtime).
+//!
 //! What an action writes, for ordering, is what the forward model applies: the
 //! keys of its `expected_effects` plus a `state_write`'s `key` parameter (see
 //! [`Dag::writes`]). Building is linear in the total size of the proposal.
@@ -41,6 +45,7 @@ impl Dag {
             first_with_id.entry(a.id.as_str()).or_insert(i);
         }
         let mut last_writer: HashMap<&str, usize> = HashMap::new();
+        let mut last_state_write: HashMap<&str, usize> = HashMap::new();
         let mut preds: Vec<Vec<usize>> = Vec::with_capacity(n);
         let mut unknown = Vec::new();
         for (j, a) in actions.iter().enumerate() {
@@ -55,6 +60,11 @@ impl Dag {
                     Some(&i) => p.push(i),
                     None => unknown.push((j, dep.clone())),
                 }
+            }
+            if let Some(key) = a.state_write_key()
+                && let Some(i) = last_state_write.insert(key, j)
+            {
+                p.push(i);
             }
             p.sort_unstable();
             p.dedup();
@@ -207,6 +217,18 @@ mod tests {
         w.parameters.insert("key".into(), json!("k"));
         let d = Dag::build(&[w, act("r", &[], &["k"], &[])]);
         assert_eq!(d.predecessors(1), &[0]);
+    }
+
+    #[test]
+    fn state_writes_of_one_key_are_chained() {
+        let sw = |key: &str| {
+            let mut w = Action::new(crate::ir::ActionType::StateWrite);
+            w.parameters.insert("key".into(), json!(key));
+            w
+        };
+        let d = Dag::build(&[sw("k"), act("b", &["k"], &[], &[]), sw("k"), sw("j")]);
+        assert_eq!(d.predecessors(2), &[0]);
+        assert_eq!(d.levels(), &[vec![0, 1, 3], vec![2]]);
     }
 
     #[test]

@@ -62,8 +62,9 @@ pub struct VerifyOptions {
     pub tool_names: Option<Vec<String>>,
     /// Action-count limit; default [`DEFAULT_MAX_ACTIONS`].
     pub max_actions: Option<u64>,
-    /// Registered tool schemas; `None` skips `param_schema`. Their names also
-    /// count as registered tools.
+    /// Registered tool schemas; `None` skips `param_schema`. When supplied,
+    /// their names are the registry `tool_existence` checks against (in place
+    /// of `tool_names`).
     pub tool_schemas: Option<Vec<ToolSchema>>,
 }
 
@@ -101,25 +102,28 @@ fn apply_effects(a: &Action, state: &mut Map<String, Value>) {
     }
 }
 
+/// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
+fn canonical_map(m: &Map<String, Value>, out: &mut String) {
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort_unstable();
+    out.push('{');
+    for (n, k) in keys.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(k.clone()).to_string());
+        out.push(':');
+        if let Some(x) = m.get(k.as_str()) {
+            canonical(x, out);
+        }
+    }
+    out.push('}');
+}
+
 /// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
 fn canonical(v: &Value, out: &mut String) {
     match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (n, k) in keys.into_iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                if let Some(x) = m.get(k.as_str()) {
-                    canonical(x, out);
-                }
-            }
-            out.push('}');
-        }
+        Value::Object(m) => canonical_map(m, out),
         Value::Array(items) => {
             out.push('[');
             for (n, x) in items.iter().enumerate() {
@@ -135,24 +139,29 @@ fn canonical(v: &Value, out: &mut String) {
 }
 
 /// Groups of identical tool calls (same tool, canonically equal parameters)
-/// made at least twice: `(tool, count)` ordered by `tool:parameters`.
+/// made at least twice: `(tool, count)` in order of each group's first call.
 pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
-    let mut counts: HashMap<String, (usize, &str)> = HashMap::new();
+    let mut slot: HashMap<String, usize> = HashMap::new();
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    let mut key = String::new();
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
         let Some(tool) = a.tool.as_deref() else { continue };
-        let mut key = String::with_capacity(tool.len() + 16);
+        key.clear();
         key.push_str(tool);
-        key.push(':');
-        canonical(&Value::Object(a.parameters.clone()), &mut key);
-        counts.entry(key).or_insert((0, tool)).0 += 1;
+        key.push('\u{0}');
+        canonical_map(&a.parameters, &mut key);
+        match slot.get(key.as_str()) {
+            Some(&s) => groups[s].1 += 1,
+            None => {
+                slot.insert(key.clone(), groups.len());
+                groups.push((tool, 1));
+            }
+        }
     }
-    let mut groups: Vec<(String, usize, &str)> =
-        counts.into_iter().filter(|(_, (c, _))| *c >= 2).map(|(k, (c, t))| (k, c, t)).collect();
-    groups.sort();
-    groups.into_iter().map(|(_, c, t)| (t.to_string(), c)).collect()
+    groups.into_iter().filter(|(_, c)| *c >= 2).map(|(t, c)| (t.to_string(), c)).collect()
 }
 
 /// Keys each action writes (for ordering and conflicts), sorted, without repeats.
@@ -225,13 +234,12 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         f.loops += 1;
     }
 
-    let registry: Option<HashSet<&str>> = if opts.tool_names.is_some() || opts.tool_schemas.is_some() {
-        let mut r: HashSet<&str> = HashSet::new();
-        r.extend(opts.tool_names.iter().flatten().map(String::as_str));
-        r.extend(opts.tool_schemas.iter().flatten().map(|s| s.name.as_str()));
-        Some(r)
-    } else {
-        None
+    // The registry: the schemas when supplied (they are the richer
+    // description of the registered tools), else the names.
+    let registry: Option<HashSet<&str>> = match (&opts.tool_schemas, &opts.tool_names) {
+        (Some(schemas), _) => Some(schemas.iter().map(|s| s.name.as_str()).collect()),
+        (None, Some(names)) => Some(names.iter().map(String::as_str).collect()),
+        (None, None) => None,
     };
     let schemas: Option<HashMap<&str, &Value>> =
         opts.tool_schemas.as_ref().map(|ss| ss.iter().map(|s| (s.name.as_str(), &s.parameters)).collect());
