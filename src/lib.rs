@@ -10,6 +10,8 @@ pub mod events;
 pub mod ir;
 pub mod permission;
 pub mod policy;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod state;
 pub mod verify;
 
