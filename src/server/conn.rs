@@ -148,7 +148,20 @@ pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, config
         tokio::select! {
             biased;
             msg = source.next() => {
-                let Some(Ok(msg)) = msg else { break };
+                let msg = match msg {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => {
+                        use tokio_tungstenite::tungstenite::Error as WsError;
+                        close_reason = match e {
+                            WsError::Capacity(c) => Some((CloseCode::Size, format!("frame too large: {c}"))),
+                            WsError::Utf8(_) => Some((CloseCode::Invalid, "text frame is not valid UTF-8".into())),
+                            WsError::Protocol(p) => Some((CloseCode::Protocol, p.to_string())),
+                            _ => None,
+                        };
+                        break;
+                    }
+                    None => break,
+                };
                 last_seen = Instant::now();
                 match msg {
                     Message::Text(text) => {
@@ -346,16 +359,7 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
     let c = conn.clone();
     Step::Later(
         async move {
-            let r = match tokio::time::timeout(deadline, super::methods::dispatch(&c, &method, params)).await {
-                Ok(r) => r,
-                Err(_) => Err(RpcError::new(
-                    HANDLER_DEADLINE,
-                    format!(
-                        "handler '{method}' exceeded its {}s response deadline; the operation may have committed, read its state before retrying",
-                        deadline.as_secs()
-                    ),
-                )),
-            };
+            let r = with_deadline(&method, deadline, super::methods::dispatch(&c, &method, params)).await;
             id.map(|id| match r {
                 Ok(v) => rpc::response(&id, v),
                 Err(e) => rpc::error_response(&id, &e),
@@ -363,6 +367,25 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
         }
         .boxed(),
     )
+}
+
+/// Runs a handler under its deadline: `-32004` when it is abandoned (the
+/// handler's future is dropped, which cancels its in-flight callbacks).
+pub(crate) async fn with_deadline(
+    method: &str,
+    deadline: Duration,
+    handler: impl std::future::Future<Output = Result<Value, RpcError>>,
+) -> Result<Value, RpcError> {
+    match tokio::time::timeout(deadline, handler).await {
+        Ok(r) => r,
+        Err(_) => Err(RpcError::new(
+            HANDLER_DEADLINE,
+            format!(
+                "handler '{method}' exceeded its {} response deadline; the operation may have committed, read its state before retrying",
+                super::executor::human(deadline)
+            ),
+        )),
+    }
 }
 
 fn authenticate(conn: &Conn, params: &Value) -> Result<Value, RpcError> {
@@ -392,4 +415,32 @@ pub(crate) async fn wait_outcome(
     bound: Duration,
 ) -> Option<Result<CallbackOutcome, oneshot::error::RecvError>> {
     tokio::time::timeout(bound, rx).await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn deadline_abandons_the_handler() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(json!(1))
+        };
+        let e = with_deadline("proposal.submit", Duration::from_millis(20), slow).await.unwrap_err();
+        assert_eq!(e.code, HANDLER_DEADLINE);
+        assert!(
+            e.message.starts_with("handler 'proposal.submit' exceeded its 20ms response deadline"),
+            "{}",
+            e.message
+        );
+        let fast = async { Ok(json!(2)) };
+        assert_eq!(with_deadline("m", Duration::from_secs(1), fast).await.unwrap(), json!(2));
+    }
+
+    #[test]
+    fn close_reasons_fit_a_frame() {
+        let Message::Close(Some(f)) = close_frame(CloseCode::Error, &"é".repeat(100)) else { panic!() };
+        assert!(f.reason.len() <= 123);
+    }
 }

@@ -12,9 +12,13 @@ if [ ! -x "$PY" ]; then
 fi
 "$PY" -m pip install --quiet --disable-pip-version-check websockets pytest
 
-cargo build --features server --bin car-server
-BIN_DIR="$ROOT/target/${CARGO_BUILD_TARGET:+$CARGO_BUILD_TARGET/}debug"
-export CAR_SERVER_BIN="$BIN_DIR/car-server"
+# CAR_SERVER_BIN may name an already built binary (scripts/test builds it
+# with the workspace); otherwise build it here.
+if [ -z "${CAR_SERVER_BIN:-}" ] || [ ! -x "$CAR_SERVER_BIN" ]; then
+  cargo build --features server --bin car-server
+  CAR_SERVER_BIN="$ROOT/target/${CARGO_BUILD_TARGET:+$CARGO_BUILD_TARGET/}debug/car-server"
+fi
+export CAR_SERVER_BIN
 
 WORK=$(mktemp -d)
 LOG="$WORK/car-server.log"

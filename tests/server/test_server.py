@@ -314,7 +314,23 @@ def test_malformed_frames_are_answered_and_the_connection_survives():
     run(go())
 
 
-def test_invalid_utf8_and_garbage_do_not_harm_the_daemon():
+def test_frame_beyond_the_hard_cap_ends_only_that_connection():
+    async def go():
+        other = await authed()
+        c = await authed()
+        try:
+            await c.send_raw("x" * (4 * 1024 * 1024 + 1))
+        except websockets.ConnectionClosed:
+            pass
+        await asyncio.wait_for(c.closed.wait(), 10)
+        assert c.ws.close_code == 1009
+        assert await other.call("events.count") >= 0
+        await other.close()
+
+    run(go())
+
+
+def test_garbage_does_not_harm_the_daemon():
     async def go():
         other = await authed()
         # Raw TCP garbage instead of a WebSocket upgrade.
