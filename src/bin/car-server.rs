@@ -117,6 +117,7 @@ fn run() -> Result<(), String> {
         config.idle_timeout = Duration::from_millis(ms.max(10));
     }
     config.policy_dir = Some(paths.policy_dir());
+    config.ledger_path = Some(paths.state_root.join("approvals.jsonl"));
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

@@ -199,12 +199,74 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             let args = json!({"proposal": req(p, "proposal")?});
             crate::api::call("permission_classify", &args).map_err(in_param("proposal"))
         }
-        "permission.evaluate" => {
-            let args = json!({"proposal": req(p, "proposal")?, "granted_tier": rt.permission_get_tier()});
-            crate::api::call("permission_evaluate", &args).map_err(in_param("proposal"))
+        "permission.evaluate" => evaluate(conn, p),
+        "permission.pending" => {
+            let decisions = evaluate(conn, p)?;
+            let pending: Vec<Value> = decisions
+                .get("decisions")
+                .and_then(Value::as_array)
+                .map(|rows| rows.iter().filter(|r| r["decision"] == "needs_approval").cloned().collect())
+                .unwrap_or_default();
+            Ok(json!({"pending": pending}))
         }
+        "permission.approve" => record_approval(conn, p, true),
+        "permission.reject" => record_approval(conn, p, false),
         other => Err(RpcError::unknown_method(other)),
     }
+}
+
+/// `permission.evaluate` against the session's tier and the approvals ledger.
+fn evaluate(conn: &Conn, p: &Value) -> R {
+    let mut args = json!({"proposal": req(p, "proposal")?, "granted_tier": conn.rt.permission_get_tier()});
+    if let Some(l) = &conn.config.ledger_path {
+        args["ledger_path"] = json!(l.to_string_lossy());
+    }
+    crate::api::call("permission_evaluate", &args).map_err(in_param("proposal"))
+}
+
+/// `permission.approve` / `permission.reject`: a ledger record; the reviewer
+/// is stamped by the server (this connection's session id).
+fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
+    let ledger = conn
+        .config
+        .ledger_path
+        .as_ref()
+        .ok_or_else(|| RpcError::internal("no approvals ledger is configured"))?
+        .to_string_lossy()
+        .to_string();
+    let reviewer = format!("car-server:{}", conn.session_id);
+    let reason = opt_str(p, "reason")?.unwrap_or("");
+    let evidence = match obj(p)?.get("evidence") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+    };
+    let text = match obj(p)?.get("action").filter(|a| !a.is_null()) {
+        Some(action) => {
+            if !action.is_object() {
+                return Err(RpcError::invalid_params("action must be an object"));
+            }
+            crate::api::policy::permission_record_decision(
+                &action.to_string(),
+                approve,
+                &reviewer,
+                reason,
+                &ledger,
+                evidence.as_deref(),
+            )
+            .map_err(in_param("action"))?
+        }
+        None => crate::api::policy::permission_record_for_fingerprint(
+            req_str(p, "fingerprint")?,
+            req_str(p, "required_tier")?,
+            approve,
+            &reviewer,
+            reason,
+            &ledger,
+            evidence.as_deref(),
+        )?,
+    };
+    parse(&text)
 }
 
 fn register_tools(conn: &Conn, defs: &[Value]) -> Result<u64, RpcError> {

@@ -40,6 +40,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// `*.toml` policies applied to every session (`~/.car/policies`).
     pub policy_dir: Option<PathBuf>,
+    /// The approvals ledger (`~/.car/approvals.jsonl`) behind
+    /// `permission.evaluate/pending/approve/reject`.
+    pub ledger_path: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -54,6 +57,7 @@ impl Default for Config {
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(90),
             policy_dir: None,
+            ledger_path: None,
         }
     }
 }

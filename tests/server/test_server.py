@@ -725,3 +725,38 @@ def test_silent_peer_is_closed_and_the_daemon_lives_on():
             await c.close()
 
         run(alive())
+
+
+def test_permission_pending_approve_reject_and_the_ledger_survives_a_restart():
+    home = tempfile.mkdtemp(prefix="car-home-")
+    p = proposal([
+        tool_call("w", "write_file", parameters={"path": "/tmp/x"}),
+        tool_call("r", "shell", parameters={"command": "rm -rf /tmp/y"}),
+    ])
+
+    async def first(url):
+        c = await Client.connect(url)
+        pending = (await c.call("permission.pending", {"proposal": p}))["pending"]
+        assert [row["action_id"] for row in pending] == ["r"]
+        assert pending[0]["decision"] == "needs_approval" and pending[0]["required"] == "full_access"
+        rec = await c.call("permission.approve", {"fingerprint": pending[0]["fingerprint"],
+                                                  "required_tier": pending[0]["required"], "reason": "reviewed"})
+        assert rec["decision"] == "approved" and rec["reason"] == "reviewed"
+        assert rec["reviewer"].startswith("car-server:")
+        rec = await c.call("permission.reject", {"action": p["actions"][0], "reason": "no writes"})
+        assert rec["decision"] == "rejected"
+        r = await c.request("permission.approve", {"reason": "x"})
+        assert r["error"] == {"code": -32602, "message": "invalid params: fingerprint is required"}
+        await c.close()
+
+    async def second(url):
+        c = await Client.connect(url)
+        decisions = {d["action_id"]: d["decision"] for d in (await c.call("permission.evaluate", {"proposal": p}))["decisions"]}
+        assert decisions == {"w": "deny", "r": "allow"}
+        assert (await c.call("permission.pending", {"proposal": p}))["pending"] == []
+        await c.close()
+
+    with Daemon("--no-auth", home=home) as d:
+        run(first(d.url))
+    with Daemon("--no-auth", home=home) as d:
+        run(second(d.url))
