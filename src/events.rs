@@ -94,13 +94,101 @@ impl EventKind {
     }
 }
 
-/// An event's payload; the proposal of `ProposalReceived` is rendered lazily.
+/// Which per-action record an [`ActionEvent`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionPhase {
+    /// An attempt started.
+    Executing,
+    /// The action succeeded.
+    Succeeded,
+    /// The action failed.
+    Failed,
+    /// A failed attempt will be retried.
+    Retrying,
+}
+
+/// Per-action event data, rendered lazily from the proposal it belongs to
+/// (so recording one costs no JSON building on the hot path).
+#[derive(Debug, Clone)]
+pub struct ActionEvent {
+    /// The record.
+    pub phase: ActionPhase,
+    /// The proposal.
+    pub proposal: Arc<ActionProposal>,
+    /// Index of the action in the proposal.
+    pub index: usize,
+    /// 1-based attempt (the next attempt for `Retrying`).
+    pub attempt: u32,
+    /// `params_digest`.
+    pub digest: Option<Arc<str>>,
+    /// Wall time of the action so far.
+    pub duration_ms: Option<f64>,
+    /// The error (failed) or previous error (retrying).
+    pub error: Option<String>,
+    /// The normalized error class.
+    pub error_class: Option<&'static str>,
+    /// A terminal failure.
+    pub terminal: bool,
+    /// Served from a cache: `idempotency` or `ttl`.
+    pub cached: Option<&'static str>,
+}
+
+impl ActionEvent {
+    fn to_value(&self) -> Value {
+        let Some(a) = self.proposal.actions.get(self.index) else { return Value::Null };
+        let mut m = Map::new();
+        if self.phase != ActionPhase::Retrying {
+            m.insert("action_type".into(), Value::String(a.action_type.as_str().into()));
+        }
+        m.insert("tool".into(), a.tool.clone().map_or(Value::Null, Value::String));
+        m.insert("attempt".into(), Value::from(self.attempt));
+        if matches!(self.phase, ActionPhase::Succeeded | ActionPhase::Failed) {
+            m.insert("params_digest".into(), self.digest.as_deref().map_or(Value::Null, |d| Value::String(d.into())));
+            m.insert("expected_effects".into(), Value::Object(a.expected_effects.clone()));
+        }
+        match self.phase {
+            ActionPhase::Failed => {
+                m.insert("error".into(), self.error.clone().map_or(Value::Null, Value::String));
+                m.insert("error_class".into(), self.error_class.map_or(Value::Null, |c| Value::String(c.into())));
+                m.insert("terminal".into(), Value::Bool(self.terminal));
+            }
+            ActionPhase::Retrying => {
+                m.insert("previous_error".into(), self.error.clone().map_or(Value::Null, Value::String));
+                m.insert("error_class".into(), self.error_class.map_or(Value::Null, |c| Value::String(c.into())));
+            }
+            _ => {}
+        }
+        if let Some(d) = self.duration_ms {
+            m.insert("duration_ms".into(), json!(d));
+        }
+        if let Some(c) = self.cached {
+            m.insert("cached".into(), Value::String(c.into()));
+        }
+        Value::Object(m)
+    }
+}
+
+/// An event's payload; the proposal of `ProposalReceived` and per-action
+/// records are rendered lazily.
 #[derive(Debug, Clone)]
 pub enum EventData {
     /// A JSON object.
     Value(Value),
     /// The submitted proposal, serialized on demand.
     Proposal(Arc<ActionProposal>),
+    /// A per-action record.
+    Action(ActionEvent),
+    /// A state change: `{key, tenant, version, op, value?}`.
+    State {
+        /// The key as the tenant sees it.
+        key: String,
+        /// The tenant, when scoped.
+        tenant: Option<Arc<str>>,
+        /// The key's new version.
+        version: u64,
+        /// The new value; `None` for a delete.
+        value: Option<Value>,
+    },
 }
 
 impl EventData {
@@ -109,13 +197,30 @@ impl EventData {
         match self {
             EventData::Value(v) => v.clone(),
             EventData::Proposal(p) => serde_json::to_value(&**p).unwrap_or(Value::Null),
+            EventData::Action(a) => a.to_value(),
+            EventData::State { key, tenant, version, value } => {
+                let mut m = Map::new();
+                m.insert("key".into(), Value::String(key.clone()));
+                m.insert("tenant".into(), tenant.as_deref().map_or(Value::Null, |t| Value::String(t.into())));
+                m.insert("version".into(), Value::from(*version));
+                match value {
+                    Some(v) => {
+                        m.insert("op".into(), Value::String("set".into()));
+                        m.insert("value".into(), v.clone());
+                    }
+                    None => {
+                        m.insert("op".into(), Value::String("delete".into()));
+                    }
+                }
+                Value::Object(m)
+            }
         }
     }
 
     fn field(&self, key: &str) -> Option<Value> {
         match self {
             EventData::Value(v) => v.get(key).cloned(),
-            EventData::Proposal(_) => self.to_value().get(key).cloned(),
+            _ => self.to_value().get(key).cloned(),
         }
     }
 }
@@ -132,7 +237,7 @@ pub struct Event {
     /// The proposal, when any.
     pub proposal_id: Option<Arc<str>>,
     /// The action, when any.
-    pub action_id: Option<String>,
+    pub action_id: Option<Arc<str>>,
     /// The payload.
     pub data: EventData,
     /// Hash of the previous chained event (chaining on).
@@ -158,7 +263,7 @@ impl Event {
         m.insert("kind".into(), Value::String(self.kind.as_str().into()));
         m.insert("timestamp".into(), json!(self.timestamp));
         m.insert("proposal_id".into(), self.proposal_id.as_deref().map_or(Value::Null, |p| Value::String(p.into())));
-        m.insert("action_id".into(), self.action_id.clone().map_or(Value::Null, Value::String));
+        m.insert("action_id".into(), self.action_id.as_deref().map_or(Value::Null, |a| Value::String(a.into())));
         m.insert("data".into(), self.data.to_value());
         if let Some(p) = &self.prev_hash {
             m.insert("prev_hash".into(), Value::String(p.clone()));
@@ -323,7 +428,7 @@ impl EventLog {
         &self,
         kind: EventKind,
         proposal_id: Option<&Arc<str>>,
-        action_id: Option<&str>,
+        action_id: Option<&Arc<str>>,
         data: EventData,
     ) -> u64 {
         let Ok(mut log) = self.inner.lock() else { return 0 };
@@ -333,7 +438,7 @@ impl EventLog {
             kind,
             timestamp: Utc::now(),
             proposal_id: proposal_id.cloned(),
-            action_id: action_id.map(str::to_string),
+            action_id: action_id.cloned(),
             data,
             prev_hash: None,
             hash: None,
@@ -355,7 +460,8 @@ impl EventLog {
 
     /// Appends an event whose data is a JSON value.
     pub fn record(&self, kind: EventKind, proposal_id: Option<&Arc<str>>, action_id: Option<&str>, data: Value) -> u64 {
-        self.append(kind, proposal_id, action_id, EventData::Value(data))
+        let aid: Option<Arc<str>> = action_id.map(Arc::from);
+        self.append(kind, proposal_id, aid.as_ref(), EventData::Value(data))
     }
 
     /// Number of events held.

@@ -167,10 +167,15 @@ impl StateStore {
     /// value in `tx` the first time the transaction touches it.
     pub fn write_physical(&self, phys: &str, value: Option<Value>, tx: Option<&Transaction>) -> Result<u64> {
         let mut slots = self.slots.write().map_err(|_| poisoned())?;
-        let slot = slots.entry(phys.to_string()).or_insert(Slot { value: None, version: 0 });
+        if !slots.contains_key(phys) {
+            slots.insert(phys.to_string(), Slot { value: None, version: 0 });
+        }
+        let slot = slots.get_mut(phys).ok_or_else(poisoned)?;
         if let Some(tx) = tx {
             let mut prior = tx.prior.lock().map_err(|_| poisoned())?;
-            prior.entry(phys.to_string()).or_insert_with(|| slot.value.clone());
+            if !prior.contains_key(phys) {
+                prior.insert(phys.to_string(), slot.value.clone());
+            }
         }
         slot.value = value;
         slot.version += 1;

@@ -15,7 +15,7 @@ use super::registry::RegisteredTool;
 use super::{ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
 use crate::dag::Dag;
-use crate::events::{EventData, EventKind, canonical_json, digest_canonical};
+use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json, digest_canonical};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
     Operator, Precondition, ProposalResult, Reversibility, StateMutation, ToolFailure,
@@ -77,6 +77,8 @@ struct Ctx {
     executor: Arc<dyn ToolExecutor>,
     session_id: Option<String>,
     tools: Vec<Option<Arc<RegisteredTool>>>,
+    action_ids: Vec<Arc<str>>,
+    tenant: Option<Arc<str>>,
     tool_calls: AtomicU64,
     retries: AtomicU64,
 }
@@ -118,6 +120,8 @@ impl Runtime {
             executor,
             session_id: opts.session_id,
             tools: vec![None; n],
+            action_ids: proposal.actions.iter().map(|a| Arc::from(a.id.as_str())).collect(),
+            tenant: opts.tenant.as_deref().map(Arc::from),
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
         };
@@ -366,7 +370,7 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
     }
 
     let canonical = canonical_json(&a.parameters);
-    let digest = digest_canonical(&canonical);
+    let digest: Arc<str> = Arc::from(digest_canonical(&canonical));
     let traced = a.action_type == ActionType::ToolCall
         && ctx.rt.inner.policies.read().map(|p| !p.trace_rules().is_empty()).unwrap_or(false);
     if traced {
@@ -385,22 +389,11 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
             }
             let message = format!("denied by policy: {}", reasons.join("; "));
             let duration = ms(t0.elapsed());
-            events.record(
-                EventKind::ActionFailed,
-                Some(&ctx.pid),
-                Some(&a.id),
-                json!({
-                    "action_type": a.action_type.as_str(),
-                    "tool": a.tool,
-                    "attempt": 1,
-                    "params_digest": digest,
-                    "expected_effects": a.expected_effects,
-                    "error": message,
-                    "error_class": ErrorClass::RejectedByPolicy.as_str(),
-                    "terminal": false,
-                    "duration_ms": duration,
-                }),
-            );
+            let mut ev = action_event(ctx, i, ActionPhase::Failed, 1, Some(&digest));
+            ev.duration_ms = Some(duration);
+            ev.error = Some(message.clone());
+            ev.error_class = Some(ErrorClass::RejectedByPolicy.as_str());
+            events.append(EventKind::ActionFailed, Some(&ctx.pid), Some(&ctx.action_ids[i]), EventData::Action(ev));
             // A denial is not retried: `retry` acts as `abort`.
             let skip = a.failure_behavior == FailureBehavior::Skip;
             let mut r =
@@ -417,32 +410,37 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
     outcome
 }
 
-async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &[u8], digest: &str) -> Outcome {
+fn action_event(ctx: &Ctx, i: usize, phase: ActionPhase, attempt: u32, digest: Option<&Arc<str>>) -> ActionEvent {
+    ActionEvent {
+        phase,
+        proposal: ctx.proposal.clone(),
+        index: i,
+        attempt,
+        digest: digest.cloned(),
+        duration_ms: None,
+        error: None,
+        error_class: None,
+        terminal: false,
+        cached: None,
+    }
+}
+
+async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &[u8], digest: &Arc<str>) -> Outcome {
     let events = &ctx.rt.inner.events;
+    let aid = &ctx.action_ids[i];
+    let pid = Some(&ctx.pid);
     let max_attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
     let mut attempt: u32 = 1;
     loop {
-        events.record(
-            EventKind::ActionExecuting,
-            Some(&ctx.pid),
-            Some(&a.id),
-            json!({"action_type": a.action_type.as_str(), "tool": a.tool, "attempt": attempt}),
-        );
+        let ev = action_event(ctx, i, ActionPhase::Executing, attempt, None);
+        events.append(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev));
         match attempt_action(ctx, i, a, attempt, canonical, Some(&ctx.tx)).await {
             Ok(done) => {
                 let duration = ms(t0.elapsed());
-                let mut data = json!({
-                    "action_type": a.action_type.as_str(),
-                    "tool": a.tool,
-                    "attempt": attempt,
-                    "params_digest": digest,
-                    "expected_effects": a.expected_effects,
-                    "duration_ms": duration,
-                });
-                if let (Some(c), Some(m)) = (done.cached, data.as_object_mut()) {
-                    m.insert("cached".into(), Value::String(c.into()));
-                }
-                events.record(EventKind::ActionSucceeded, Some(&ctx.pid), Some(&a.id), data);
+                let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt, Some(digest));
+                ev.duration_ms = Some(duration);
+                ev.cached = done.cached;
+                events.append(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
                 let mut r = ActionResult::new(a.id.clone(), ActionStatus::Succeeded);
                 r.output = done.output;
                 r.state_changes = done.changes;
@@ -452,32 +450,20 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &
             Err(f) => {
                 if !f.terminal && attempt < max_attempts {
                     ctx.retries.fetch_add(1, Ordering::Relaxed);
-                    events.record(
-                        EventKind::ActionRetrying,
-                        Some(&ctx.pid),
-                        Some(&a.id),
-                        json!({"tool": a.tool, "attempt": attempt + 1, "previous_error": f.message, "error_class": f.class.as_str()}),
-                    );
+                    let mut ev = action_event(ctx, i, ActionPhase::Retrying, attempt + 1, None);
+                    ev.error = Some(f.message);
+                    ev.error_class = Some(f.class.as_str());
+                    events.append(EventKind::ActionRetrying, pid, Some(aid), EventData::Action(ev));
                     attempt += 1;
                     continue;
                 }
                 let duration = ms(t0.elapsed());
-                events.record(
-                    EventKind::ActionFailed,
-                    Some(&ctx.pid),
-                    Some(&a.id),
-                    json!({
-                        "action_type": a.action_type.as_str(),
-                        "tool": a.tool,
-                        "attempt": attempt,
-                        "params_digest": digest,
-                        "expected_effects": a.expected_effects,
-                        "error": f.message,
-                        "error_class": f.class.as_str(),
-                        "terminal": f.terminal,
-                        "duration_ms": duration,
-                    }),
-                );
+                let mut ev = action_event(ctx, i, ActionPhase::Failed, attempt, Some(digest));
+                ev.duration_ms = Some(duration);
+                ev.error = Some(f.message.clone());
+                ev.error_class = Some(f.class.as_str());
+                ev.terminal = f.terminal;
+                events.append(EventKind::ActionFailed, pid, Some(aid), EventData::Action(ev));
                 let skip = !f.terminal && a.failure_behavior == FailureBehavior::Skip;
                 let mut r =
                     ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
@@ -494,7 +480,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &
 /// and records the mutation.
 fn write_state(
     ctx: &Ctx,
-    a: &Action,
+    i: usize,
     key: &str,
     value: Option<Value>,
     tx: Option<&Transaction>,
@@ -509,18 +495,13 @@ fn write_state(
         .state
         .write_physical(&phys, value.clone(), tx)
         .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
-    let mutation = match value {
-        Some(value) => StateMutation::Set { value },
+    let wire = match &value {
+        Some(value) => StateMutation::Set { value: value.clone() },
         None => StateMutation::Delete,
-    };
-    let wire = mutation.to_value();
-    let mut data = json!({"key": key, "tenant": ctx.scope.tenant_id(), "version": version});
-    if let (Some(m), Value::Object(w)) = (data.as_object_mut(), &wire) {
-        for (k, v) in w {
-            m.insert(k.clone(), v.clone());
-        }
     }
-    ctx.rt.inner.events.record(EventKind::StateChanged, Some(&ctx.pid), Some(&a.id), data);
+    .to_value();
+    let data = EventData::State { key: key.to_string(), tenant: ctx.tenant.clone(), version, value };
+    ctx.rt.inner.events.append(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data);
     changes.insert(key.to_string(), wire);
     Ok(())
 }
@@ -544,7 +525,7 @@ async fn attempt_action(
                 Some(a.parameters.get("value").cloned().unwrap_or(Value::Null))
             };
             let mut changes = Map::new();
-            write_state(ctx, a, key, value, tx, &mut changes)?;
+            write_state(ctx, i, key, value, tx, &mut changes)?;
             Ok(Done { output: Some(Value::String(format!("written: {key}"))), changes, cached: None })
         }
         ActionType::StateRead => {
@@ -705,7 +686,7 @@ async fn tool_call(
 
     let mut changes = Map::new();
     for (k, v) in &a.expected_effects {
-        write_state(ctx, a, k, Some(v.clone()), tx, &mut changes)?;
+        write_state(ctx, i, k, Some(v.clone()), tx, &mut changes)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
