@@ -24,7 +24,7 @@ usage: car-server [options]
 
 environment: CAR_HOME (state root), CAR_HANDLER_TIMEOUT (seconds, default 1800),
 CAR_TOOL_TIMEOUT (seconds, default 300), CAR_WS_PING_INTERVAL_MS (30000),
-CAR_WS_IDLE_TIMEOUT_MS (90000)";
+CAR_WS_IDLE_TIMEOUT_MS (90000), CAR_SUPERVISION_TIMEOUT_MS (60000)";
 
 struct Args {
     port: u16,
@@ -115,6 +115,9 @@ fn run() -> Result<(), String> {
     }
     if let Some(ms) = env_num("CAR_WS_IDLE_TIMEOUT_MS")? {
         config.idle_timeout = Duration::from_millis(ms.max(10));
+    }
+    if let Some(ms) = env_num("CAR_SUPERVISION_TIMEOUT_MS")? {
+        config.supervision_timeout = Duration::from_millis(ms);
     }
     config.policy_dir = Some(paths.policy_dir());
     config.ledger_path = Some(paths.state_root.join("approvals.jsonl"));

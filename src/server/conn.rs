@@ -22,6 +22,7 @@ use super::Config;
 use super::auth::tokens_equal;
 use super::handshake;
 use super::rpc::{self, AUTH_REQUIRED, Frame, HANDLER_DEADLINE, HANDSHAKE_REQUIRED, RpcError};
+use super::supervision::Supervisors;
 use crate::api::runtime::CarRuntime;
 
 /// What the outcome of a server-initiated request carries back.
@@ -31,6 +32,8 @@ pub(crate) type CallbackOutcome = Result<Value, Value>;
 pub(crate) struct Conn {
     pub(crate) config: Arc<Config>,
     pub(crate) rt: CarRuntime,
+    /// The daemon-wide supervision registry.
+    pub(crate) supervisors: Arc<Supervisors>,
     /// This connection's session id, stamped on `tools.execute`.
     pub(crate) session_id: String,
     out: mpsc::UnboundedSender<Message>,
@@ -43,6 +46,11 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Queues a frame for the writer; false once the connection is gone.
+    /// The outbound queue (for daemon-wide notifications).
+    pub(crate) fn outbox(&self) -> mpsc::UnboundedSender<Message> {
+        self.out.clone()
+    }
+
     pub(crate) fn send(&self, v: &Value) -> bool {
         self.out.send(Message::text(v.to_string())).is_ok()
     }
@@ -85,7 +93,12 @@ enum Step {
     Close(Value),
 }
 
-pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, config: Arc<Config>) {
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    config: Arc<Config>,
+    supervisors: Arc<Supervisors>,
+) {
     // The hard cap tungstenite enforces (beyond it the connection cannot be
     // kept: the frame is never read). Below it, frames over the configured
     // cap are read, refused with -32600 and the connection stays usable.
@@ -128,6 +141,7 @@ pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, config
     let conn = Arc::new(Conn {
         config: config.clone(),
         rt,
+        supervisors,
         session_id: format!("sess-{}", uuid::Uuid::new_v4()),
         out: out.clone(),
         pending: Mutex::new(HashMap::new()),
@@ -216,6 +230,7 @@ pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, config
     // drop every pending callback waiter, release the session.
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+    conn.supervisors.unsubscribe(&conn.session_id);
     if let Ok(mut p) = conn.pending.lock() {
         p.clear();
     }

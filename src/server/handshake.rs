@@ -161,6 +161,14 @@ pub const METHODS: &[MethodSpec] = &[
     m("state.keys", "{tenant_id?}", "string[]"),
     m("state.set", "{key, value?, tenant_id?}", "\"ok\""),
     m("state.snapshot", "{tenant_id?}", "{key: value}"),
+    m("supervision.decide", "{intent_id, decision: {kind: allow | deny | escalate, reason?}}", "{decided: true}"),
+    m("supervision.pending", "{}", "{intents}"),
+    m(
+        "supervision.subscribe",
+        "{filter?: {tools?, sessions?, min_reversibility?}}",
+        "{subscribed: true, decision_timeout_ms, supervisors}",
+    ),
+    m("supervision.unsubscribe", "{}", "{subscribed: false, was_subscribed}"),
     m("tools.cancel", "{handle}", "{cancelled}"),
     m("tools.list", "{}", "{tools, count}"),
     m("tools.poll", "{handle}", "ToolPollResult | null"),
@@ -173,6 +181,11 @@ pub const METHODS: &[MethodSpec] = &[
 const SERVER_TO_CLIENT: &[(&str, &str, &str)] = &[
     ("tools.execute", "request", "{action_id, tool, parameters, timeout_ms, attempt, request_id, session_id?}"),
     ("tools.cancel", "notification", "{request_id, action_id, reason}"),
+    (
+        "supervision.intent",
+        "notification",
+        "{id, proposal_id, source, session_id, reversibility, created_at, actions: [{id, action_type, tool?, reversibility, parameter_keys, parameters_digest}]}",
+    ),
 ];
 
 /// True when this daemon answers `method`.

@@ -13,6 +13,7 @@ use super::conn::Conn;
 use super::executor::WsToolExecutor;
 use super::handshake;
 use super::rpc::RpcError;
+use super::supervision::Verdict;
 use crate::ir::{ActionResult, ActionStatus, CostSummary, FailureBehavior, ProposalResult};
 
 type R = Result<Value, RpcError>;
@@ -34,7 +35,7 @@ pub(crate) fn deadline(config: &Config, method: &str, params: &Value) -> Duratio
     let Ok(p) = crate::api::parse_proposal(&p) else {
         return config.handler_timeout;
     };
-    let mut total = config.submit_grace;
+    let mut total = config.submit_grace.saturating_add(config.supervision_timeout);
     for a in &p.actions {
         let budget = a.timeout_ms.map(Duration::from_millis).unwrap_or(config.tool_timeout);
         let attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
@@ -209,6 +210,16 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
                 .unwrap_or_default();
             Ok(json!({"pending": pending}))
         }
+        "supervision.subscribe" => {
+            obj(p)?;
+            conn.supervisors.subscribe(&conn.session_id, conn.outbox(), p)
+        }
+        "supervision.unsubscribe" => {
+            let was = conn.supervisors.unsubscribe(&conn.session_id);
+            Ok(json!({"subscribed": false, "was_subscribed": was}))
+        }
+        "supervision.pending" => conn.supervisors.pending(&conn.session_id),
+        "supervision.decide" => conn.supervisors.decide(&conn.session_id, p),
         "permission.approve" => record_approval(conn, p, true),
         "permission.reject" => record_approval(conn, p, false),
         other => Err(RpcError::unknown_method(other)),
@@ -339,6 +350,37 @@ fn session_init(conn: &Conn, p: &Value) -> R {
     }))
 }
 
+/// Expires a parked intent when its submit ends or is abandoned.
+struct Expire<'a> {
+    sup: &'a super::supervision::Supervisors,
+    id: &'a str,
+}
+
+impl Drop for Expire<'_> {
+    fn drop(&mut self) {
+        self.sup.expire(self.id);
+    }
+}
+
+/// A proposal refused as a whole: every action `rejected` with the reason.
+fn reject_all(proposal: &crate::ir::ActionProposal, reason: &str) -> R {
+    let results = proposal
+        .actions
+        .iter()
+        .map(|a| {
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+            r.error = Some(reason.to_string());
+            r
+        })
+        .collect();
+    let result = ProposalResult {
+        proposal_id: proposal.id.clone(),
+        results,
+        cost: CostSummary { actions_rejected: proposal.actions.len() as u64, ..CostSummary::default() },
+    };
+    serde_json::to_value(&result).map_err(|e| RpcError::internal(e.to_string()))
+}
+
 async fn submit(conn: &Arc<Conn>, p: &Value) -> R {
     let text = proposal_text(req(p, "proposal")?)?;
     let session = opt_str(p, "session_id")?;
@@ -347,24 +389,30 @@ async fn submit(conn: &Arc<Conn>, p: &Value) -> R {
         Some(s @ Value::Object(_)) => Some(s.to_string()),
         Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
     };
+    let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
     if conn.halted.load(Ordering::SeqCst) {
-        let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
-        let n = proposal.actions.len() as u64;
-        let results = proposal
-            .actions
-            .iter()
-            .map(|a| {
-                let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
-                r.error = Some(HALTED.to_string());
-                r
-            })
-            .collect();
-        let result = ProposalResult {
-            proposal_id: proposal.id.clone(),
-            results,
-            cost: CostSummary { actions_rejected: n, ..CostSummary::default() },
-        };
-        return serde_json::to_value(&result).map_err(|e| RpcError::internal(e.to_string()));
+        return reject_all(&proposal, HALTED);
+    }
+    if conn.supervisors.any() {
+        let classification =
+            crate::api::call("permission_classify", &json!({"proposal": text})).map_err(in_param("proposal"))?;
+        let stamp = session.unwrap_or(&conn.session_id);
+        if let Some((id, verdict)) = conn.supervisors.park(&proposal, stamp, &classification) {
+            let _expire = Expire { sup: &conn.supervisors, id: &id };
+            let wait = conn.supervisors.decision_timeout;
+            match tokio::time::timeout(wait, verdict).await {
+                Ok(Ok(Verdict::Allow)) => {}
+                Ok(Ok(Verdict::Deny(r))) => return reject_all(&proposal, &format!("denied by supervisor: {r}")),
+                Ok(Ok(Verdict::Escalate(r))) => return reject_all(&proposal, &format!("escalated by supervisor: {r}")),
+                Ok(Err(_)) | Err(_) => {
+                    let why = format!(
+                        "no supervision verdict within {}; refused (fail closed)",
+                        super::executor::human(wait)
+                    );
+                    return reject_all(&proposal, &why);
+                }
+            }
+        }
     }
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
     let out =
@@ -390,6 +438,7 @@ mod tests {
             handler_timeout: Duration::from_secs(10),
             tool_timeout: Duration::from_secs(300),
             submit_grace: Duration::from_secs(15),
+            supervision_timeout: Duration::ZERO,
             ..Config::default()
         };
         let p = json!({"proposal": {"actions": [

@@ -9,6 +9,7 @@ mod executor;
 pub mod handshake;
 mod methods;
 pub mod rpc;
+mod supervision;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -43,6 +44,9 @@ pub struct Config {
     /// The approvals ledger (`~/.car/approvals.jsonl`) behind
     /// `permission.evaluate/pending/approve/reject`.
     pub ledger_path: Option<PathBuf>,
+    /// How long a proposal parked for supervision waits for a verdict
+    /// before it is refused (fail closed).
+    pub supervision_timeout: Duration,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(90),
             policy_dir: None,
             ledger_path: None,
+            supervision_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -65,6 +70,7 @@ impl Default for Config {
 /// Accepts connections until `shutdown` resolves; each connection runs on
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
+    let supervisors = Arc::new(supervision::Supervisors::new(config.supervision_timeout));
     let config = Arc::new(config);
     tokio::pin!(shutdown);
     loop {
@@ -72,7 +78,7 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(conn::serve_connection(stream, peer, config.clone()));
+                    tokio::spawn(conn::serve_connection(stream, peer, config.clone(), supervisors.clone()));
                 }
                 Err(e) => {
                     eprintln!("car-server: accept failed: {e}");

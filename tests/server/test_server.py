@@ -760,3 +760,82 @@ def test_permission_pending_approve_reject_and_the_ledger_survives_a_restart():
         run(first(d.url))
     with Daemon("--no-auth", home=home) as d:
         run(second(d.url))
+
+
+def test_supervision_parks_matching_proposals_until_a_verdict():
+    async def go():
+        boss = await authed()
+        sub = await boss.call("supervision.subscribe", {"filter": {"tools": ["deploy"]}})
+        assert sub["subscribed"] is True and sub["supervisors"] >= 1 and sub["decision_timeout_ms"] > 0
+        worker = await authed()
+        await worker.call("tools.register", [{"name": "deploy"}, {"name": "echo"}])
+        ran = []
+
+        async def execute(params):
+            ran.append(params["tool"])
+            return "ok"
+
+        worker.handlers["tools.execute"] = execute
+        # Not matching the filter: runs unsupervised.
+        res = await worker.call("proposal.submit", {"proposal": proposal([tool_call("e", "echo")], "p0")})
+        assert res["results"][0]["status"] == "succeeded" and boss.notifications == []
+
+        async def parked(pid):
+            task = asyncio.create_task(worker.call("proposal.submit", {"proposal": proposal(
+                [tool_call("d", "deploy", parameters={"env": "prod", "ref": "abc"})], pid)}))
+            for _ in range(100):
+                intents = [n for n in boss.notifications if n["method"] == "supervision.intent"
+                           and n["params"]["proposal_id"] == pid]
+                if intents:
+                    return task, intents[0]["params"]
+                await asyncio.sleep(0.05)
+            raise AssertionError("no supervision.intent")
+
+        task, intent = await parked("p1")
+        assert intent["actions"][0]["tool"] == "deploy"
+        assert intent["actions"][0]["parameter_keys"] == ["env", "ref"]
+        assert len(intent["actions"][0]["parameters_digest"]) == 64
+        assert intent["source"] == "test" and intent["session_id"]
+        assert [i["id"] for i in (await boss.call("supervision.pending", {}))["intents"]] == [intent["id"]]
+        assert not task.done() and ran == ["echo"]
+        r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "deny"}})
+        assert r["error"]["code"] == -32602 and "reason" in r["error"]["message"]
+        assert await boss.call("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}}) == {"decided": True}
+        res = await task
+        assert res["results"][0]["status"] == "succeeded" and ran == ["echo", "deploy"]
+        r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
+        assert r["error"]["code"] == -32603 and "already decided" in r["error"]["message"]
+
+        task, intent = await parked("p2")
+        await boss.call("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "deny", "reason": "freeze"}})
+        res = await task
+        assert res["results"][0]["status"] == "rejected"
+        assert res["results"][0]["error"] == "denied by supervisor: freeze"
+        assert ran == ["echo", "deploy"]
+        assert await boss.call("supervision.unsubscribe", {}) == {"subscribed": False, "was_subscribed": True}
+        await boss.close()
+        res = await worker.call("proposal.submit", {"proposal": proposal([tool_call("d", "deploy")], "p3")})
+        assert res["results"][0]["status"] == "succeeded"
+        await worker.close()
+
+    run(go())
+
+
+def test_supervision_fails_closed_without_a_verdict():
+    with Daemon("--no-auth", env={"CAR_SUPERVISION_TIMEOUT_MS": "300"}) as d:
+        async def go():
+            boss = await Client.connect(d.url)
+            await boss.call("supervision.subscribe", {})
+            worker = await Client.connect(d.url)
+            await worker.call("tools.register", [{"name": "echo"}])
+            res = await worker.call("proposal.submit", {"proposal": proposal([tool_call("a")])})
+            assert res["results"][0]["status"] == "rejected"
+            assert "no supervision verdict within 300ms" in res["results"][0]["error"]
+            intent = [n for n in boss.notifications if n["method"] == "supervision.intent"][0]["params"]
+            r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
+            assert "expired" in r["error"]["message"]
+            assert (await boss.call("supervision.pending"))["intents"] == []
+            await boss.close()
+            await worker.close()
+
+        run(go())
