@@ -108,9 +108,22 @@ async def main(args):
 
         clients = [await session(url, token) for _ in range(args.connections)]
         lat, failures = [], []
+        loaded_pings = []
+        done = asyncio.Event()
+
+        async def echo_during_load():
+            while not done.is_set():
+                t = time.perf_counter()
+                await (await probe.ws.ping())
+                loaded_pings.append(time.perf_counter() - t)
+                await asyncio.sleep(0.01)
+
+        echo = asyncio.create_task(echo_during_load())
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(c, args.proposals, lat, failures) for c in clients))
         wall = time.perf_counter() - t0
+        done.set()
+        await echo
         counts = [await c.call("events.count") for c in clients]
         for c in clients + [probe]:
             await c.close()
@@ -136,8 +149,10 @@ async def main(args):
         "unloaded_submit_p50": ms(statistics.median(solo)),
         "unloaded_submit_p99": ms(pct(solo, 99)),
         "echo_rtt_p50": ms(statistics.median(pings)),
+        "echo_rtt_under_load_p50": ms(statistics.median(loaded_pings)),
         "jsonrpc_call_rtt_p50": ms(statistics.median(calls)),
-        "loaded_submit_p50_over_echo_p50": round(statistics.median(lat) / statistics.median(pings), 2),
+        "two_jsonrpc_calls_over_echo": round(2 * statistics.median(calls) / statistics.median(pings), 2),
+        "loaded_submit_p50_over_loaded_echo_p50": round(statistics.median(lat) / statistics.median(loaded_pings), 2),
         "unloaded_submit_p50_over_echo_p50": round(statistics.median(solo) / statistics.median(pings), 2),
     }
     print(json.dumps(report, indent=2))

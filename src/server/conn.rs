@@ -374,7 +374,13 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
     let c = conn.clone();
     Step::Later(
         async move {
-            let r = with_deadline(&method, deadline, super::methods::dispatch(&c, &method, params)).await;
+            let handler = std::panic::AssertUnwindSafe(super::methods::dispatch(&c, &method, params)).catch_unwind();
+            let guarded = async {
+                handler
+                    .await
+                    .unwrap_or_else(|_| Err(RpcError::internal(format!("handler '{method}' failed unexpectedly"))))
+            };
+            let r = with_deadline(&method, deadline, guarded).await;
             id.map(|id| match r {
                 Ok(v) => rpc::response(&id, v),
                 Err(e) => rpc::error_response(&id, &e),
