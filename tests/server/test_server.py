@@ -839,3 +839,61 @@ def test_supervision_fails_closed_without_a_verdict():
             await worker.close()
 
         run(go())
+
+
+def test_random_frames_never_break_the_connection():
+    import random
+
+    rng = random.Random(8)
+    base = [
+        {"jsonrpc": "2.0", "id": 1, "method": "state.set", "params": {"key": "k", "value": [1, {"a": None}]}},
+        {"jsonrpc": "2.0", "id": "x", "method": "proposal.submit", "params": {"proposal": {"actions": [{"id": "a", "type": "state_write", "parameters": {"key": "z", "value": 1}}]}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "verify", "params": {"proposal": {"actions": []}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "events.query", "params": {"limit": 1}},
+    ]
+    values = [None, True, -1, 2 ** 70, 1.5, "", "s", [], {}, [1, 2], {"k": "v"}]
+
+    def mutate(frame):
+        f = json.loads(json.dumps(frame))
+        for _ in range(rng.randint(1, 3)):
+            target = f
+            keys = []
+            while isinstance(target, dict) and target and rng.random() < 0.6:
+                k = rng.choice(list(target))
+                keys.append(k)
+                if not isinstance(target[k], dict):
+                    break
+                target = target[k]
+            if isinstance(target, dict) and target:
+                k = rng.choice(list(target))
+                if rng.random() < 0.3:
+                    del target[k]
+                else:
+                    target[k] = rng.choice(values)
+        text = json.dumps(f)
+        r = rng.random()
+        if r < 0.15:
+            text = text[: rng.randint(0, len(text))]
+        elif r < 0.25:
+            i = rng.randint(0, max(0, len(text) - 1))
+            text = text[:i] + rng.choice("{}[]\",:\\x") + text[i + 1:]
+        return text
+
+    async def go():
+        c = await authed()
+        await c.call("tools.register", [{"name": "echo"}])
+        for _ in range(300):
+            await c.send_raw(mutate(rng.choice(base)))
+        await asyncio.sleep(0.5)
+        # Every answer is a well-formed JSON-RPC response.
+        while not c.raw.empty():
+            r = c.raw.get_nowait()
+            for one in (r if isinstance(r, list) else [r]):
+                assert one["jsonrpc"] == "2.0" and "id" in one
+                assert ("result" in one) != ("error" in one)
+                if "error" in one:
+                    assert one["error"]["code"] in (-32700, -32600, -32601, -32602, -32603), one
+        assert await c.call("state.set", {"key": "after", "value": 1}) == "ok"
+        await c.close()
+
+    run(go())
