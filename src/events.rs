@@ -274,7 +274,7 @@ impl Event {
     /// The chain hash: SHA-256 of the JCS form of the content, hex.
     fn compute_hash(&self) -> String {
         let canon = serde_jcs::to_vec(&Value::Object(self.content())).unwrap_or_default();
-        hex::encode(Sha256::digest(&canon))
+        to_hex(&Sha256::digest(&canon))
     }
 }
 
@@ -293,7 +293,18 @@ pub fn canonical_json(value: &Map<String, Value>) -> Vec<u8> {
 
 /// Lowercase hex SHA-256 of canonical bytes.
 pub fn digest_canonical(canonical: &[u8]) -> String {
-    hex::encode(Sha256::digest(canonical))
+    to_hex(&Sha256::digest(canonical))
+}
+
+/// Lowercase hex, without the per-character iterator of `hex::encode`.
+fn to_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    s
 }
 
 /// `{max_events?, max_age_secs?}`.

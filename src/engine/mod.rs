@@ -48,6 +48,9 @@ pub struct RuntimeOptions {
     /// A hard budget: proposals over `max_actions` / `max_tool_calls` are
     /// refused before anything runs; `max_duration_ms` stops dispatching.
     pub cost_budget: Option<CostBudget>,
+    /// At most this many independent actions of a proposal in flight at once
+    /// (default 256).
+    pub max_concurrency: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -57,6 +60,7 @@ impl Default for RuntimeOptions {
             event_retention: RetentionPolicy::default(),
             chunk_buffer_size: 1024,
             cost_budget: None,
+            max_concurrency: 256,
         }
     }
 }
@@ -77,6 +81,12 @@ impl RuntimeOptions {
     /// Sets the detached chunk buffer size (at least 1).
     pub fn chunk_buffer_size(mut self, n: usize) -> Self {
         self.chunk_buffer_size = n.max(1);
+        self
+    }
+
+    /// Sets the in-flight window for independent actions (at least 1).
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n.max(1);
         self
     }
 

@@ -142,10 +142,21 @@ impl Runtime {
                     let o = run_action(&ctx, i).await;
                     aborted |= record(o, i, &mut results, &mut completion);
                 } else if !runnable.is_empty() {
-                    let mut futs: FuturesUnordered<_> =
-                        runnable.iter().map(|&i| run_action(&ctx, i).map(move |o| (i, o))).collect();
+                    // A window of at most `max_concurrency` actions in flight:
+                    // concurrent, with memory bounded by the window, not the level.
+                    let window = self.inner.options.max_concurrency.max(1);
+                    let mut pending = runnable.iter().copied();
+                    let ctx_ref = &ctx;
+                    let start_one = move |i: usize| async move { (i, run_action(ctx_ref, i).await) };
+                    let mut futs = FuturesUnordered::new();
+                    for i in pending.by_ref().take(window) {
+                        futs.push(start_one(i));
+                    }
                     while let Some((i, o)) = futs.next().await {
                         aborted |= record(o, i, &mut results, &mut completion);
+                        if let Some(j) = pending.next() {
+                            futs.push(start_one(j));
+                        }
                     }
                 }
                 if aborted {
@@ -593,7 +604,8 @@ async fn invoke(ctx: &Ctx, call: ToolCall) -> Result<Value, Fail> {
         }
     };
     let res = match timeout {
-        Some(t) => match tokio::time::timeout(Duration::from_millis(t), fut).await {
+        // Boxed: the timer is large and most calls have no timeout.
+        Some(t) => match Box::pin(tokio::time::timeout(Duration::from_millis(t), fut)).await {
             Ok(r) => r,
             Err(_) => return Err(Fail::new(format!("tool '{tool}' timed out after {t} ms"), ErrorClass::Timeout)),
         },
@@ -645,7 +657,7 @@ async fn tool_call(
     };
     let inner = &ctx.rt.inner;
     if a.invocation_mode.is_detached() {
-        return start_detached(ctx, &tool, a, attempt).await;
+        return Box::pin(start_detached(ctx, &tool, a, attempt)).await;
     }
 
     let idempotent = a.idempotent || tool.schema.idempotent;
@@ -666,7 +678,7 @@ async fn tool_call(
         Some((v, by)) => (v, Some(by)),
         None => {
             if let Some(rl) = &tool.schema.rate_limit {
-                inner.rate.acquire(name, rl).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
+                Box::pin(inner.rate.acquire(name, rl)).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
             }
             let v = invoke(ctx, make_call(ctx, name, &a.parameters, a, attempt)).await?;
             if let Some(e) = tool.check_output(&v) {
