@@ -384,6 +384,11 @@ fn malformed_files_are_refused_naming_file_and_key() {
         ),
         ("[[trace_rule]]\ntool = \"t\"", "missing_policy_key", Some("trace_rule[0].forbid_after")),
         (
+            "[[deny_tool_param]]\ntool = \"t\"\nparam = \"p\"\nequals = nan",
+            "invalid_policy_value",
+            Some("deny_tool_param[0].equals"),
+        ),
+        (
             "[[trace_rule]]\ntool = \"t\"\nforbid_after = \"x\"",
             "invalid_policy_type",
             Some("trace_rule[0].forbid_after"),
@@ -424,6 +429,13 @@ fn discovery_walks_up_and_nearest_wins() {
     // A `.car` without `policies` is passed over.
     std::fs::create_dir_all(root.path().join("a/b/.car")).unwrap();
     assert_eq!(discover_policy_dir(&root.path().join("a/b/c")).unwrap(), root.path().join("a/.car/policies"));
+    // A file where the directory should be is found, and loading it fails
+    // loudly rather than passing over to the next level.
+    root.write("a/b/.car/policies", "not a directory");
+    let found = discover_policy_dir(&root.path().join("a/b/c")).unwrap();
+    assert_eq!(found, root.path().join("a/b/.car/policies"));
+    let err = PolicyEngine::new().load_policy_dir(&found).unwrap_err();
+    assert_eq!(err.code(), "policy_io_error");
 }
 
 #[test]

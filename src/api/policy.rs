@@ -24,6 +24,9 @@ pub enum RuleSource<'a> {
     Dir(&'a str),
     /// The text of one policy file.
     Toml(&'a str),
+    /// The nearest `.car/policies` found walking up from this directory (no
+    /// rules when there is none).
+    DiscoverFrom(&'a str),
 }
 
 /// Every violation each action of `proposal_json` would meet under the rules,
@@ -44,6 +47,10 @@ fn check_policies_value(rules: RuleSource<'_>, proposal: &ActionProposal) -> Res
     let count = match rules {
         RuleSource::Dir(d) => engine.load_policy_dir(Path::new(d))?,
         RuleSource::Toml(t) => engine.apply_policy_set(&parse_policy_text(t, "<rules>")?),
+        RuleSource::DiscoverFrom(start) => match crate::policy::discover_policy_dir(Path::new(start)) {
+            Some(dir) => engine.load_policy_dir(&dir)?,
+            None => 0,
+        },
     };
     let state = Map::new();
     let mut violations = Vec::new();
@@ -117,7 +124,7 @@ fn lint_set(set: &PolicySet) -> Vec<(String, String)> {
         }
     }
     for (i, r) in set.deny_tool_param_matching.iter().enumerate() {
-        if let Err(e) = regex::Regex::new(&r.matches) {
+        if let Err(e) = crate::policy::file::compile_pattern(&r.matches) {
             let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
             out.push((
                 format!("deny_tool_param_matching[{i}].matches"),
@@ -158,7 +165,7 @@ pub fn permission_classify(proposal_json: &str) -> Result<String> {
 }
 
 fn classify_value(p: &ActionProposal) -> Value {
-    let classifier = classify::RiskClassifier::default();
+    let classifier = classify::RiskClassifier::shared();
     let rows: Vec<Value> = p
         .actions
         .iter()
@@ -202,7 +209,7 @@ pub fn permission_evaluate(proposal_json: &str, granted_tier: &str, ledger_path:
 
 fn evaluate_value(p: &ActionProposal, granted: PermissionTier, ledger_path: Option<&str>) -> Result<Value> {
     let gate = gate(ledger_path);
-    let rows = p.actions.iter().map(|a| gate.evaluate(a, granted)).collect::<Result<Vec<_>>>()?;
+    let rows = gate.evaluate_all(&p.actions, granted)?;
     Ok(json!({ "decisions": rows }))
 }
 
@@ -274,10 +281,20 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
         "lint_policies" => str_param(params, "dir").and_then(lint_policies).and_then(|t| crate::ir::from_json_str(&t)),
         "check_policies" => (|| {
             let proposal = proposal_param(params)?;
-            let source = match (opt_str_param(params, "dir")?, opt_str_param(params, "rules")?) {
-                (Some(d), None) => RuleSource::Dir(d),
-                (None, Some(t)) => RuleSource::Toml(t),
-                _ => return Err(Error::invalid_argument("dir", "give exactly one of `dir` and `rules`")),
+            let source = match (
+                opt_str_param(params, "dir")?,
+                opt_str_param(params, "rules")?,
+                opt_str_param(params, "discover_from")?,
+            ) {
+                (Some(d), None, None) => RuleSource::Dir(d),
+                (None, Some(t), None) => RuleSource::Toml(t),
+                (None, None, Some(c)) => RuleSource::DiscoverFrom(c),
+                _ => {
+                    return Err(Error::invalid_argument(
+                        "dir",
+                        "give exactly one of `dir`, `rules` and `discover_from`",
+                    ));
+                }
             };
             check_policies_value(source, &proposal)
         })(),
@@ -286,6 +303,18 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
             let proposal = proposal_param(params)?;
             let tier = parse_tier(str_param(params, "granted_tier")?)?;
             evaluate_value(&proposal, tier, opt_str_param(params, "ledger_path")?)
+        })(),
+        "permission_record_decision" => (|| {
+            let action: Action = crate::ir::from_value(super::json_arg(super::required(params, "action")?)?)?;
+            let approve = super::required(params, "approve")?
+                .as_bool()
+                .ok_or_else(|| Error::invalid_argument("approve", "must be a boolean"))?;
+            let reviewer = str_param(params, "reviewer")?;
+            let reason = opt_str_param(params, "reason")?.unwrap_or("");
+            let ledger = str_param(params, "ledger_path")?;
+            let evidence = params.get("evidence").filter(|v| !v.is_null()).cloned();
+            let rec = gate(Some(ledger)).record(&action, approve, reviewer, reason, evidence)?;
+            Ok(serde_json::to_value(rec).unwrap_or(Value::Null))
         })(),
         _ => return None,
     })
@@ -308,6 +337,17 @@ mod tests {
         assert_eq!(v["classifications"][0]["missing_compensation"], true);
         assert_eq!(v["classifications"][1]["required_tier"], "read_only");
         assert_eq!(v["classifications"][1]["tool"], Value::Null);
+    }
+
+    #[test]
+    fn lint_flags_rules_that_deny_everything() {
+        let out: Value = serde_json::from_str(&lint_policies("tests/policy_fixtures/badpattern").unwrap()).unwrap();
+        assert_eq!(out["rule_count"], 2);
+        let keys: Vec<&str> = out["warnings"].as_array().unwrap().iter().filter_map(|w| w["key"].as_str()).collect();
+        assert_eq!(keys, ["allow_tool_param[0].allow", "deny_tool_param_matching[0].matches"]);
+        assert!(out["warnings"][1]["message"].as_str().unwrap().contains("every call to `t` is denied"));
+        let e = lint_policies("tests/policy_fixtures/malformed").unwrap_err();
+        assert_eq!(e.code(), "unknown_policy_key");
     }
 
     #[test]
