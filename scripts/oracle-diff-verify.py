@@ -67,7 +67,7 @@ def gen_action(rng, i, ids, explicit, used):
             a["parameters"] = {"x": rng.choice([1, 2, "s", True])}
     elif kind < 0.9:
         a["type"] = "state_write"
-        a["parameters"] = {"key": fresh_key(rng, used) or "unused", "value": rng.choice(VALUES)}
+        a["parameters"] = {"key": fresh_key(rng, used) or f"unused{i}", "value": rng.choice(VALUES)}
         if rng.random() < 0.2:
             del a["parameters"]["value"]
     else:
@@ -202,7 +202,10 @@ def differing_fields(method, want, got):
         out = [k for k in ["valid", "simulated_state", "execution_levels"] if w.get(k) != g.get(k)]
         if w.get("issues") != g.get("issues"):
             plain = lambda r: [i for i in r.get("issues", []) if not i["message"].startswith("write conflict")]  # noqa: E731
-            if plain(w) != plain(g):
+            canon = lambda xs: sorted(json.dumps(x, sort_keys=True) for x in xs)  # noqa: E731
+            if canon(w.get("issues", [])) == canon(g.get("issues", [])):
+                out.append("issues.order")
+            elif plain(w) != plain(g):
                 out.append("issues")
             else:
                 out.append("issues.write_conflict_only")
