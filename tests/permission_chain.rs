@@ -250,6 +250,8 @@ fn argv_rules_use_the_shell_matcher() {
         ("$(echo rm) -rf /", Verdict::Ask, DecidedBy::DenyRule),
         ("echo 'unbalanced", Verdict::Ask, DecidedBy::DenyRule),
         ("ls\0", Verdict::Ask, DecidedBy::DenyRule),
+        ("bash -c 'rm -rf \"$HOME\"'", Verdict::Ask, DecidedBy::DenyRule),
+        ("bash -c 'git push'", Verdict::Ask, DecidedBy::AskRule),
     ];
     for (cmd, v, by) in cases {
         let e = c.evaluate(&shell, &json!({"command": cmd}));
@@ -350,7 +352,11 @@ fn inheritance_only_when_opted_in() {
 
 #[test]
 fn readonly_isolation_denies_write_and_destructive_only() {
+    assert!(PermissionChain::new().is_empty());
+    assert!(chain(json!({"preset": "open"})).is_empty());
+    assert!(!chain(json!({"preset": "standard"})).is_empty());
     let c = PermissionChain::new().with_readonly_isolation();
+    assert!(!c.is_empty());
     assert_eq!(c.evaluate(&tool("w", Some(Risk::Write), false), &json!({})).verdict, Verdict::Deny);
     assert_eq!(c.evaluate(&tool("d", Some(Risk::Destructive), false), &json!({})).verdict, Verdict::Deny);
     assert_eq!(c.evaluate(&tool("u", None, false), &json!({})).verdict, Verdict::Allow);
@@ -363,6 +369,7 @@ fn configuration_errors() {
         (json!({"deny": [{"argv": "rm **"}]}), "invalid_permission_rule"),
         (json!({"ask": [{"tool": []}]}), "invalid_permission_rule"),
         (json!({"deny": [{"domains": ["*"]}]}), "invalid_permission_rule"),
+        (json!({"deny": [{"tool": ["ok", "deploy service"]}]}), "invalid_permission_rule"),
         (json!({"deny": [{"tool": "shell", "argv": "rm ** -rf"}]}), "invalid_shell_pattern"),
         (json!({"deny": [{"risk": "dangerous"}]}), "invalid_document"),
         (json!({"deny": [{"tool": "x", "allow": true}]}), "invalid_document"),

@@ -54,6 +54,16 @@ fn pinned_hashes() {
 }
 
 #[test]
+fn pinned_hash_equals_sha256_of_hand_written_canonical_json() {
+    use sha2::{Digest, Sha256};
+    // RFC 8785 by hand: keys sorted, no whitespace, no version (absent).
+    let canonical = r#"[{"description":"Deploy a service to production.","name":"deploy_service","parameters":{"properties":{"service":{"type":"string"}},"type":"object"}}]"#;
+    let expected = hex::encode(Sha256::digest(canonical.as_bytes()));
+    assert_eq!(expected, "66912391482744b02adbbd1d4b73cf4c8a67e944be6aa11993db9c23770ea505");
+    assert_eq!(hash(&[deploy()]), expected);
+}
+
+#[test]
 fn hash_is_insensitive_to_order_policy_and_key_order() {
     let base = hash(&[search(), deploy()]);
     assert_eq!(hash(&[deploy(), search()]), base, "tool order");

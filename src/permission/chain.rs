@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::Verdict;
 use super::preset::Preset;
 use super::shell::{ShellPattern, ShellRules};
-use super::tool::{Risk, ToolDefinition};
+use super::tool::{Risk, ToolDefinition, is_valid_tool_name};
 
 /// The first-party fetch tool: the only tool domain rules are enforced for.
 /// Its input carries the target in `url`.
@@ -41,6 +41,13 @@ impl<T: PartialEq> OneOrMany<T> {
 
     fn is_empty(&self) -> bool {
         matches!(self, OneOrMany::Many(xs) if xs.is_empty())
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, T> {
+        match self {
+            OneOrMany::One(x) => std::slice::from_ref(x).iter(),
+            OneOrMany::Many(xs) => xs.iter(),
+        }
     }
 }
 
@@ -116,8 +123,7 @@ impl RuleMatch {
 }
 
 /// Which table a rule sits in (argv patterns match per table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
     Deny,
     Ask,
@@ -147,6 +153,9 @@ impl Rule {
         }
         if spec.tool.as_ref().is_some_and(OneOrMany::is_empty) || spec.risk.as_ref().is_some_and(OneOrMany::is_empty) {
             return Err(rule_error(&spec, "an empty list matches nothing"));
+        }
+        if let Some(bad) = spec.tool.as_ref().and_then(|t| t.iter().find(|n| !is_valid_tool_name(n))) {
+            return Err(rule_error(&spec, &format!("`{bad}` is not a valid tool name, so the rule could never match")));
         }
         let shell = match &spec.argv {
             None => None,
@@ -234,7 +243,10 @@ impl Rule {
 }
 
 /// The host of `scheme://[userinfo@]host[:port]/...`, lowercased, without a
-/// trailing dot; `None` when there is none or it is not plain ASCII.
+/// trailing dot. `None` (so: uncertain, fail closed) when there is none, or
+/// when URL parsers could disagree about it: a backslash, `%`, whitespace or
+/// a control character in the authority, more than one `@`, a non-numeric
+/// port, or a host that is not plain ASCII.
 pub fn url_host(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let mut sb = scheme.bytes();
@@ -243,13 +255,25 @@ pub fn url_host(url: &str) -> Option<String> {
     {
         return None;
     }
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or("");
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.bytes().any(|b| b == b'\\' || b == b'%' || b <= b' ' || b >= 0x7f)
+        || authority.matches('@').count() > 1
+    {
+        return None;
+    }
     let hostport = authority.rsplit('@').next().unwrap_or("");
-    let host = if let Some(v6) = hostport.strip_prefix('[') {
-        format!("[{}]", v6.split(']').next()?)
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (inner, after) = v6.split_once(']')?;
+        (format!("[{inner}]"), after.strip_prefix(':'))
     } else {
-        hostport.split(':').next().unwrap_or("").to_string()
+        match hostport.split_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (hostport.to_string(), None),
+        }
     };
+    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let plain = host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'));
     (!host.is_empty() && plain).then_some(host)
@@ -612,6 +636,11 @@ impl PermissionChain {
         self
     }
 
+    /// True when no layer is configured: every call gets the terminal default.
+    pub fn is_empty(&self) -> bool {
+        self.hooks.is_empty() && self.deny.is_empty() && self.ask.is_empty() && self.can_use_tool.is_none()
+    }
+
     /// The deny rules in evaluation order.
     pub fn deny_rules(&self) -> Vec<RuleSpec> {
         self.deny.iter().map(|r| r.spec.clone()).collect()
@@ -810,4 +839,31 @@ pub fn evaluate_permission(chain: &PermissionChain, tool: &ToolDefinition, input
 /// An empty JSON object, the input of a call with no arguments.
 pub fn empty_input() -> Value {
     Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn url_hosts() {
+        let h = |u: &str| url_host(u);
+        assert_eq!(h("https://Example.COM./a").as_deref(), Some("example.com"));
+        assert_eq!(h("http://user:pw@host.example:8080/x").as_deref(), Some("host.example"));
+        assert_eq!(h("http://[::1]:80/").as_deref(), Some("[::1]"));
+        assert_eq!(h("https://a.example?x=//b").as_deref(), Some("a.example"));
+        for ambiguous in [
+            "https://good.example\\@evil.example/",
+            "https://a@b@evil.example/",
+            "https://evil%2eexample/",
+            "https://evil.example:80x/",
+            "https://ev il.example/",
+            "https://évil.example/",
+            "https:///path",
+            "no scheme",
+            "1http://x/",
+        ] {
+            assert_eq!(h(ambiguous), None, "{ambiguous}");
+        }
+    }
 }

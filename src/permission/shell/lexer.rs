@@ -9,23 +9,27 @@
 //!   expansion is flagged, and the commands inside `$(...)`, backticks and
 //!   `<(...)` are parsed too and appended as segments of their own (they run);
 //! - redirections are taken out of argv and classified (neutral or writing);
-//! - subshells, groups and compound-command keywords are parsed and recursed:
-//!   a keyword becomes a segment of its own that is never allowed, and the
-//!   commands it governs follow as ordinary segments;
-//! - `case` and anything the grammar below does not know is a parse failure.
+//! - subshells and `{ ...; }` groups nest through an explicit stack (any
+//!   depth); compound-command keywords become segments of their own that are
+//!   never allowed, and the commands they govern follow as ordinary segments;
+//! - `case` is parsed item by item (patterns, then the item's commands);
+//! - anything the grammar below does not know is a parse failure.
 //!
 //! The output is deliberately flat: the verdict is the strictest across all
 //! segments, so a structure only has to expose every command it contains.
 
-/// Nesting limit for groups, substitutions and `bash -c` scripts; deeper is a
-/// parse failure (ask).
-pub(crate) const MAX_DEPTH: usize = 32;
+use std::borrow::Cow;
+
+/// Nesting limit for substitutions, `((...))`/`${...}` contents and `sh -c`
+/// scripts (groups are not limited); deeper is a parse failure (ask).
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// One word after quote removal, with what the matcher must know about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Word {
-    /// The bytes after quote and escape removal.
-    pub text: Vec<u8>,
+pub(crate) struct Word<'a> {
+    /// The bytes after quote and escape removal (borrowed from the source
+    /// when the word holds no quoting at all).
+    pub text: Cow<'a, [u8]>,
     /// Holds an expansion (`$...`, backtick, process substitution).
     pub expansion: bool,
     /// Holds an unquoted glob character (`*`, `?`, `[`).
@@ -37,7 +41,7 @@ pub(crate) struct Word {
     pub quoted_at: Option<usize>,
 }
 
-impl Word {
+impl Word<'_> {
     fn mark_quoted(&mut self) {
         if self.quoted_at.is_none() {
             self.quoted_at = Some(self.text.len());
@@ -52,7 +56,7 @@ impl Word {
     /// True for a `NAME=value` word (`NAME+=value` too) whose name and `=` are
     /// unquoted: the shell's assignment.
     pub fn is_assignment(&self) -> bool {
-        let t = &self.text;
+        let t = &self.text[..];
         let Some(eq) = t.iter().position(|&b| b == b'=') else { return false };
         let name_end = if eq > 0 && t[eq - 1] == b'+' { eq - 1 } else { eq };
         if name_end == 0 || self.quoted_at.is_some_and(|q| q <= eq) {
@@ -83,11 +87,11 @@ pub(crate) enum SegKind {
 
 /// One segment: what one simple command (or keyword) contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Segment {
+pub(crate) struct Segment<'a> {
     /// What this is.
     pub kind: SegKind,
     /// Every word in order, leading assignments included, redirections not.
-    pub words: Vec<Word>,
+    pub words: Vec<Word<'a>>,
     /// How many leading words are assignments.
     pub assignments: usize,
     /// A here-doc, here-string, or an expansion in a redirection target.
@@ -98,7 +102,7 @@ pub(crate) struct Segment {
     pub redirected: bool,
 }
 
-impl Segment {
+impl<'a> Segment<'a> {
     fn new(kind: SegKind) -> Self {
         Segment { kind, words: Vec::new(), assignments: 0, unmatchable: false, writes: false, redirected: false }
     }
@@ -108,28 +112,41 @@ impl Segment {
     }
 
     /// The argv: the words after the leading assignments.
-    pub fn argv(&self) -> &[Word] {
+    pub fn argv(&self) -> &[Word<'a>] {
         &self.words[self.assignments.min(self.words.len())..]
+    }
+
+    /// The same segment owning all its text.
+    fn into_owned<'b>(self) -> Segment<'b> {
+        let words = self.words.into_iter().map(|w| Word { text: Cow::Owned(w.text.into_owned()), ..w }).collect();
+        Segment {
+            kind: self.kind,
+            words,
+            assignments: self.assignments,
+            unmatchable: self.unmatchable,
+            writes: self.writes,
+            redirected: self.redirected,
+        }
     }
 }
 
 /// The result of parsing a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Parsed {
+pub(crate) struct Parsed<'a> {
     /// Every complete segment, in order.
-    pub segments: Vec<Segment>,
+    pub segments: Vec<Segment<'a>>,
     /// The parse stopped at an error or an unsupported construct; segments
     /// after that point were not seen.
     pub failed: bool,
 }
 
 /// Parses a command into its segments.
-pub(crate) fn parse(src: &[u8]) -> Parsed {
+pub(crate) fn parse(src: &[u8]) -> Parsed<'_> {
     parse_at_depth(src, 0)
 }
 
-pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed {
-    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth };
+pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed<'_> {
+    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth, heredocs: Vec::new() };
     let failed = p.parse_list(Term::Eof).is_err();
     Parsed { segments: p.out, failed }
 }
@@ -145,30 +162,62 @@ type Step = Result<(), Fail>;
 enum Term {
     /// The end of input.
     Eof,
-    /// A `)` closing a subshell, `$(`, or a process substitution.
+    /// A `)` closing `$(` or a process substitution.
     Paren,
-    /// A `}` in command position, closing a group.
-    Brace,
 }
 
 /// Keywords that head or continue a compound command and are followed by a
 /// command in command position.
-const PREFIX_KEYWORDS: &[&[u8]] =
-    &[b"!", b"time", b"if", b"then", b"else", b"elif", b"fi", b"do", b"done", b"while", b"until", b"coproc", b"in"];
+fn is_prefix_keyword(t: &[u8]) -> bool {
+    matches!(
+        t,
+        b"!" | b"time"
+            | b"if"
+            | b"then"
+            | b"else"
+            | b"elif"
+            | b"fi"
+            | b"do"
+            | b"done"
+            | b"while"
+            | b"until"
+            | b"coproc"
+            | b"in"
+    )
+}
+
+/// The closer pushed on the group stack for an open `case`.
+const CASE: u8 = b'c';
 
 /// True for a byte that ends an unquoted word.
 fn is_meta(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')
 }
 
+/// Bytes a word copies verbatim with no further thought: not a
+/// metacharacter, quote, escape, expansion, glob or brace-expansion byte.
+const PLAIN: [bool; 256] = {
+    let mut t = [true; 256];
+    let special = b" \t\n;&|()<>\\'\"`$*?[{,.}";
+    let mut i = 0;
+    while i < special.len() {
+        t[special[i] as usize] = false;
+        i += 1;
+    }
+    t
+};
+
 struct Parser<'a> {
     s: &'a [u8],
     pos: usize,
-    out: Vec<Segment>,
+    out: Vec<Segment<'a>>,
     depth: usize,
+    /// Here-docs whose bodies start after the next newline: (delimiter,
+    /// strip leading tabs).
+    heredocs: Vec<(Vec<u8>, bool)>,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.s.get(self.pos).copied()
     }
@@ -192,7 +241,7 @@ impl Parser<'_> {
         }
     }
 
-    fn finish(&mut self, cur: &mut Segment) {
+    fn finish(&mut self, cur: &mut Segment<'a>) {
         if !cur.is_empty() {
             self.out.push(std::mem::replace(cur, Segment::new(SegKind::Simple)));
         }
@@ -214,13 +263,18 @@ impl Parser<'_> {
     }
 
     /// The main state machine: a list of commands up to `term`.
+    ///
+    /// Subshells and brace groups nest through `groups`, an explicit stack
+    /// of the closers expected (`)` or `}`), so their depth is not bounded by
+    /// recursion; only substitutions recurse.
     fn parse_list(&mut self, term: Term) -> Step {
         let mut cur = Segment::new(SegKind::Simple);
+        let mut groups: Vec<u8> = Vec::new();
         loop {
             self.skip_blanks();
             let Some(c) = self.peek() else {
                 self.finish(&mut cur);
-                return if term == Term::Eof { Ok(()) } else { Err(Fail) };
+                return if term == Term::Eof && groups.is_empty() { Ok(()) } else { Err(Fail) };
             };
             match c {
                 b'#' => {
@@ -233,14 +287,23 @@ impl Parser<'_> {
                 b'\n' => {
                     self.pos += 1;
                     self.finish(&mut cur);
+                    self.heredoc_bodies();
                 }
                 b';' => {
-                    // `;;`, `;&`, `;;&` belong to `case`, which is not parsed.
-                    if matches!(self.peek_at(1), Some(b';' | b'&')) {
-                        return Err(Fail);
-                    }
-                    self.pos += 1;
                     self.finish(&mut cur);
+                    if matches!(self.peek_at(1), Some(b';' | b'&')) {
+                        // `;;`, `;&`, `;;&` end a `case` item.
+                        if groups.last() != Some(&CASE) {
+                            return Err(Fail);
+                        }
+                        self.pos += if self.starts_with(b";;&") { 3 } else { 2 };
+                        if !self.case_item()? {
+                            groups.pop();
+                            self.group_tail()?;
+                        }
+                    } else {
+                        self.pos += 1;
+                    }
                 }
                 b'&' => {
                     if self.peek_at(1) == Some(b'>') {
@@ -255,14 +318,22 @@ impl Parser<'_> {
                     self.finish(&mut cur);
                 }
                 b')' => {
-                    if term != Term::Paren {
-                        return Err(Fail);
-                    }
                     self.pos += 1;
                     self.finish(&mut cur);
-                    return Ok(());
+                    match groups.last() {
+                        Some(b')') => {
+                            groups.pop();
+                            self.group_tail()?;
+                        }
+                        None if term == Term::Paren => return Ok(()),
+                        _ => return Err(Fail),
+                    }
                 }
-                b'(' => self.open_paren(&mut cur)?,
+                b'(' => {
+                    if self.open_paren(&mut cur)? {
+                        groups.push(b')');
+                    }
+                }
                 b'<' | b'>' if self.peek_at(1) == Some(b'(') => {
                     // Process substitution: an argument whose command runs.
                     self.pos += 2;
@@ -282,19 +353,26 @@ impl Parser<'_> {
                         continue;
                     }
                     if cur.is_empty() && w.unquoted() && !w.expansion {
-                        match w.text.as_slice() {
+                        match &w.text[..] {
                             b"{" => {
-                                self.nested(|p| p.parse_list(Term::Brace))?;
-                                self.group_tail()?;
+                                groups.push(b'}');
                                 continue;
                             }
                             b"}" => {
-                                if term != Term::Brace {
+                                if groups.pop() != Some(b'}') {
                                     return Err(Fail);
                                 }
-                                return Ok(());
+                                self.group_tail()?;
+                                continue;
                             }
-                            t if PREFIX_KEYWORDS.contains(&t) => {
+                            t if is_prefix_keyword(t) => {
+                                if t == b"time" {
+                                    // `time -p cmd` runs `cmd`.
+                                    self.skip_blanks();
+                                    if self.starts_with(b"-p") && self.peek_at(2).is_none_or(is_meta) {
+                                        self.pos += 2;
+                                    }
+                                }
                                 self.keyword();
                                 continue;
                             }
@@ -313,7 +391,24 @@ impl Parser<'_> {
                                 self.keyword();
                                 continue;
                             }
-                            b"case" | b"esac" | b"]]" => return Err(Fail),
+                            b"case" => {
+                                self.keyword();
+                                self.case_header()?;
+                                if self.case_item()? {
+                                    groups.push(CASE);
+                                } else {
+                                    self.group_tail()?;
+                                }
+                                continue;
+                            }
+                            b"esac" => {
+                                if groups.pop() != Some(CASE) {
+                                    return Err(Fail);
+                                }
+                                self.group_tail()?;
+                                continue;
+                            }
+                            b"]]" => return Err(Fail),
                             _ => {}
                         }
                     }
@@ -326,18 +421,19 @@ impl Parser<'_> {
         }
     }
 
-    /// `(` in command position opens a subshell (or `((` an arithmetic
-    /// command); after a single word, `name ()` is a function header.
-    fn open_paren(&mut self, cur: &mut Segment) -> Step {
+    /// `(` in command position opens a subshell (true: the caller pushes
+    /// the group) or `((` an arithmetic command; after a single word,
+    /// `name ()` is a function header.
+    fn open_paren(&mut self, cur: &mut Segment<'a>) -> Result<bool, Fail> {
         if cur.is_empty() {
             if self.peek_at(1) == Some(b'(') {
-                self.skip_balanced(b'(', b')')?;
+                self.skip_balanced_and_scan(b'(', b')')?;
                 self.keyword();
-                return self.group_tail();
+                self.group_tail()?;
+                return Ok(false);
             }
             self.pos += 1;
-            self.nested(|p| p.parse_list(Term::Paren))?;
-            return self.group_tail();
+            return Ok(true);
         }
         if cur.kind == SegKind::Simple && cur.words.len() == 1 && cur.assignments == 0 && !cur.redirected {
             self.pos += 1;
@@ -346,7 +442,7 @@ impl Parser<'_> {
                 self.pos += 1;
                 *cur = Segment::new(SegKind::Keyword);
                 self.finish(cur);
-                return Ok(());
+                return Ok(false);
             }
         }
         Err(Fail)
@@ -377,6 +473,75 @@ impl Parser<'_> {
             self.out.push(tail);
         }
         Ok(())
+    }
+
+    /// `case WORD in`: the subject (its substitutions are parsed) and `in`,
+    /// possibly after newlines.
+    fn case_header(&mut self) -> Step {
+        self.skip_blanks();
+        match self.peek() {
+            Some(c) if !is_meta(c) => {
+                self.word()?;
+            }
+            _ => return Err(Fail),
+        }
+        self.skip_blanks_and_newlines();
+        let w = self.word()?;
+        if w.unquoted() && w.text[..] == *b"in" { Ok(()) } else { Err(Fail) }
+    }
+
+    /// At the start of a `case` item: `esac` (false: the case is closed), or
+    /// `[(] pattern [| pattern]... )` (true: the item's commands follow).
+    /// Patterns are read as words, so substitutions in them are parsed.
+    fn case_item(&mut self) -> Result<bool, Fail> {
+        self.skip_blanks_and_newlines();
+        let open = self.peek() == Some(b'(');
+        if open {
+            self.pos += 1;
+            self.skip_blanks();
+        }
+        loop {
+            match self.peek() {
+                Some(c) if !is_meta(c) => {
+                    let w = self.word()?;
+                    if !open && w.unquoted() && w.text[..] == *b"esac" && self.peek().is_none_or(is_meta) {
+                        return Ok(false);
+                    }
+                }
+                _ => return Err(Fail),
+            }
+            self.skip_blanks();
+            match self.peek() {
+                Some(b'|') => {
+                    self.pos += 1;
+                    self.skip_blanks();
+                }
+                Some(b')') => {
+                    self.pos += 1;
+                    return Ok(true);
+                }
+                _ => return Err(Fail),
+            }
+        }
+    }
+
+    /// Skips blanks, newlines and comments.
+    fn skip_blanks_and_newlines(&mut self) {
+        loop {
+            self.skip_blanks();
+            match self.peek() {
+                Some(b'\n') => {
+                    self.pos += 1;
+                    self.heredoc_bodies();
+                }
+                Some(b'#') => {
+                    while self.peek().is_some_and(|c| c != b'\n') {
+                        self.pos += 1;
+                    }
+                }
+                _ => return,
+            }
+        }
     }
 
     /// `for NAME in WORDS` / `for ((...))` / `select ...`, up to the separator.
@@ -433,12 +598,60 @@ impl Parser<'_> {
                 }
                 _ => {
                     let w = self.word()?;
-                    if w.unquoted() && w.text == b"]]" {
+                    if w.unquoted() && w.text[..] == *b"]]" {
                         return Ok(());
                     }
                 }
             }
         }
+    }
+
+    /// Reads the bodies of the pending here-docs, which start here (after a
+    /// newline), each up to its delimiter line or the end of input. The
+    /// commands go on after them. A body is also scanned as a script, since
+    /// it may be one (`bash <<EOF`): its segments are added (the here-doc
+    /// segment already asks, so they can only add a deny) and a failure of
+    /// that inner parse is ignored.
+    fn heredoc_bodies(&mut self) {
+        for (delim, strip_tabs) in std::mem::take(&mut self.heredocs) {
+            let start = self.pos;
+            let mut end = self.s.len();
+            while self.pos < self.s.len() {
+                let line_start = self.pos;
+                let line_end =
+                    self.s[line_start..].iter().position(|&b| b == b'\n').map_or(self.s.len(), |i| line_start + i);
+                self.pos = (line_end + 1).min(self.s.len());
+                let mut line = &self.s[line_start..line_end];
+                if strip_tabs {
+                    while let [b'\t', rest @ ..] = line {
+                        line = rest;
+                    }
+                }
+                if line == delim.as_slice() {
+                    end = line_start;
+                    break;
+                }
+            }
+            if self.depth < MAX_DEPTH {
+                self.out.extend(parse_at_depth(&self.s[start..end], self.depth + 1).segments);
+            }
+        }
+    }
+
+    /// Skips a balanced run like [`Parser::skip_balanced`], then parses its
+    /// inside as a script of its own for the commands it may hold (`((` can
+    /// be nested subshells to bash, `${x:-$(cmd)}` runs `cmd`). The inner
+    /// segments are added (they can only make the verdict stricter: the
+    /// construct itself is already unmatchable or a keyword); a failure of
+    /// that inner parse is ignored, since the extent is already known.
+    fn skip_balanced_and_scan(&mut self, open: u8, close: u8) -> Step {
+        let start = self.pos + 1;
+        self.skip_balanced(open, close)?;
+        let inner = &self.s[start..self.pos - 1];
+        if self.depth < MAX_DEPTH {
+            self.out.extend(parse_at_depth(inner, self.depth + 1).segments);
+        }
+        Ok(())
     }
 
     /// Skips a balanced `open ... close` run starting at `open` (arithmetic,
@@ -463,7 +676,7 @@ impl Parser<'_> {
 
     /// One redirection operator at `pos` (an fd number, if any, was already
     /// read) and its target.
-    fn redirect(&mut self, seg: &mut Segment) -> Step {
+    fn redirect(&mut self, seg: &mut Segment<'a>) -> Step {
         seg.redirected = true;
         let ops: &[(&[u8], Redir)] = &[
             (b"&>>", Redir::Write),
@@ -480,6 +693,7 @@ impl Parser<'_> {
             (b">", Redir::Write),
         ];
         let Some(&(op, kind)) = ops.iter().find(|(op, _)| self.starts_with(op)) else { return Err(Fail) };
+        let strip_tabs = op == b"<<-";
         self.pos += op.len();
         self.skip_blanks();
         match self.peek() {
@@ -490,15 +704,25 @@ impl Parser<'_> {
         if target.expansion {
             seg.unmatchable = true;
         }
-        let dev_null = target.is_literal() && target.text == b"/dev/null";
+        let dev_null = target.is_literal() && target.text[..] == *b"/dev/null";
         let fd_dup = target.is_literal()
-            && (target.text == b"-"
+            && (target.text[..] == *b"-"
                 || (!target.text.is_empty() && {
                     let digits = target.text.strip_suffix(b"-").unwrap_or(&target.text);
                     !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
                 }));
         match kind {
-            Redir::HereDoc | Redir::HereString => seg.unmatchable = true,
+            Redir::HereDoc => {
+                seg.unmatchable = true;
+                // The delimiter is the word after quote removal; one with an
+                // expansion is taken literally by the shell, which we do not
+                // reproduce: a parse failure.
+                if target.expansion {
+                    return Err(Fail);
+                }
+                self.heredocs.push((target.text.to_vec(), strip_tabs));
+            }
+            Redir::HereString => seg.unmatchable = true,
             Redir::Read => {
                 if !target.is_literal() || (target.text.starts_with(b"/dev/") && !dev_null) {
                     seg.writes = true;
@@ -513,27 +737,51 @@ impl Parser<'_> {
     }
 
     /// Reads one word up to an unquoted metacharacter.
-    fn word(&mut self) -> Result<Word, Fail> {
+    ///
+    /// A word with no quoting, escape or expansion (the common case) borrows
+    /// its bytes from the source; any other word owns its text.
+    fn word(&mut self) -> Result<Word<'a>, Fail> {
         let mut w = Word::default();
+        let start = self.pos;
+        // True while the word's text is exactly `s[start..pos]`.
+        let mut verbatim = true;
         let (mut brace_open, mut brace_sep) = (false, false);
         while let Some(c) = self.peek() {
+            if PLAIN[c as usize] {
+                // Fast path: a run of plain bytes at once.
+                let run = self.pos;
+                while self.peek().is_some_and(|c| PLAIN[c as usize]) {
+                    self.pos += 1;
+                }
+                if !verbatim {
+                    w.text.to_mut().extend_from_slice(&self.s[run..self.pos]);
+                }
+                continue;
+            }
+            if is_meta(c) {
+                break;
+            }
+            let special = matches!(c, b'\\' | b'\'' | b'"' | b'`' | b'$');
+            if special && verbatim {
+                verbatim = false;
+                w.text = Cow::Owned(self.s[start..self.pos].to_vec());
+            }
             match c {
-                c if is_meta(c) => break,
                 b'\\' => match self.peek_at(1) {
                     Some(b'\n') => self.pos += 2,
                     Some(d) => {
                         w.mark_quoted();
-                        w.text.push(d);
+                        w.text.to_mut().push(d);
                         self.pos += 2;
                     }
                     None => return Err(Fail),
                 },
                 b'\'' => {
                     w.mark_quoted();
-                    let start = self.pos + 1;
-                    let len = self.s[start..].iter().position(|&b| b == b'\'').ok_or(Fail)?;
-                    w.text.extend_from_slice(&self.s[start..start + len]);
-                    self.pos = start + len + 1;
+                    let from = self.pos + 1;
+                    let len = self.s[from..].iter().position(|&b| b == b'\'').ok_or(Fail)?;
+                    w.text.to_mut().extend_from_slice(&self.s[from..from + len]);
+                    self.pos = from + len + 1;
                 }
                 b'"' => {
                     w.mark_quoted();
@@ -551,16 +799,21 @@ impl Parser<'_> {
                         b'}' if brace_open && brace_sep => w.brace = true,
                         _ => {}
                     }
-                    w.text.push(c);
+                    if !verbatim {
+                        w.text.to_mut().push(c);
+                    }
                     self.pos += 1;
                 }
             }
+        }
+        if verbatim {
+            w.text = Cow::Borrowed(&self.s[start..self.pos]);
         }
         Ok(w)
     }
 
     /// The inside of `"..."`, after the opening quote.
-    fn double_quoted(&mut self, w: &mut Word) -> Step {
+    fn double_quoted(&mut self, w: &mut Word<'a>) -> Step {
         loop {
             match self.peek() {
                 None => return Err(Fail),
@@ -571,19 +824,26 @@ impl Parser<'_> {
                 Some(b'\\') => match self.peek_at(1) {
                     Some(b'\n') => self.pos += 2,
                     Some(d @ (b'$' | b'`' | b'"' | b'\\')) => {
-                        w.text.push(d);
+                        w.text.to_mut().push(d);
                         self.pos += 2;
                     }
                     Some(_) => {
-                        w.text.push(b'\\');
+                        w.text.to_mut().push(b'\\');
                         self.pos += 1;
                     }
                     None => return Err(Fail),
                 },
                 Some(b'`') => self.backtick(w)?,
+                Some(b'$') if matches!(self.peek_at(1), Some(b'\'' | b'"')) => {
+                    // `$'` and `$"` are not special inside double quotes; the
+                    // `$` still makes the word unmatchable.
+                    w.expansion = true;
+                    w.text.to_mut().push(b'$');
+                    self.pos += 1;
+                }
                 Some(b'$') => self.dollar(w)?,
                 Some(c) => {
-                    w.text.push(c);
+                    w.text.to_mut().push(c);
                     self.pos += 1;
                 }
             }
@@ -592,12 +852,12 @@ impl Parser<'_> {
 
     /// Any `$`: every form is an expansion. Command substitutions are parsed
     /// so that the commands inside become segments.
-    fn dollar(&mut self, w: &mut Word) -> Step {
+    fn dollar(&mut self, w: &mut Word<'a>) -> Step {
         w.expansion = true;
         match self.peek_at(1) {
             Some(b'(') if self.peek_at(2) == Some(b'(') => {
                 self.pos += 1;
-                self.skip_balanced(b'(', b')')
+                self.skip_balanced_and_scan(b'(', b')')
             }
             Some(b'(') => {
                 self.pos += 2;
@@ -605,11 +865,11 @@ impl Parser<'_> {
             }
             Some(b'{') => {
                 self.pos += 1;
-                self.skip_balanced(b'{', b'}')
+                self.skip_balanced_and_scan(b'{', b'}')
             }
             Some(b'[') => {
                 self.pos += 1;
-                self.skip_balanced(b'[', b']')
+                self.skip_balanced_and_scan(b'[', b']')
             }
             Some(b'\'') => {
                 // ANSI-C quoting: up to the closing quote, `\'` escaped.
@@ -638,7 +898,7 @@ impl Parser<'_> {
     }
 
     /// A backtick substitution: its body, unescaped, is parsed as a script.
-    fn backtick(&mut self, w: &mut Word) -> Step {
+    fn backtick(&mut self, w: &mut Word<'a>) -> Step {
         w.expansion = true;
         self.pos += 1;
         let mut body = Vec::new();
@@ -663,7 +923,7 @@ impl Parser<'_> {
             return Err(Fail);
         }
         let inner = parse_at_depth(&body, self.depth + 1);
-        self.out.extend(inner.segments);
+        self.out.extend(inner.segments.into_iter().map(Segment::into_owned));
         if inner.failed { Err(Fail) } else { Ok(()) }
     }
 }
@@ -731,11 +991,17 @@ mod tests {
 
     #[test]
     fn failures() {
-        for bad in ["'a", "\"a", "a (b", "a )", "case x in a) b;; esac", "{ a", "a \\", "echo $(a", "a >", "((a"] {
+        for bad in ["'a", "\"a", "a (b", "a )", "case x in a) b;;", "a;; b", "{ a", "a \\", "echo $(a", "a >", "((a"] {
             assert!(parse(bad.as_bytes()).failed, "{bad:?} should fail");
         }
-        let deep = "( ".repeat(40) + &")".repeat(40);
+        // Substitutions recurse and are bounded; groups are not.
+        let deep = "$(".repeat(MAX_DEPTH + 1) + &")".repeat(MAX_DEPTH + 1);
         assert!(parse(deep.as_bytes()).failed);
+        let groups = "( ".repeat(500) + "a" + &" )".repeat(500);
+        assert!(!parse(groups.as_bytes()).failed);
+        assert!(parse(b"( a }").failed);
+        assert!(parse(b"{ a; )").failed);
+        assert!(parse(b"( a ) b").failed);
     }
 
     #[test]

@@ -56,11 +56,11 @@ impl ShellPattern {
             if w.expansion || w.brace {
                 return Err(bad("a pattern cannot hold an expansion"));
             }
-            match (w.unquoted(), w.text.as_slice()) {
+            match (w.unquoted(), &w.text[..]) {
                 (true, b"**") if i + 1 == seg.words.len() => rest = true,
                 (true, b"**") => return Err(bad("`**` may only appear last")),
                 (true, b"*") => tokens.push(PTok::One),
-                _ => tokens.push(PTok::Lit(w.text.clone())),
+                _ => tokens.push(PTok::Lit(w.text.to_vec())),
             }
         }
         Ok(ShellPattern { source: source.to_string(), tokens, rest })
@@ -80,7 +80,7 @@ impl ShellPattern {
         self.tokens.iter().zip(words).enumerate().all(|(i, (t, w))| match t {
             PTok::One => true,
             PTok::Lit(lit) => {
-                let text = if i == 0 { argv0.unwrap_or(&w.text) } else { &w.text };
+                let text = if i == 0 { argv0.unwrap_or(&w.text) } else { &w.text[..] };
                 w.is_literal() && text == lit.as_slice()
             }
         })
@@ -97,7 +97,7 @@ impl ShellPattern {
         if self.matches_with(argv, None) {
             return true;
         }
-        match argv.first().map(|w| w.text.as_slice()) {
+        match argv.first().map(|w| &w.text[..]) {
             Some(t) => match t.iter().rposition(|&b| b == b'/') {
                 Some(i) if i + 1 < t.len() => self.matches_with(argv, Some(&t[i + 1..])),
                 _ => false,
@@ -137,30 +137,32 @@ pub struct ShellOutcome {
 const SHELLS: &[&[u8]] = &[b"sh", b"bash", b"dash", b"zsh", b"ksh", b"mksh", b"ash", b"posh", b"yash"];
 
 /// Words that are never an argv0 an allow pattern can match.
-const RESERVED: &[&[u8]] = &[
-    b"!",
-    b"time",
-    b"if",
-    b"then",
-    b"else",
-    b"elif",
-    b"fi",
-    b"do",
-    b"done",
-    b"while",
-    b"until",
-    b"coproc",
-    b"in",
-    b"for",
-    b"select",
-    b"function",
-    b"case",
-    b"esac",
-    b"[[",
-    b"]]",
-    b"{",
-    b"}",
-];
+fn is_reserved(t: &[u8]) -> bool {
+    matches!(
+        t,
+        b"!" | b"time"
+            | b"if"
+            | b"then"
+            | b"else"
+            | b"elif"
+            | b"fi"
+            | b"do"
+            | b"done"
+            | b"while"
+            | b"until"
+            | b"coproc"
+            | b"in"
+            | b"for"
+            | b"select"
+            | b"function"
+            | b"case"
+            | b"esac"
+            | b"[["
+            | b"]]"
+            | b"{"
+            | b"}"
+    )
+}
 
 impl ShellRules {
     /// Compiles the three tables; a bad pattern is an `invalid_shell_pattern`
@@ -252,11 +254,23 @@ impl ShellRules {
             return Verdict::Ask;
         };
         let literal_argv = argv.iter().all(|w| !w.expansion && !w.brace);
-        if literal_argv
-            && (self.deny.iter().any(|p| p.matches_restrictive(argv)) || self.inner_script_denies(argv, depth))
-        {
+        if literal_argv && self.deny.iter().any(|p| p.matches_restrictive(argv)) {
             o.deny_matched = true;
             return Verdict::Deny;
+        }
+        let inner = if literal_argv { self.inner_scripts(argv, depth) } else { None };
+        if let Some(inner) = inner {
+            if inner.deny_matched {
+                o.deny_matched = true;
+                return Verdict::Deny;
+            }
+            // What could not be seen through inside still counts for the
+            // chain's rules, and an ask pattern inside asks.
+            o.uncertain |= inner.uncertain;
+            if inner.ask_matched {
+                o.ask_matched = true;
+                return Verdict::Ask;
+            }
         }
         let assignments = &seg.words[..seg.assignments];
         if seg.unmatchable || !literal_argv || argv0.glob || assignments.iter().any(|w| w.expansion || w.brace) {
@@ -267,33 +281,44 @@ impl ShellRules {
             o.ask_matched = true;
             return Verdict::Ask;
         }
-        if seg.writes || RESERVED.contains(&argv0.text.as_slice()) || argv0.text.contains(&b'(') {
+        if seg.writes || is_reserved(&argv0.text) || argv0.text.contains(&b'(') {
             return Verdict::Ask;
         }
         if self.allow.iter().any(|p| p.matches_exact(&seg.words)) { Verdict::Allow } else { Verdict::Ask }
     }
 
-    /// Deny matching looks inside `sh -c 'script'` (and `eval 'script'`) when
-    /// the script is a plain literal: every argument after the `-c` option
-    /// cluster is scanned, so `$0` text can only add a deny, never hide one.
-    fn inner_script_denies(&self, argv: &[Word], depth: usize) -> bool {
-        if self.deny.is_empty() || depth + 1 >= MAX_DEPTH {
-            return false;
+    /// Matching looks inside `sh -c 'script'` (and `eval 'script'`) when the
+    /// script is a plain literal: every argument after the `-c` option
+    /// cluster is scanned, so `$0` text can only add a finding, never hide
+    /// one. `None` when the segment runs no such script.
+    fn inner_scripts(&self, argv: &[Word], depth: usize) -> Option<ShellOutcome> {
+        if self.deny.is_empty() && self.ask.is_empty() {
+            return None;
         }
         let name = argv[0].text.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
         let scripts: Vec<Vec<u8>> = if name == b"eval" {
-            vec![argv[1..].iter().map(|w| w.text.as_slice()).collect::<Vec<_>>().join(&b' ')]
+            vec![argv[1..].iter().map(|w| &w.text[..]).collect::<Vec<_>>().join(&b' ')]
         } else if SHELLS.contains(&name) {
-            let Some(c) = argv.iter().skip(1).position(|w| {
+            let c = argv.iter().skip(1).position(|w| {
                 w.text.len() > 1 && w.text[0] == b'-' && w.text[1] != b'-' && w.text[1..].contains(&b'c')
-            }) else {
-                return false;
-            };
-            argv[c + 2..].iter().map(|w| w.text.clone()).collect()
+            })?;
+            argv[c + 2..].iter().map(|w| w.text.to_vec()).collect()
         } else {
-            return false;
+            return None;
         };
-        scripts.iter().any(|s| self.scan_bytes(s, depth + 1).deny_matched)
+        let mut found =
+            ShellOutcome { verdict: Verdict::Allow, deny_matched: false, ask_matched: false, uncertain: false };
+        if depth + 1 >= MAX_DEPTH {
+            found.uncertain = true;
+            return Some(found);
+        }
+        for s in &scripts {
+            let o = self.scan_bytes(s, depth + 1);
+            found.deny_matched |= o.deny_matched;
+            found.ask_matched |= o.ask_matched;
+            found.uncertain |= o.uncertain;
+        }
+        Some(found)
     }
 }
 

@@ -236,6 +236,8 @@ mod tests {
                 ("echo \"$(rm -rf /)\"", Deny),
                 ("cat <(rm -rf /)", Deny),
                 ("echo $(ls)", Ask),
+                // `$'` is not ANSI-C quoting inside double quotes.
+                ("echo \"$'\" ; rm -rf / ; echo \"'\"", Deny),
             ],
         );
     }
@@ -253,6 +255,15 @@ mod tests {
                 ("cat <<-EOF\nhi\nEOF", Ask),
                 ("cat <<< hi", Ask),
                 ("rm -rf / <<< hi", Deny),
+                // A body is skipped up to its delimiter (an apostrophe in it
+                // is no parse failure) and the commands go on after it.
+                ("cat <<EOF\ndon't\nEOF\nrm -rf /", Deny),
+                ("cat <<-EOF\n\tdon't\n\tEOF\nrm -rf /", Deny),
+                ("cat <<'EOF'\n$(x)\nEOF\ncat f", Ask),
+                ("cat <<EOF; rm x\nbody\nEOF", Deny),
+                // A body can be a script: a deny inside is reported.
+                ("bash <<EOF\nrm -rf /\nEOF", Deny),
+                ("cat <<$X\nbody\n$X", Ask),
             ],
         );
     }
@@ -401,11 +412,21 @@ mod tests {
                 ("! rm x", Deny),
                 ("time ls", Ask),
                 ("time rm x", Deny),
+                ("time -p rm x", Deny),
                 ("coproc ls", Ask),
                 ("[[ -f x ]] && ls", Ask),
                 ("[[ -f x ]] && rm x", Deny),
                 ("[[ $(rm -rf /) ]]", Deny),
                 ("case x in *) ls;; esac", Ask),
+                ("case x in a) rm x;; esac", Deny),
+                ("case $x in (a|b) ls ;& c) echo;;& *) rm -rf / ;; esac", Deny),
+                ("case x in\n  a)\n    ls\n    ;;\nesac; rm x", Deny),
+                ("case x in a) ls;; esac > f", Ask),
+                ("case x in $(rm x)) ls;; esac", Deny),
+                ("case x in esac", Ask),
+                ("case x in a) ls; esac", Ask),
+                ("case x a) ls;; esac", Ask),
+                ("case x in a) ls;;", Ask),
                 ("f() { ls; }", Ask),
                 ("f() { rm x; }", Deny),
                 ("function f { rm x; }", Deny),
@@ -438,6 +459,12 @@ mod tests {
                 ("bash -c 'bash -c \"rm x\"'", Deny),
             ],
         );
+        // Ask patterns are honoured inside `sh -c` too, and what cannot be
+        // seen through inside is reported as uncertain.
+        let r = rules(&["bash **"], &["git push **"], &["rm **"]);
+        check(&r, &[("bash -c 'git push'", Ask), ("bash -c 'git log'", Allow)]);
+        assert!(r.scan("bash -c 'rm -rf \"$HOME\"'").uncertain);
+        assert!(!r.scan("bash -c 'ls'").uncertain);
         let r = rules(&["sudo **"], &[], &["sudo rm **"]);
         check(&r, &[("sudo rm -rf /", Deny), ("sudo ls", Allow)]);
     }
@@ -451,11 +478,38 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_is_ask_but_earlier_deny_stays() {
-        let r = rules(&["ls"], &[], &["rm **"]);
-        let deep = format!("{}ls{}", "( ".repeat(50), " )".repeat(50));
-        assert_eq!(r.check(&deep), Ask);
-        assert_eq!(r.check(&format!("rm x; {deep}")), Deny);
+    fn nesting_limits() {
+        let r = rules(&["ls", "echo **"], &[], &["rm **"]);
+        // Groups nest without a limit: every segment is still scanned.
+        let deep = format!("{}ls{}", "( ".repeat(300), " )".repeat(300));
+        assert_eq!(r.check(&deep), Allow);
+        assert_eq!(r.check(&format!("{deep}; rm x")), Deny);
+        let braces = format!("{}ls;{}", "{ ".repeat(300), " };".repeat(300));
+        assert_eq!(r.check(&braces), Allow);
+        // Substitutions recurse up to a bound; deeper is a parse failure,
+        // which keeps an earlier deny.
+        let ok = format!("echo {}ls{}", "$(echo ".repeat(60), ")".repeat(60));
+        assert_eq!(r.check(&ok), Ask);
+        assert_eq!(r.check(&format!("echo {}$(rm x){}", "$(echo ".repeat(60), ")".repeat(60))), Deny);
+        let too_deep = format!("echo {}ls{}", "$(echo ".repeat(80), ")".repeat(80));
+        assert_eq!(r.check(&too_deep), Ask);
+        assert_eq!(r.check(&format!("rm x; {too_deep}")), Deny);
+    }
+
+    #[test]
+    fn arithmetic_and_parameter_expansion_contents_are_scanned() {
+        let r = rules(&["echo **", "ls"], &[], &["rm **"]);
+        check(
+            &r,
+            &[
+                ("((i++))", Ask),
+                ("((ls); rm -rf /)", Deny),
+                ("echo ${x:-$(rm -rf /)}", Deny),
+                ("echo $(( $(rm x) + 1 ))", Deny),
+                ("echo $(( (1+2)*3 )); rm x", Deny),
+                ("echo ${#x}", Ask),
+            ],
+        );
     }
 
     #[test]
