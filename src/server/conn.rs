@@ -416,6 +416,9 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, RpcError> {
     if params.get("host_token").is_some() && params.get("token").is_none() {
         return Err(RpcError::internal("auth failed: the host-management role is not supported by this daemon"));
     }
+    if params.get("agent_id").is_some_and(|a| !a.is_null()) {
+        return Err(RpcError::internal("auth failed: agent identities (`agent_id`) are not supported by this daemon"));
+    }
     let token = match params.get("token") {
         Some(Value::String(t)) => t,
         None | Some(Value::Null) => return Err(RpcError::invalid_params("token is required")),

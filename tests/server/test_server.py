@@ -129,6 +129,8 @@ def test_auth_missing_closes_and_a_wrong_then_right_token_succeeds():
         c = await Client.connect(URL)
         r = await c.request("session.auth", {})
         assert r["error"] == {"code": -32602, "message": "invalid params: token is required"}
+        r = await c.request("session.auth", {"token": TOKEN, "agent_id": "a1"})
+        assert r["error"]["code"] == -32603 and "agent_id" in r["error"]["message"]
         r = await c.request("session.auth", {"token": TOKEN[:-1]})
         assert r["error"]["message"] == "auth failed: token mismatch"
         assert (await c.call("session.auth", {"token": TOKEN}))["ok"] is True
