@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use super::Config;
 use super::auth::tokens_equal;
 use super::handshake;
-use super::rpc::{self, AUTH_REQUIRED, Frame, HANDLER_DEADLINE, HANDSHAKE_REQUIRED, RpcError};
+use super::rpc::{self, AUTH_REQUIRED, Frame, HANDSHAKE_REQUIRED, RpcError};
 use super::supervision::Supervisors;
 use crate::api::runtime::CarRuntime;
 
@@ -370,17 +370,10 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
         // Unknown notifications are ignored; unknown requests are -32601.
         return Step::Now(reply(Err(RpcError::unknown_method(&method))));
     }
-    let deadline = super::methods::deadline(&conn.config, &method, &params);
     let c = conn.clone();
     Step::Later(
         async move {
-            let handler = std::panic::AssertUnwindSafe(super::methods::dispatch(&c, &method, params)).catch_unwind();
-            let guarded = async {
-                handler
-                    .await
-                    .unwrap_or_else(|_| Err(RpcError::internal(format!("handler '{method}' failed unexpectedly"))))
-            };
-            let r = with_deadline(&method, deadline, guarded).await;
+            let r = super::methods::run(&c, &method, params).await;
             id.map(|id| match r {
                 Ok(v) => rpc::response(&id, v),
                 Err(e) => rpc::error_response(&id, &e),
@@ -388,25 +381,6 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
         }
         .boxed(),
     )
-}
-
-/// Runs a handler under its deadline: `-32004` when it is abandoned (the
-/// handler's future is dropped, which cancels its in-flight callbacks).
-pub(crate) async fn with_deadline(
-    method: &str,
-    deadline: Duration,
-    handler: impl std::future::Future<Output = Result<Value, RpcError>>,
-) -> Result<Value, RpcError> {
-    match tokio::time::timeout(deadline, handler).await {
-        Ok(r) => r,
-        Err(_) => Err(RpcError::new(
-            HANDLER_DEADLINE,
-            format!(
-                "handler '{method}' exceeded its {} response deadline; the operation may have committed, read its state before retrying",
-                super::executor::human(deadline)
-            ),
-        )),
-    }
 }
 
 fn authenticate(conn: &Conn, params: &Value) -> Result<Value, RpcError> {
@@ -444,23 +418,6 @@ pub(crate) async fn wait_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn deadline_abandons_the_handler() {
-        let slow = async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Ok(json!(1))
-        };
-        let e = with_deadline("proposal.submit", Duration::from_millis(20), slow).await.unwrap_err();
-        assert_eq!(e.code, HANDLER_DEADLINE);
-        assert!(
-            e.message.starts_with("handler 'proposal.submit' exceeded its 20ms response deadline"),
-            "{}",
-            e.message
-        );
-        let fast = async { Ok(json!(2)) };
-        assert_eq!(with_deadline("m", Duration::from_secs(1), fast).await.unwrap(), json!(2));
-    }
 
     #[test]
     fn close_reasons_fit_a_frame() {

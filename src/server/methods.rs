@@ -14,27 +14,20 @@ use super::executor::WsToolExecutor;
 use super::handshake;
 use super::rpc::RpcError;
 use super::supervision::Verdict;
-use crate::ir::{ActionResult, ActionStatus, CostSummary, FailureBehavior, ProposalResult};
+use futures::FutureExt;
+
+use crate::ir::{ActionProposal, ActionResult, ActionStatus, CostSummary, FailureBehavior, ProposalResult};
 
 type R = Result<Value, RpcError>;
 
 /// The reason every action of a proposal submitted to a halted session carries.
 pub(crate) const HALTED: &str = "session halted after a terminal tool failure; reconnect or call session.clear_halt";
 
-/// The handler deadline of a call: the flat deadline, raised for
-/// `proposal.submit` to the proposal's own budgets: the sum over actions of
-/// `timeout_ms` (the tool budget when undeclared) times its attempts, plus
-/// the transport grace.
-pub(crate) fn deadline(config: &Config, method: &str, params: &Value) -> Duration {
-    if method != "proposal.submit" {
-        return config.handler_timeout;
-    }
-    let Some(p) = params.get("proposal").and_then(|p| proposal_text(p).ok()) else {
-        return config.handler_timeout;
-    };
-    let Ok(p) = crate::api::parse_proposal(&p) else {
-        return config.handler_timeout;
-    };
+/// The deadline of `proposal.submit`: the flat deadline, raised to the
+/// proposal's own budgets: the sum over actions of `timeout_ms` (the tool
+/// budget when undeclared) times its attempts, plus the transport grace and
+/// the supervision decision timeout.
+pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal) -> Duration {
     let mut total = config.submit_grace.saturating_add(config.supervision_timeout);
     for a in &p.actions {
         let budget = a.timeout_ms.map(Duration::from_millis).unwrap_or(config.tool_timeout);
@@ -42,6 +35,44 @@ pub(crate) fn deadline(config: &Config, method: &str, params: &Value) -> Duratio
         total = total.saturating_add(budget.saturating_mul(attempts));
     }
     total.max(config.handler_timeout)
+}
+
+/// Runs one known method under its deadline, a panic answered as `-32603`.
+/// `proposal.submit` parses its params first (errors answer at once) so its
+/// deadline comes from the parsed proposal.
+pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
+    if method == "proposal.submit" {
+        let submission = Submission::read(&params)?;
+        let deadline = submit_deadline(&conn.config, &submission.proposal);
+        return with_deadline(method, deadline, guarded(method, submit(conn, submission))).await;
+    }
+    with_deadline(method, conn.config.handler_timeout, guarded(method, dispatch(conn, method, params))).await
+}
+
+async fn guarded(method: &str, handler: impl std::future::Future<Output = R>) -> R {
+    std::panic::AssertUnwindSafe(handler)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(RpcError::internal(format!("handler '{method}' failed unexpectedly"))))
+}
+
+/// Runs a handler under its deadline: `-32004` when it is abandoned (the
+/// handler's future is dropped, which cancels its in-flight callbacks).
+pub(crate) async fn with_deadline(
+    method: &str,
+    deadline: Duration,
+    handler: impl std::future::Future<Output = R>,
+) -> R {
+    match tokio::time::timeout(deadline, handler).await {
+        Ok(r) => r,
+        Err(_) => Err(RpcError::new(
+            super::rpc::HANDLER_DEADLINE,
+            format!(
+                "handler '{method}' exceeded its {} response deadline; the operation may have committed, read its state before retrying",
+                super::executor::human(deadline)
+            ),
+        )),
+    }
 }
 
 fn obj(params: &Value) -> Result<&Map<String, Value>, RpcError> {
@@ -143,7 +174,7 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             None => Ok(Value::Null),
         },
         "tools.cancel" => Ok(json!({"cancelled": rt.tool_cancel(req_str(p, "handle")?)})),
-        "proposal.submit" => submit(conn, p).await,
+        "proposal.submit" => submit(conn, Submission::read(p)?).await,
         "verify" => {
             let proposal = req(p, "proposal")?.clone();
             let state = match obj(p)?.get("initial_state") {
@@ -363,7 +394,7 @@ impl Drop for Expire<'_> {
 }
 
 /// A proposal refused as a whole: every action `rejected` with the reason.
-fn reject_all(proposal: &crate::ir::ActionProposal, reason: &str) -> R {
+fn reject_all(proposal: &ActionProposal, reason: &str) -> R {
     let results = proposal
         .actions
         .iter()
@@ -381,15 +412,31 @@ fn reject_all(proposal: &crate::ir::ActionProposal, reason: &str) -> R {
     serde_json::to_value(&result).map_err(|e| RpcError::internal(e.to_string()))
 }
 
-async fn submit(conn: &Arc<Conn>, p: &Value) -> R {
-    let text = proposal_text(req(p, "proposal")?)?;
-    let session = opt_str(p, "session_id")?;
-    let scope = match obj(p)?.get("scope") {
-        None | Some(Value::Null) => None,
-        Some(s @ Value::Object(_)) => Some(s.to_string()),
-        Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
-    };
-    let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
+/// The params of `proposal.submit`, read once.
+struct Submission {
+    text: String,
+    proposal: ActionProposal,
+    session: Option<String>,
+    scope: Option<String>,
+}
+
+impl Submission {
+    fn read(p: &Value) -> Result<Submission, RpcError> {
+        let text = proposal_text(req(p, "proposal")?)?;
+        let session = opt_str(p, "session_id")?.map(str::to_string);
+        let scope = match obj(p)?.get("scope") {
+            None | Some(Value::Null) => None,
+            Some(s @ Value::Object(_)) => Some(s.to_string()),
+            Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
+        };
+        let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
+        Ok(Submission { text, proposal, session, scope })
+    }
+}
+
+async fn submit(conn: &Arc<Conn>, sub: Submission) -> R {
+    let Submission { text, proposal, session, scope } = sub;
+    let session = session.as_deref();
     if conn.halted.load(Ordering::SeqCst) {
         return reject_all(&proposal, HALTED);
     }
@@ -441,17 +488,54 @@ mod tests {
             supervision_timeout: Duration::ZERO,
             ..Config::default()
         };
-        let p = json!({"proposal": {"actions": [
+        let p = crate::api::parse_proposal(
+            r#"{"actions": [
             {"id": "a", "type": "tool_call", "tool": "t", "timeout_ms": 600000, "failure_behavior": "retry", "max_retries": 2},
-            {"id": "b", "type": "tool_call", "tool": "t"},
-        ]}});
+            {"id": "b", "type": "tool_call", "tool": "t"}]}"#,
+        )
+        .unwrap();
         // 600 s × 3 attempts + 300 s + 15 s.
-        assert_eq!(deadline(&c, "proposal.submit", &p), Duration::from_secs(1800 + 300 + 15));
-        // Never below the flat deadline; unparseable params keep it.
-        let short = json!({"proposal": {"actions": [{"id": "a", "type": "tool_call", "tool": "t", "timeout_ms": 10}]}});
+        assert_eq!(submit_deadline(&c, &p), Duration::from_secs(1800 + 300 + 15));
+        // Never below the flat deadline.
+        let short = crate::api::parse_proposal(
+            r#"{"actions": [{"id": "a", "type": "tool_call", "tool": "t", "timeout_ms": 10}]}"#,
+        )
+        .unwrap();
         let c2 = Config { handler_timeout: Duration::from_secs(1800), ..c.clone() };
-        assert_eq!(deadline(&c2, "proposal.submit", &short), Duration::from_secs(1800));
-        assert_eq!(deadline(&c, "proposal.submit", &json!({"proposal": 3})), Duration::from_secs(10));
-        assert_eq!(deadline(&c, "state.get", &p), Duration::from_secs(10));
+        assert_eq!(submit_deadline(&c2, &short), Duration::from_secs(1800));
+        let c3 = Config { supervision_timeout: Duration::from_secs(60), ..c };
+        assert_eq!(submit_deadline(&c3, &p), Duration::from_secs(1800 + 300 + 15 + 60));
+    }
+
+    #[tokio::test]
+    async fn deadline_abandons_the_handler() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(json!(1))
+        };
+        let e = with_deadline("proposal.submit", Duration::from_millis(20), slow).await.unwrap_err();
+        assert_eq!(e.code, super::super::rpc::HANDLER_DEADLINE);
+        assert!(
+            e.message.starts_with("handler 'proposal.submit' exceeded its 20ms response deadline"),
+            "{}",
+            e.message
+        );
+        let fast = async { Ok(json!(2)) };
+        assert_eq!(with_deadline("m", Duration::from_secs(1), fast).await.unwrap(), json!(2));
+    }
+
+    #[tokio::test]
+    async fn panics_become_handler_failures() {
+        let boom = async {
+            if true {
+                panic!("boom");
+            }
+            Ok(json!(0))
+        };
+        let e = guarded("m", boom).await.unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (super::super::rpc::INTERNAL_ERROR, "handler 'm' failed unexpectedly")
+        );
     }
 }

@@ -20,7 +20,8 @@ if [ -z "${CAR_SERVER_BIN:-}" ] || [ ! -x "$CAR_SERVER_BIN" ]; then
 fi
 export CAR_SERVER_BIN
 
-WORK=$(mktemp -d)
+mkdir -p "$ROOT/target/tmp"
+WORK=$(mktemp -d "$ROOT/target/tmp/car-server-test.XXXXXX")
 LOG="$WORK/car-server.log"
 export CAR_SERVER_TOKEN="test-token-$(date +%s)-$$"
 export CAR_SERVER_MAX_FRAME=65536
