@@ -40,7 +40,7 @@ async def session(url, token):
     await c.call("server.handshake", {"protocol_version": 3})
     await c.call("tools.register", [{"name": "echo"}])
 
-    async def execute(params):
+    def execute(params):
         return params["parameters"]
 
     c.handlers["tools.execute"] = execute

@@ -17,7 +17,8 @@ class RpcError(Exception):
 
 class Client:
     """Requests with futures; server requests answered by `handlers[method]`
-    (an async function of params returning a result, or raising ToolError);
+    (an async function of params returning a result, or raising ToolError; a
+    plain function is called inline and must not raise);
     notifications recorded in `notifications`."""
 
     def __init__(self, ws):
@@ -45,7 +46,12 @@ class Client:
                     continue
                 if "method" in msg and "id" in msg:
                     self.server_requests.append(msg)
-                    asyncio.create_task(self._serve(msg))
+                    handler = self.handlers.get(msg["method"])
+                    if handler is not None and not asyncio.iscoroutinefunction(handler):
+                        # A plain function answers inline, without a task.
+                        await self.ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": handler(msg["params"])}))
+                    else:
+                        asyncio.create_task(self._serve(msg))
                 elif "method" in msg:
                     self.notifications.append(msg)
                 elif msg.get("id") in self.waiting:
