@@ -125,7 +125,11 @@ fn run() -> Result<(), String> {
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let addr = format!("{}:{}", args.bind, args.port);
+        let addr = if args.bind.contains(':') && !args.bind.starts_with('[') {
+            format!("[{}]:{}", args.bind, args.port)
+        } else {
+            format!("{}:{}", args.bind, args.port)
+        };
         let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 format!("cannot listen on {addr}: the port is already in use (is another car-server running? choose another with --port)")
