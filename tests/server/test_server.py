@@ -899,3 +899,21 @@ def test_random_frames_never_break_the_connection():
         await c.close()
 
     run(go())
+
+
+def test_token_from_a_file_is_read_and_the_file_deleted():
+    fd, path = tempfile.mkstemp(prefix="car-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("  file-token-123\n")
+    with Daemon("--auth-token-file", path) as d:
+        assert not os.path.exists(path)
+        assert open(d.token_file()).read() == "file-token-123"
+
+        async def go():
+            c = await authed(d.url, "file-token-123")
+            await c.close()
+
+        run(go())
+    # A blank CAR_AUTH_TOKEN counts as unset: a fresh token is generated.
+    with Daemon(env={"CAR_AUTH_TOKEN": "   "}) as d:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{43}", open(d.token_file()).read())
