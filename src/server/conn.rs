@@ -228,11 +228,18 @@ pub(crate) async fn serve_connection(
 
     // Teardown: abandon every handler (their callbacks are cancelled),
     // drop every pending callback waiter, release the session.
+    let callbacks = conn.pending.lock().map(|p| p.len()).unwrap_or(0);
+    let handlers = tasks.len();
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     conn.supervisors.unsubscribe(&conn.session_id);
     if let Ok(mut p) = conn.pending.lock() {
         p.clear();
+    }
+    if handlers > 0 || callbacks > 0 {
+        eprintln!(
+            "car-server: {peer}: connection ended with {handlers} handler(s) in flight; abandoned them and cancelled {callbacks} tool callback(s)"
+        );
     }
     if let Some((code, reason)) = close_reason {
         let _ = out.send(close_frame(code, &reason));

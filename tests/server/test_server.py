@@ -917,3 +917,53 @@ def test_token_from_a_file_is_read_and_the_file_deleted():
     # A blank CAR_AUTH_TOKEN counts as unset: a fresh token is generated.
     with Daemon(env={"CAR_AUTH_TOKEN": "   "}) as d:
         assert re.fullmatch(r"[A-Za-z0-9_-]{43}", open(d.token_file()).read())
+
+
+def _ws_frame(text):
+    payload = text.encode()
+    n = len(payload)
+    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big"))
+    mask = os.urandom(4)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def test_silent_peer_with_a_callback_in_flight_is_closed_and_its_callback_cancelled():
+    env = {"CAR_WS_PING_INTERVAL_MS": "200", "CAR_WS_IDLE_TIMEOUT_MS": "800"}
+    with Daemon("--no-auth", env=env) as d:
+        host, port = d.url[len("ws://"):].strip("/").split(":")
+        s = socket.create_connection((host, int(port)))
+        s.sendall(
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        s.settimeout(10)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(1)
+        assert data.startswith(b"HTTP/1.1 101")
+        s.sendall(_ws_frame(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools.register", "params": [{"name": "t"}]})))
+        s.sendall(_ws_frame(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "proposal.submit",
+                                        "params": {"proposal": proposal([tool_call("a", "t")])}})))
+        data = b""
+        while b"tools.execute" not in data:
+            chunk = s.recv(4096)
+            assert chunk, data
+            data += chunk
+        # Now silent: no pong, no answer. The daemon closes us and gives up the callback.
+        t0 = time.time()
+        while s.recv(4096):
+            pass
+        assert time.time() - t0 < 5
+        s.close()
+        for _ in range(50):
+            if "cancelled 1 tool callback" in d.text():
+                break
+            time.sleep(0.05)
+        assert "silent" in d.text() and "cancelled 1 tool callback" in d.text(), d.text()
+
+        async def alive():
+            c = await Client.connect(d.url)
+            assert await c.call("tools.list") == {"tools": [], "count": 0}
+            await c.close()
+
+        run(alive())
