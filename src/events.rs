@@ -119,8 +119,6 @@ pub struct ActionEvent {
     pub index: usize,
     /// 1-based attempt (the next attempt for `Retrying`).
     pub attempt: u32,
-    /// `params_digest`.
-    pub digest: Option<Arc<str>>,
     /// Wall time of the action so far.
     pub duration_ms: Option<f64>,
     /// The error (failed) or previous error (retrying).
@@ -143,7 +141,7 @@ impl ActionEvent {
         m.insert("tool".into(), a.tool.clone().map_or(Value::Null, Value::String));
         m.insert("attempt".into(), Value::from(self.attempt));
         if matches!(self.phase, ActionPhase::Succeeded | ActionPhase::Failed) {
-            m.insert("params_digest".into(), self.digest.as_deref().map_or(Value::Null, |d| Value::String(d.into())));
+            m.insert("params_digest".into(), Value::String(params_digest(&a.parameters)));
             m.insert("expected_effects".into(), Value::Object(a.expected_effects.clone()));
         }
         match self.phase {
@@ -178,6 +176,20 @@ pub enum EventData {
     Proposal(Arc<ActionProposal>),
     /// A per-action record.
     Action(ActionEvent),
+    /// A state change made by an action, rendered from the action itself:
+    /// a `state_write` (`effect: None`) or its `effect`-th expected effect.
+    ActionState {
+        /// The proposal.
+        proposal: Arc<ActionProposal>,
+        /// Index of the action.
+        index: usize,
+        /// Index into the action's `expected_effects`, for a tool's effect.
+        effect: Option<usize>,
+        /// The tenant, when scoped.
+        tenant: Option<Arc<str>>,
+        /// The key's new version.
+        version: u64,
+    },
     /// A state change: `{key, tenant, version, op, value?}`.
     State {
         /// The key as the tenant sees it.
@@ -198,6 +210,21 @@ impl EventData {
             EventData::Value(v) => v.clone(),
             EventData::Proposal(p) => serde_json::to_value(&**p).unwrap_or(Value::Null),
             EventData::Action(a) => a.to_value(),
+            EventData::ActionState { proposal, index, effect, tenant, version } => {
+                let Some(a) = proposal.actions.get(*index) else { return Value::Null };
+                let (key, value) = match effect {
+                    Some(e) => match a.expected_effects.iter().nth(*e) {
+                        Some((k, v)) => (k.clone(), Some(v.clone())),
+                        None => return Value::Null,
+                    },
+                    None => {
+                        let key = a.state_write_key().unwrap_or_default().to_string();
+                        let delete = a.parameters.get("delete").and_then(Value::as_bool) == Some(true);
+                        (key, (!delete).then(|| a.parameters.get("value").cloned().unwrap_or(Value::Null)))
+                    }
+                };
+                EventData::State { key, tenant: tenant.clone(), version: *version, value }.to_value()
+            }
             EventData::State { key, tenant, version, value } => {
                 let mut m = Map::new();
                 m.insert("key".into(), Value::String(key.clone()));
@@ -284,11 +311,82 @@ pub fn params_digest(value: &Map<String, Value>) -> String {
 }
 
 /// The RFC 8785 canonical text of a parameters object.
+///
+/// A direct writer handles null, booleans, strings, arrays, objects (members
+/// sorted by UTF-16 code units) and integers of magnitude at most 2^53; any
+/// other number sends the whole value through `serde_jcs` (ES6 number
+/// formatting), so the output is always the JCS form.
 pub fn canonical_json(value: &Map<String, Value>) -> Vec<u8> {
     if value.is_empty() {
         return b"{}".to_vec();
     }
-    serde_jcs::to_vec(value).unwrap_or_default()
+    let mut out = Vec::with_capacity(64);
+    if write_object(value, &mut out) { out } else { serde_jcs::to_vec(value).unwrap_or_default() }
+}
+
+const MAX_EXACT_INT: u64 = 1 << 53;
+
+fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => {
+            use std::io::Write;
+            let written = if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
+                write!(out, "{i}")
+            } else if let Some(u) = n.as_u64().filter(|u| *u <= MAX_EXACT_INT) {
+                write!(out, "{u}")
+            } else {
+                return false;
+            };
+            if written.is_err() {
+                return false;
+            }
+        }
+        Value::String(s) => {
+            if serde_json::to_writer(&mut *out, s).is_err() {
+                return false;
+            }
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                if !write_value(item, out) {
+                    return false;
+                }
+            }
+            out.push(b']');
+        }
+        Value::Object(m) => return write_object(m, out),
+    }
+    true
+}
+
+fn write_object(m: &Map<String, Value>, out: &mut Vec<u8>) -> bool {
+    let mut members: Vec<(&String, &Value)> = m.iter().collect();
+    if members.iter().all(|(k, _)| k.is_ascii()) {
+        members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    } else {
+        members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    }
+    out.push(b'{');
+    for (i, (k, v)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if serde_json::to_writer(&mut *out, k).is_err() {
+            return false;
+        }
+        out.push(b':');
+        if !write_value(v, out) {
+            return false;
+        }
+    }
+    out.push(b'}');
+    true
 }
 
 /// Lowercase hex SHA-256 of canonical bytes.
@@ -585,6 +683,20 @@ mod tests {
         a.insert("a".into(), json!(2));
         assert_eq!(canonical_json(&a), br#"{"a":2,"b":1}"#);
         assert_eq!(params_digest(&Map::new()), hex::encode(Sha256::digest(b"{}")));
+    }
+
+    #[test]
+    fn direct_writer_matches_serde_jcs() {
+        let cases = [
+            json!({"b": 1, "a": [true, null, "x\u{0}\u{1f}\"\\/é"], "c": {"z": -3, "y": {}}}),
+            json!({"\u{e000}": 1, "\u{1f600}": 2, "a": 3, "": 4}),
+            json!({"big": 9007199254740993_u64, "neg": -9007199254740993_i64, "f": 1.5e1, "g": 1e21}),
+            json!({"n": 9007199254740992_u64, "m": -9007199254740992_i64, "z": 0, "s": "\u{2028}\u{7f}"}),
+        ];
+        for c in cases {
+            let m = c.as_object().unwrap();
+            assert_eq!(String::from_utf8(canonical_json(m)).unwrap(), serde_jcs::to_string(m).unwrap(), "{c}");
+        }
     }
 
     #[test]

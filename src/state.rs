@@ -4,6 +4,7 @@
 //! records the prior value of each key it touches so an abort restores
 //! exactly those keys and nothing else.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 
@@ -60,11 +61,11 @@ impl Scope {
 
     /// The physical key of `key` in this scope; `None` when the unscoped view
     /// is asked for a `tenant:` key (tenants are invisible from outside).
-    pub fn physical(&self, key: &str) -> Option<String> {
+    pub fn physical<'k>(&self, key: &'k str) -> Option<Cow<'k, str>> {
         match &self.prefix {
-            Some(p) => Some(format!("{p}{key}")),
+            Some(p) => Some(Cow::Owned(format!("{p}{key}"))),
             None if key.starts_with(TENANT_PREFIX) => None,
-            None => Some(key.to_string()),
+            None => Some(Cow::Borrowed(key)),
         }
     }
 
@@ -88,6 +89,11 @@ impl Transaction {
     /// An empty transaction.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty transaction with room for `keys` keys.
+    pub fn with_capacity(keys: usize) -> Self {
+        Transaction { prior: Mutex::new(HashMap::with_capacity(keys)) }
     }
 
     /// Number of keys the transaction touched.
@@ -146,7 +152,7 @@ impl StateStore {
     /// The version of `key` (0 when never written). Deletes bump it too.
     pub fn version(&self, scope: &Scope, key: &str) -> u64 {
         let Some(phys) = scope.physical(key) else { return 0 };
-        self.slots.read().ok().and_then(|s| s.get(&phys).map(|s| s.version)).unwrap_or(0)
+        self.slots.read().ok().and_then(|s| s.get(phys.as_ref()).map(|s| s.version)).unwrap_or(0)
     }
 
     /// Sets `key` in `scope`; returns the new version.
@@ -167,19 +173,25 @@ impl StateStore {
     /// value in `tx` the first time the transaction touches it.
     pub fn write_physical(&self, phys: &str, value: Option<Value>, tx: Option<&Transaction>) -> Result<u64> {
         let mut slots = self.slots.write().map_err(|_| poisoned())?;
-        if !slots.contains_key(phys) {
-            slots.insert(phys.to_string(), Slot { value: None, version: 0 });
-        }
-        let slot = slots.get_mut(phys).ok_or_else(poisoned)?;
-        if let Some(tx) = tx {
-            let mut prior = tx.prior.lock().map_err(|_| poisoned())?;
-            if !prior.contains_key(phys) {
-                prior.insert(phys.to_string(), slot.value.clone());
+        let record = |previous: &dyn Fn() -> Option<Value>| -> Result<()> {
+            if let Some(tx) = tx {
+                let mut prior = tx.prior.lock().map_err(|_| poisoned())?;
+                if !prior.contains_key(phys) {
+                    prior.insert(phys.to_string(), previous());
+                }
             }
+            Ok(())
+        };
+        // One hash on the common path (the key exists); no key allocation.
+        if let Some(slot) = slots.get_mut(phys) {
+            record(&|| slot.value.clone())?;
+            slot.value = value;
+            slot.version += 1;
+            return Ok(slot.version);
         }
-        slot.value = value;
-        slot.version += 1;
-        Ok(slot.version)
+        record(&|| None)?;
+        slots.insert(phys.to_string(), Slot { value, version: 1 });
+        Ok(1)
     }
 
     /// Restores every key the transaction wrote to its prior value (a new

@@ -114,6 +114,9 @@ async fn lifecycle_handle_poll_subscription() {
     assert_eq!(poll.chunks[0], ToolStreamChunk::Text { text: "t0".into() });
     assert_eq!(poll.result, Some(json!({"n": 3})));
     assert!(rt.tool_poll(&h).is_none(), "terminal status reported once, then the handle is consumed");
+    let started = rt.events().query(&serde_json::from_value(json!({"kinds": ["ToolStarted"]})).unwrap()).unwrap();
+    assert_eq!(started[0].data.to_value()["handle"], json!(h));
+    assert_eq!(started[0].action_id.as_deref(), Some("st"));
     assert!(!rt.tool_cancel(&h));
 
     let r = run(&rt, &ex, json!({"actions": [

@@ -479,3 +479,24 @@ async fn trace_rules_deny_at_dispatch_as_rejected_by_policy() {
         .unwrap();
     assert_eq!(failed[0].data.to_value()["error_class"], "rejected_by_policy");
 }
+
+#[tokio::test]
+async fn abort_stops_starting_actions_of_the_same_level() {
+    let rt = Runtime::new(RuntimeOptions::default().max_concurrency(1));
+    rt.register_tool_name("x").unwrap();
+    let ex = Arc::new(Script::default());
+    let r = run(
+        &rt,
+        &ex,
+        json!({"actions": [
+            {"id": "a", "type": "tool_call", "tool": "x", "parameters": {"fail": 1}},
+            {"id": "b", "type": "tool_call", "tool": "x"},
+            {"id": "c", "type": "tool_call", "tool": "x"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status(&r, "a"), ActionStatus::Failed);
+    assert_eq!(status(&r, "b"), ActionStatus::Skipped);
+    assert_eq!(status(&r, "c"), ActionStatus::Skipped);
+    assert_eq!(ex.calls.lock().unwrap().len(), 1);
+}

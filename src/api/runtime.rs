@@ -315,6 +315,12 @@ impl CarRuntime {
         self.rt.tool_cancel(handle)
     }
 
+    /// A subscription to every detached tool's `{handle, chunk}` events
+    /// (`tools.stream.subscribe`); render each with `serde_json`.
+    pub fn tool_stream_subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::ir::ToolStreamEvent> {
+        self.rt.subscribe_tool_stream()
+    }
+
     /// The granted permission tier (`sandbox_edit` by default).
     pub fn permission_get_tier(&self) -> String {
         self.tier.read().map(|t| t.as_str().to_string()).unwrap_or_else(|_| PermissionTier::default().to_string())

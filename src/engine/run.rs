@@ -15,10 +15,10 @@ use super::registry::RegisteredTool;
 use super::{ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
 use crate::dag::Dag;
-use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json, digest_canonical};
+use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
-    Operator, Precondition, ProposalResult, Reversibility, StateMutation, ToolFailure,
+    Operator, Precondition, ProposalResult, Reversibility, ToolFailure,
 };
 use crate::state::{Scope, Transaction};
 
@@ -116,7 +116,13 @@ impl Runtime {
             proposal: proposal.clone(),
             pid: pid.clone(),
             scope,
-            tx: Transaction::new(),
+            tx: Transaction::with_capacity(
+                proposal
+                    .actions
+                    .iter()
+                    .map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some()))
+                    .sum(),
+            ),
             executor,
             session_id: opts.session_id,
             tools: vec![None; n],
@@ -154,7 +160,8 @@ impl Runtime {
                     }
                     while let Some((i, o)) = futs.next().await {
                         aborted |= record(o, i, &mut results, &mut completion);
-                        if let Some(j) = pending.next() {
+                        // After an abort nothing new starts; what is in flight finishes.
+                        if !aborted && let Some(j) = pending.next() {
                             futs.push(start_one(j));
                         }
                     }
@@ -380,8 +387,6 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
         return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
     }
 
-    let canonical = canonical_json(&a.parameters);
-    let digest: Arc<str> = Arc::from(digest_canonical(&canonical));
     let traced = a.action_type == ActionType::ToolCall
         && ctx.rt.inner.policies.read().map(|p| !p.trace_rules().is_empty()).unwrap_or(false);
     if traced {
@@ -400,7 +405,7 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
             }
             let message = format!("denied by policy: {}", reasons.join("; "));
             let duration = ms(t0.elapsed());
-            let mut ev = action_event(ctx, i, ActionPhase::Failed, 1, Some(&digest));
+            let mut ev = action_event(ctx, i, ActionPhase::Failed, 1);
             ev.duration_ms = Some(duration);
             ev.error = Some(message.clone());
             ev.error_class = Some(ErrorClass::RejectedByPolicy.as_str());
@@ -414,20 +419,21 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
             return Outcome { result: r, abort: !skip };
         }
     }
-    let outcome = run_attempts(ctx, i, a, t0, &canonical, &digest).await;
+    let outcome = run_attempts(ctx, i, a, t0).await;
     if traced && let Ok(p) = ctx.rt.inner.policies.read() {
         p.record_dispatch(a, ctx.session_id.as_deref(), outcome.result.status == ActionStatus::Succeeded);
     }
     outcome
 }
 
-fn action_event(ctx: &Ctx, i: usize, phase: ActionPhase, attempt: u32, digest: Option<&Arc<str>>) -> ActionEvent {
+/// Per-action event data; `params_digest` and the rest are rendered lazily
+/// from the (immutable) proposal.
+fn action_event(ctx: &Ctx, i: usize, phase: ActionPhase, attempt: u32) -> ActionEvent {
     ActionEvent {
         phase,
         proposal: ctx.proposal.clone(),
         index: i,
         attempt,
-        digest: digest.cloned(),
         duration_ms: None,
         error: None,
         error_class: None,
@@ -436,19 +442,19 @@ fn action_event(ctx: &Ctx, i: usize, phase: ActionPhase, attempt: u32, digest: O
     }
 }
 
-async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &[u8], digest: &Arc<str>) -> Outcome {
+async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
     let events = &ctx.rt.inner.events;
     let aid = &ctx.action_ids[i];
     let pid = Some(&ctx.pid);
     let max_attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
     let mut attempt: u32 = 1;
     loop {
-        let ev = action_event(ctx, i, ActionPhase::Executing, attempt, None);
+        let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
         events.append(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev));
-        match attempt_action(ctx, i, a, attempt, canonical, Some(&ctx.tx)).await {
+        match attempt_action(ctx, i, a, attempt, Some(&ctx.tx)).await {
             Ok(done) => {
                 let duration = ms(t0.elapsed());
-                let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt, Some(digest));
+                let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
                 ev.cached = done.cached;
                 events.append(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
@@ -461,7 +467,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &
             Err(f) => {
                 if !f.terminal && attempt < max_attempts {
                     ctx.retries.fetch_add(1, Ordering::Relaxed);
-                    let mut ev = action_event(ctx, i, ActionPhase::Retrying, attempt + 1, None);
+                    let mut ev = action_event(ctx, i, ActionPhase::Retrying, attempt + 1);
                     ev.error = Some(f.message);
                     ev.error_class = Some(f.class.as_str());
                     events.append(EventKind::ActionRetrying, pid, Some(aid), EventData::Action(ev));
@@ -469,7 +475,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &
                     continue;
                 }
                 let duration = ms(t0.elapsed());
-                let mut ev = action_event(ctx, i, ActionPhase::Failed, attempt, Some(digest));
+                let mut ev = action_event(ctx, i, ActionPhase::Failed, attempt);
                 ev.duration_ms = Some(duration);
                 ev.error = Some(f.message.clone());
                 ev.error_class = Some(f.class.as_str());
@@ -492,6 +498,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, canonical: &
 fn write_state(
     ctx: &Ctx,
     i: usize,
+    effect: Option<usize>,
     key: &str,
     value: Option<Value>,
     tx: Option<&Transaction>,
@@ -500,31 +507,37 @@ fn write_state(
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
     })?;
+    let mut wire = Map::with_capacity(2);
+    match &value {
+        Some(v) => {
+            wire.insert("op".into(), Value::String("set".into()));
+            wire.insert("value".into(), v.clone());
+        }
+        None => {
+            wire.insert("op".into(), Value::String("delete".into()));
+        }
+    }
+    let wire = Value::Object(wire);
     let version = ctx
         .rt
         .inner
         .state
-        .write_physical(&phys, value.clone(), tx)
+        .write_physical(&phys, value, tx)
         .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
-    let wire = match &value {
-        Some(value) => StateMutation::Set { value: value.clone() },
-        None => StateMutation::Delete,
-    }
-    .to_value();
-    let data = EventData::State { key: key.to_string(), tenant: ctx.tenant.clone(), version, value };
+
+    let data = EventData::ActionState {
+        proposal: ctx.proposal.clone(),
+        index: i,
+        effect,
+        tenant: ctx.tenant.clone(),
+        version,
+    };
     ctx.rt.inner.events.append(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data);
     changes.insert(key.to_string(), wire);
     Ok(())
 }
 
-async fn attempt_action(
-    ctx: &Ctx,
-    i: usize,
-    a: &Action,
-    attempt: u32,
-    canonical: &[u8],
-    tx: Option<&Transaction>,
-) -> Result<Done, Fail> {
+async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Transaction>) -> Result<Done, Fail> {
     match a.action_type {
         ActionType::StateWrite => {
             let key = a
@@ -536,7 +549,7 @@ async fn attempt_action(
                 Some(a.parameters.get("value").cloned().unwrap_or(Value::Null))
             };
             let mut changes = Map::new();
-            write_state(ctx, i, key, value, tx, &mut changes)?;
+            write_state(ctx, i, None, key, value, tx, &mut changes)?;
             Ok(Done { output: Some(Value::String(format!("written: {key}"))), changes, cached: None })
         }
         ActionType::StateRead => {
@@ -570,7 +583,7 @@ async fn attempt_action(
                 Err(Fail::new(msg, ErrorClass::Unknown))
             }
         }
-        ActionType::ToolCall => tool_call(ctx, i, a, attempt, canonical, tx).await,
+        ActionType::ToolCall => tool_call(ctx, i, a, attempt, tx).await,
     }
 }
 
@@ -635,14 +648,7 @@ fn make_call(ctx: &Ctx, tool: &str, params: &Map<String, Value>, a: &Action, att
     }
 }
 
-async fn tool_call(
-    ctx: &Ctx,
-    i: usize,
-    a: &Action,
-    attempt: u32,
-    canonical: &[u8],
-    tx: Option<&Transaction>,
-) -> Result<Done, Fail> {
+async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Transaction>) -> Result<Done, Fail> {
     let name = a.tool.as_deref().unwrap_or("");
     let tool = match ctx.tools.get(i).cloned().flatten() {
         Some(t) => t,
@@ -662,7 +668,7 @@ async fn tool_call(
 
     let idempotent = a.idempotent || tool.schema.idempotent;
     let ttl = tool.schema.cache_ttl_secs;
-    let key = (idempotent || ttl.is_some()).then(|| cache_key(name, canonical));
+    let key = (idempotent || ttl.is_some()).then(|| cache_key(name, &canonical_json(&a.parameters)));
     let mut cached = None;
     if let Some(k) = &key {
         if idempotent && let Some(v) = inner.idempotency.get(k) {
@@ -697,8 +703,8 @@ async fn tool_call(
     };
 
     let mut changes = Map::new();
-    for (k, v) in &a.expected_effects {
-        write_state(ctx, i, k, Some(v.clone()), tx, &mut changes)?;
+    for (e, (k, v)) in a.expected_effects.iter().enumerate() {
+        write_state(ctx, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
@@ -774,8 +780,7 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
             let Some((j, target)) = ctx.proposal.actions.iter().enumerate().find(|(_, b)| b.id == *action_id) else {
                 return Err(format!("compensation action '{action_id}' is not in the proposal"));
             };
-            let canonical = canonical_json(&target.parameters);
-            attempt_action(ctx, j, target, 1, &canonical, None).await.map(|_| ()).map_err(|f| f.message)
+            attempt_action(ctx, j, target, 1, None).await.map(|_| ()).map_err(|f| f.message)
         }
     }
 }
