@@ -33,8 +33,7 @@ pub struct Dag {
     levels: Vec<Vec<usize>>,
     cyclic: Vec<usize>,
     unknown: Vec<(usize, String)>,
-    /// Some key may be written by two or more actions (false only when the
-    /// build saw every write and none repeated a key).
+    /// Some key is written by two or more actions.
     shared_writes: bool,
 }
 
@@ -52,16 +51,12 @@ impl Dag {
                 first_with_id.entry(a.id.as_str()).or_insert(i);
             }
         }
-        // Writers only matter to readers; without any, skip the key table (and
-        // leave "shared writes" unknown).
-        let track_writers = actions.iter().any(|a| !a.state_dependencies.is_empty());
-        let mut last_writer: HashMap<&str, usize> =
-            if track_writers { HashMap::with_capacity(n) } else { HashMap::new() };
+        let mut last_writer: HashMap<&str, usize> = HashMap::with_capacity(n);
         let mut last_state_write: HashMap<&str, usize> = HashMap::new();
         let mut preds: Vec<usize> = Vec::with_capacity(n);
         let mut pred_start: Vec<usize> = Vec::with_capacity(n + 1);
         let mut unknown = Vec::new();
-        let mut shared_writes = !track_writers;
+        let mut shared_writes = false;
         for (j, a) in actions.iter().enumerate() {
             let start = preds.len();
             pred_start.push(start);
@@ -93,11 +88,9 @@ impl Dag {
                 }
                 preds.truncate(start + w);
             }
-            if track_writers {
-                for key in Self::writes(a) {
-                    if let Some(prev) = last_writer.insert(key, j) {
-                        shared_writes |= prev != j;
-                    }
+            for key in Self::writes(a) {
+                if let Some(prev) = last_writer.insert(key, j) {
+                    shared_writes |= prev != j;
                 }
             }
         }
@@ -139,9 +132,9 @@ impl Dag {
         &self.unknown
     }
 
-    /// False only when no key is written by two or more actions (so no two
-    /// writers of one key can conflict).
-    pub(crate) fn may_share_writes(&self) -> bool {
+    /// True when some key is written by two or more actions (so writers of one
+    /// key may conflict).
+    pub fn has_shared_writes(&self) -> bool {
         self.shared_writes
     }
 
@@ -233,7 +226,7 @@ mod tests {
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &["x"], &[]), act("c", &[], &["y"], &[])]);
         assert_eq!(d.levels(), &[vec![0], vec![1], vec![2]]);
         assert_eq!(d.predecessors(2), &[1]);
-        assert!(!d.may_share_writes());
+        assert!(!d.has_shared_writes());
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &[], &[])]);
         assert_eq!(d.levels(), &[vec![0, 1]]);
         assert!(Dag::build(&[]).levels().is_empty());
@@ -244,7 +237,7 @@ mod tests {
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["x"], &[], &[]), act("c", &[], &["x"], &[])]);
         assert_eq!(d.predecessors(2), &[1]);
         assert_eq!(d.levels(), &[vec![0, 1], vec![2]]);
-        assert!(d.may_share_writes());
+        assert!(d.has_shared_writes());
         // A later writer and the reader itself order nothing.
         let d = Dag::build(&[act("a", &[], &["x"], &[]), act("b", &["x"], &["x"], &[])]);
         assert!(d.predecessors(0).is_empty() && d.predecessors(1).is_empty());

@@ -91,6 +91,15 @@ fn decided(action_id: &str, severity: Severity, message: String) -> Verification
     issue(action_id, severity, message, EvidenceTier::DecisionProcedure)
 }
 
+/// A copy of the initial state with room for the effects of `actions`.
+fn start_state(initial: &Map<String, Value>, actions: &[Action]) -> Map<String, Value> {
+    let effects: usize =
+        actions.iter().map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some())).sum();
+    let mut state = Map::with_capacity(initial.len() + effects);
+    state.extend(initial.iter().map(|(k, v)| (k.clone(), v.clone())));
+    state
+}
+
 /// Applies an action's modelled effects: a `state_write` sets its `key`
 /// parameter to its `value` parameter (`null` when absent), then every
 /// `expected_effects` entry is set.
@@ -220,7 +229,7 @@ fn for_each_write<'a>(a: &'a Action, mut f: impl FnMut(&'a str)) {
 /// `(writer_a, writer_b, key)` for writers of one key that no path of the
 /// graph orders, as indices; grouped by key in order of first write.
 pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usize, String)> {
-    if !dag.may_share_writes() {
+    if !dag.has_shared_writes() {
         return Vec::new();
     }
     // Key -> (first writer, slot of the full writer list once a second appears).
@@ -371,7 +380,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         }
     };
 
-    let mut state = opts.initial_state.clone();
+    let mut state = start_state(&opts.initial_state, actions);
     for level in dag.levels() {
         for &i in level {
             let a = &actions[i];
@@ -457,7 +466,7 @@ pub fn simulate(proposal: &ActionProposal, initial_state: &Map<String, Value>) -
     } else {
         HashMap::new()
     };
-    let mut state = initial_state.clone();
+    let mut state = start_state(initial_state, actions);
     for level in dag.levels() {
         for &i in level {
             let a = &actions[i];
