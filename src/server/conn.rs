@@ -42,6 +42,8 @@ pub(crate) struct Conn {
     pub(crate) halted: AtomicBool,
     authenticated: AtomicBool,
     negotiated: AtomicBool,
+    /// The `tools.stream.subscribe` forwarder, aborted at teardown.
+    stream_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Conn {
@@ -53,6 +55,36 @@ impl Conn {
 
     pub(crate) fn send(&self, v: &Value) -> bool {
         self.out.send(Message::text(v.to_string())).is_ok()
+    }
+
+    /// `tools.stream.subscribe`: forwards every detached tool's `{handle,
+    /// chunk}` as a `tools.stream.event` notification for the life of the
+    /// connection (best effort: a lagging connection skips events; `tools.poll`
+    /// is the reliable drain). Subscribing again keeps the one forwarder.
+    pub(crate) fn subscribe_tool_stream(&self) {
+        let Ok(mut slot) = self.stream_forwarder.lock() else { return };
+        if slot.is_some() {
+            return;
+        }
+        let mut events = self.rt.tool_stream_subscribe();
+        let out = self.out.clone();
+        let task = tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match events.recv().await {
+                    Ok(ev) => {
+                        let params = serde_json::to_value(&ev).unwrap_or(Value::Null);
+                        let note = rpc::notification("tools.stream.event", params).to_string();
+                        if out.send(Message::text(note)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+        *slot = Some(task.abort_handle());
     }
 
     /// Registers a pending server-initiated request.
@@ -148,6 +180,7 @@ pub(crate) async fn serve_connection(
         halted: AtomicBool::new(false),
         authenticated: AtomicBool::new(config.token.is_none()),
         negotiated: AtomicBool::new(false),
+        stream_forwarder: Mutex::new(None),
     });
 
     let mut tasks: JoinSet<()> = JoinSet::new();
@@ -233,6 +266,9 @@ pub(crate) async fn serve_connection(
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     conn.supervisors.unsubscribe(&conn.session_id);
+    if let Some(f) = conn.stream_forwarder.lock().ok().and_then(|mut f| f.take()) {
+        f.abort();
+    }
     if let Ok(mut p) = conn.pending.lock() {
         p.clear();
     }

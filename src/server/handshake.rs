@@ -173,6 +173,7 @@ pub const METHODS: &[MethodSpec] = &[
     m("tools.list", "{}", "{tools, count}"),
     m("tools.poll", "{handle}", "ToolPollResult | null"),
     m("tools.register", "ToolDefinition[]", "number"),
+    m("tools.stream.subscribe", "{}", "{subscribed: true}"),
     m("tools.unregister", "{name}", "{unregistered, removed}"),
     m("verify", "{proposal, initial_state?}", "VerificationResult"),
 ];
@@ -181,6 +182,7 @@ pub const METHODS: &[MethodSpec] = &[
 const SERVER_TO_CLIENT: &[(&str, &str, &str)] = &[
     ("tools.execute", "request", "{action_id, tool, parameters, timeout_ms, attempt, request_id, session_id?}"),
     ("tools.cancel", "notification", "{request_id, action_id, reason}"),
+    ("tools.stream.event", "notification", "{handle, chunk}"),
     (
         "supervision.intent",
         "notification",

@@ -174,6 +174,10 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             None => Ok(Value::Null),
         },
         "tools.cancel" => Ok(json!({"cancelled": rt.tool_cancel(req_str(p, "handle")?)})),
+        "tools.stream.subscribe" => {
+            conn.subscribe_tool_stream();
+            Ok(json!({"subscribed": true}))
+        }
         "proposal.submit" => submit(conn, Submission::read(p)?).await,
         "verify" => {
             let proposal = req(p, "proposal")?.clone();

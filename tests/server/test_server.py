@@ -967,3 +967,19 @@ def test_silent_peer_with_a_callback_in_flight_is_closed_and_its_callback_cancel
             await c.close()
 
         run(alive())
+
+
+def test_tools_stream_subscribe_and_detached_tools_are_refused_by_the_ws_executor():
+    async def go():
+        c = await authed()
+        assert await c.call("tools.stream.subscribe", {}) == {"subscribed": True}
+        assert await c.call("tools.stream.subscribe", {}) == {"subscribed": True}
+        await c.call("tools.register", [{"name": "tail"}])
+        res = await c.call("proposal.submit", {"proposal": proposal([tool_call("s", "tail", invocation_mode="streaming")])})
+        r = res["results"][0]
+        assert r["status"] == "failed" and "detached" in r["error"], r
+        assert c.server_requests == []
+        assert [n for n in c.notifications if n["method"] == "tools.stream.event"] == []
+        await c.close()
+
+    run(go())
