@@ -11,6 +11,8 @@ pub mod gate;
 pub mod ir;
 pub mod permission;
 pub mod policy;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod state;
 pub mod tools;
 pub mod verify;

@@ -1,0 +1,129 @@
+//! The tool executor of a connection: each call goes to the client as a
+//! `tools.execute` request and waits for the response routed by id.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::conn::Conn;
+use super::rpc;
+use crate::engine::{ToolCall, ToolExecutor};
+use crate::ir::ToolFailure;
+
+/// Sends `tools.execute` to the client of one connection.
+pub(crate) struct WsToolExecutor {
+    pub(crate) conn: Arc<Conn>,
+}
+
+/// `185s`, or `300ms` when not whole seconds.
+pub(crate) fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
+}
+
+/// Sends `tools.cancel` when a callback is given up: dropped by the engine
+/// (the action's `timeout_ms`), by the method deadline, or timed out here.
+struct CancelGuard<'a> {
+    conn: &'a Conn,
+    request_id: &'a str,
+    action_id: &'a str,
+    tool: &'a str,
+    timeout_ms: Option<u64>,
+    started: Instant,
+    armed: bool,
+    reason: Option<String>,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.conn.forget(self.request_id);
+        let reason = self.reason.take().unwrap_or_else(|| match self.timeout_ms {
+            Some(t) if self.started.elapsed() >= Duration::from_millis(t) => {
+                format!("tool '{}' callback timed out ({})", self.tool, human(Duration::from_millis(t)))
+            }
+            _ => format!("tool '{}' callback cancelled: its handler was abandoned", self.tool),
+        });
+        self.conn.send(&rpc::notification(
+            "tools.cancel",
+            json!({"request_id": self.request_id, "action_id": self.action_id, "reason": reason}),
+        ));
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for WsToolExecutor {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+        let conn = &*self.conn;
+        let session_id = call.session_id.clone().unwrap_or_else(|| conn.session_id.clone());
+        let params = json!({
+            "action_id": call.action_id,
+            "tool": call.tool,
+            "parameters": call.params,
+            "timeout_ms": call.timeout_ms,
+            "attempt": call.attempt,
+            "request_id": call.request_id,
+            "session_id": session_id,
+        });
+        let rx = conn.expect(&call.request_id);
+        let mut guard = CancelGuard {
+            conn,
+            request_id: &call.request_id,
+            action_id: &call.action_id,
+            tool: &call.tool,
+            timeout_ms: call.timeout_ms,
+            started: Instant::now(),
+            armed: true,
+            reason: None,
+        };
+        if !conn.send(&rpc::request(&call.request_id, "tools.execute", params)) {
+            guard.armed = false;
+            conn.forget(&call.request_id);
+            return Err(ToolFailure::ordinary(format!("tool '{}': the client connection is closed", call.tool)));
+        }
+        let bound = match call.timeout_ms {
+            Some(t) => Duration::from_millis(t) + conn.config.callback_grace,
+            None => conn.config.tool_timeout,
+        };
+        match super::conn::wait_outcome(rx, bound).await {
+            Some(Ok(Ok(v))) => {
+                guard.armed = false;
+                Ok(v)
+            }
+            Some(Ok(Err(error))) => {
+                guard.armed = false;
+                let message = match error.get("message") {
+                    Some(Value::String(m)) => m.clone(),
+                    _ => error.to_string(),
+                };
+                let terminal = error.get("data").and_then(|d| d.get("terminal")).and_then(Value::as_bool) == Some(true);
+                Err(if terminal { ToolFailure::terminal(message) } else { ToolFailure::ordinary(message) })
+            }
+            Some(Err(_)) => {
+                guard.armed = false;
+                Err(ToolFailure::ordinary(format!("tool '{}': the client disconnected before answering", call.tool)))
+            }
+            None => {
+                let reason = format!("tool '{}' callback timed out ({})", call.tool, human(bound));
+                guard.reason = Some(reason.clone());
+                drop(guard);
+                Err(ToolFailure::ordinary(reason))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(human(Duration::from_secs(185)), "185s");
+        assert_eq!(human(Duration::from_millis(300)), "300ms");
+    }
+}

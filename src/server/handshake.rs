@@ -1,0 +1,281 @@
+//! `server.handshake` negotiation, the method table, `capabilities.list` and
+//! `server.schema`. Pure functions of their input.
+
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::rpc::{CAPABILITY_MISMATCH, RpcError, VERSION_MISMATCH};
+
+/// The wire protocol version this daemon speaks (exactly).
+pub const PROTOCOL_VERSION: u64 = crate::api::PROTOCOL_VERSION as u64;
+
+/// Capabilities this daemon can negotiate.
+///
+/// The two identity capabilities describe the shapes of `infer` and
+/// `models.*` results; this daemon has neither method (they answer `-32601`),
+/// so no reply of it can contradict them, and bundled v3 clients, which
+/// require both, can connect.
+pub const SUPPORTED_CAPABILITIES: &[&str] = &["infer.model-identity.v1", "models.catalog-identity.v1"];
+
+/// The longest echoed `client_version`.
+pub const CLIENT_VERSION_MAX: usize = 64;
+
+/// Validates a handshake and returns its reply.
+pub fn negotiate(params: &Value) -> Result<Value, RpcError> {
+    let requested = params.get("protocol_version");
+    let version = requested.and_then(Value::as_u64);
+    match (requested, version) {
+        (None | Some(Value::Null), _) => {
+            return Err(RpcError::new(
+                VERSION_MISMATCH,
+                format!("protocol version mismatch: protocol_version is required (server speaks {PROTOCOL_VERSION})"),
+            ));
+        }
+        (Some(v), None) => {
+            return Err(RpcError::new(
+                VERSION_MISMATCH,
+                format!(
+                    "protocol version mismatch: protocol_version must be an integer, got {v} (server speaks {PROTOCOL_VERSION})"
+                ),
+            ));
+        }
+        (_, Some(v)) if v != PROTOCOL_VERSION => {
+            return Err(RpcError::new(
+                VERSION_MISMATCH,
+                format!("protocol version mismatch: client speaks {v}, server speaks {PROTOCOL_VERSION}"),
+            ));
+        }
+        _ => {}
+    }
+    let required = capability_list(params, "required_capabilities")?;
+    let optional = capability_list(params, "optional_capabilities")?;
+    let unsupported: Vec<&str> =
+        required.iter().map(String::as_str).filter(|c| !SUPPORTED_CAPABILITIES.contains(c)).collect();
+    if !unsupported.is_empty() {
+        return Err(RpcError::new(
+            CAPABILITY_MISMATCH,
+            format!("protocol capability mismatch: unsupported required capabilities: {}", unsupported.join(", ")),
+        )
+        .with_data(json!({"unsupported": unsupported, "supported": SUPPORTED_CAPABILITIES})));
+    }
+    let negotiated: BTreeSet<&str> = required
+        .iter()
+        .chain(optional.iter())
+        .map(String::as_str)
+        .filter(|c| SUPPORTED_CAPABILITIES.contains(c))
+        .collect();
+    let client_version = match params.get("client_version") {
+        Some(Value::String(s)) if !s.is_empty() => s.chars().take(CLIENT_VERSION_MAX).collect(),
+        _ => "unknown".to_string(),
+    };
+    Ok(json!({
+        "protocol_version": PROTOCOL_VERSION,
+        "server_version": crate::VERSION,
+        "client_protocol_version": PROTOCOL_VERSION,
+        "client_version": client_version,
+        "negotiated_capabilities": negotiated,
+    }))
+}
+
+fn capability_list(params: &Value, field: &str) -> Result<Vec<String>, RpcError> {
+    let bad = || {
+        RpcError::new(
+            CAPABILITY_MISMATCH,
+            format!("protocol capability mismatch: {field} must be an array of non-empty strings"),
+        )
+    };
+    match params.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+                _ => Err(bad()),
+            })
+            .collect(),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// One row of the method table: name, role, params, result.
+pub struct MethodSpec {
+    /// The method name.
+    pub method: &'static str,
+    /// The derived role (`operator` for every method of this daemon).
+    pub role: &'static str,
+    /// The params shape.
+    pub params: &'static str,
+    /// The result shape.
+    pub result: &'static str,
+}
+
+const fn m(method: &'static str, params: &'static str, result: &'static str) -> MethodSpec {
+    MethodSpec { method, role: "operator", params, result }
+}
+
+/// Every method this daemon answers, sorted by name.
+pub const METHODS: &[MethodSpec] = &[
+    m("capabilities.list", "{}", "{caller_role, count, methods: [{method, role}]}"),
+    m("events.chain.enable", "{}", "{ok: true}"),
+    m("events.chain.verify", "{}", "{verified: n} | {tampered_at: i}"),
+    m("events.clear", "{}", "{removed, stats}"),
+    m("events.count", "{}", "number"),
+    m("events.query", "{kinds?, action_id?, proposal_id?, since?, until?, data_matches?, limit?}", "{count, events}"),
+    m("events.retention", "{policy?: {max_events?, max_age_secs?}}", "{policy, removed?}"),
+    m("events.stats", "{}", "{kind: count}"),
+    m(
+        "permission.approve",
+        "{fingerprint, required_tier, reason?, evidence?} | {action, reason?, evidence?}",
+        "ApprovalRecord",
+    ),
+    m("permission.classify", "{proposal}", "{classifications, declared_rollback_contract}"),
+    m("permission.evaluate", "{proposal}", "{decisions}"),
+    m("permission.get_tier", "{}", "{granted_tier}"),
+    m("permission.pending", "{proposal}", "{pending}"),
+    m(
+        "permission.reject",
+        "{fingerprint, required_tier, reason?, evidence?} | {action, reason?, evidence?}",
+        "ApprovalRecord",
+    ),
+    m("permission.set_tier", "{tier}", "{granted_tier}"),
+    m("policy.list", "{session_id?}", "{policies: [{name, description}], scope}"),
+    m("policy.register", "{name, rule, target?, key?, pattern?, value?, session_id?}", "{registered, scope}"),
+    m("policy.unregister", "{name, session_id?}", "{unregistered, removed, scope}"),
+    m("proposal.submit", "{proposal, session_id?, scope?}", "ProposalResult"),
+    m(
+        "server.handshake",
+        "{protocol_version, client_version?, required_capabilities?, optional_capabilities?}",
+        "{protocol_version, server_version, client_protocol_version, client_version, negotiated_capabilities}",
+    ),
+    m("server.schema", "{}", "{schema, digest, digest_algorithm, car_version}"),
+    m("session.auth", "{token}", "{ok: true, auth_enabled}"),
+    m("session.clear_halt", "{}", "{cleared, halted: false}"),
+    m("session.init", "{client_id, tools?, policies?}", "{session_id, tools_registered, policies_registered}"),
+    m("session.policy.close", "{session_id}", "{closed}"),
+    m("session.policy.open", "{}", "{session_id}"),
+    m("state.exists", "{key, tenant_id?}", "bool"),
+    m("state.get", "{key, tenant_id?}", "value | null"),
+    m("state.keys", "{tenant_id?}", "string[]"),
+    m("state.set", "{key, value?, tenant_id?}", "\"ok\""),
+    m("state.snapshot", "{tenant_id?}", "{key: value}"),
+    m("supervision.decide", "{intent_id, decision: {kind: allow | deny | escalate, reason?}}", "{decided: true}"),
+    m("supervision.pending", "{}", "{intents}"),
+    m(
+        "supervision.subscribe",
+        "{filter?: {tools?, sessions?, min_reversibility?}}",
+        "{subscribed: true, decision_timeout_ms, supervisors}",
+    ),
+    m("supervision.unsubscribe", "{}", "{subscribed: false, was_subscribed}"),
+    m("tools.cancel", "{handle}", "{cancelled}"),
+    m("tools.list", "{}", "{tools, count}"),
+    m("tools.poll", "{handle}", "ToolPollResult | null"),
+    m("tools.register", "ToolDefinition[]", "number"),
+    m("tools.stream.subscribe", "{}", "{subscribed: true}"),
+    m("tools.unregister", "{name}", "{unregistered, removed}"),
+    m("verify", "{proposal, initial_state?}", "VerificationResult"),
+];
+
+/// Server → client frames, for the schema.
+const SERVER_TO_CLIENT: &[(&str, &str, &str)] = &[
+    ("tools.execute", "request", "{action_id, tool, parameters, timeout_ms, attempt, request_id, session_id?}"),
+    ("tools.cancel", "notification", "{request_id, action_id, reason}"),
+    ("tools.stream.event", "notification", "{handle, chunk}"),
+    (
+        "supervision.intent",
+        "notification",
+        "{id, proposal_id, source, session_id, reversibility, created_at, actions: [{id, action_type, tool?, reversibility, parameter_keys, parameters_digest}]}",
+    ),
+];
+
+/// True when this daemon answers `method`.
+pub fn is_known(method: &str) -> bool {
+    METHODS.binary_search_by(|s| s.method.cmp(method)).is_ok()
+}
+
+/// `capabilities.list` for an unbound operator session.
+pub fn capabilities_list() -> Value {
+    let methods: Vec<Value> = METHODS.iter().map(|s| json!({"method": s.method, "role": s.role})).collect();
+    json!({"caller_role": "operator", "count": methods.len(), "methods": methods})
+}
+
+static SCHEMA: LazyLock<(Value, String)> = LazyLock::new(|| {
+    let methods: Vec<Value> = METHODS
+        .iter()
+        .map(|s| json!({"method": s.method, "role": s.role, "params": s.params, "result": s.result}))
+        .collect();
+    let server: Vec<Value> = SERVER_TO_CLIENT
+        .iter()
+        .map(|(method, kind, params)| json!({"method": method, "kind": kind, "params": params}))
+        .collect();
+    let schema = json!({
+        "protocol_version": PROTOCOL_VERSION,
+        "capabilities": SUPPORTED_CAPABILITIES,
+        "methods": methods,
+        "server_to_client": server,
+    });
+    let canonical = serde_jcs::to_vec(&schema).unwrap_or_default();
+    (schema, hex::encode(Sha256::digest(&canonical)))
+});
+
+/// `server.schema`: the wire schema and the SHA-256 of its JCS form.
+pub fn server_schema() -> Value {
+    let (schema, digest) = &*SCHEMA;
+    json!({"schema": schema, "digest": digest, "digest_algorithm": "sha256", "car_version": crate::VERSION})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_unique() {
+        assert!(METHODS.windows(2).all(|w| w[0].method < w[1].method));
+        assert!(is_known("proposal.submit"));
+        assert!(!is_known("infer"));
+    }
+
+    #[test]
+    fn exact_version() {
+        assert_eq!(negotiate(&json!({})).unwrap_err().code, VERSION_MISMATCH);
+        assert_eq!(negotiate(&json!({"protocol_version": "3"})).unwrap_err().code, VERSION_MISMATCH);
+        assert_eq!(negotiate(&json!({"protocol_version": 2})).unwrap_err().code, VERSION_MISMATCH);
+        assert_eq!(negotiate(&json!({"protocol_version": 3.5})).unwrap_err().code, VERSION_MISMATCH);
+        let e = negotiate(&json!({"protocol_version": 4})).unwrap_err();
+        assert!(e.message.starts_with("protocol version mismatch:"), "{}", e.message);
+        assert_eq!(negotiate(&json!({"protocol_version": 3})).unwrap()["client_version"], "unknown");
+    }
+
+    #[test]
+    fn capabilities() {
+        let e = negotiate(&json!({"protocol_version": 3, "required_capabilities": ["x.v1"]})).unwrap_err();
+        assert_eq!(e.code, CAPABILITY_MISMATCH);
+        assert!(e.message.starts_with("protocol capability mismatch:") && e.message.contains("x.v1"));
+        let e = negotiate(&json!({"protocol_version": 3, "optional_capabilities": [""]})).unwrap_err();
+        assert_eq!(e.code, CAPABILITY_MISMATCH);
+        let e = negotiate(&json!({"protocol_version": 3, "required_capabilities": "x"})).unwrap_err();
+        assert_eq!(e.code, CAPABILITY_MISMATCH);
+        let r = negotiate(&json!({
+            "protocol_version": 3,
+            "client_version": "x".repeat(100),
+            "required_capabilities": ["models.catalog-identity.v1", "infer.model-identity.v1", "models.catalog-identity.v1"],
+            "optional_capabilities": ["nope.v1", "infer.model-identity.v1"],
+        }))
+        .unwrap();
+        assert_eq!(r["negotiated_capabilities"], json!(["infer.model-identity.v1", "models.catalog-identity.v1"]));
+        assert_eq!(r["client_version"].as_str().unwrap().len(), 64);
+        assert_eq!(r["protocol_version"], 3);
+        assert_eq!(r["client_protocol_version"], 3);
+    }
+
+    #[test]
+    fn schema_digest_is_stable() {
+        let a = server_schema();
+        assert_eq!(a["digest"].as_str().unwrap().len(), 64);
+        let canonical = serde_jcs::to_vec(&a["schema"]).unwrap();
+        assert_eq!(a["digest"], hex::encode(Sha256::digest(&canonical)));
+        assert_eq!(capabilities_list()["count"], METHODS.len());
+    }
+}

@@ -1,0 +1,545 @@
+//! The method dispatcher: each method is a thin call into the facade
+//! ([`crate::api::call`] for stateless methods, the connection's
+//! [`crate::api::runtime::CarRuntime`] for stateful ones).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::Config;
+use super::conn::Conn;
+use super::executor::WsToolExecutor;
+use super::handshake;
+use super::rpc::RpcError;
+use super::supervision::Verdict;
+use futures::FutureExt;
+
+use crate::ir::{ActionProposal, ActionResult, ActionStatus, CostSummary, FailureBehavior, ProposalResult};
+
+type R = Result<Value, RpcError>;
+
+/// The reason every action of a proposal submitted to a halted session carries.
+pub(crate) const HALTED: &str = "session halted after a terminal tool failure; reconnect or call session.clear_halt";
+
+/// The deadline of `proposal.submit`: the flat deadline, raised to the
+/// proposal's own budgets: the sum over actions of `timeout_ms` (the tool
+/// budget when undeclared) times its attempts, plus the transport grace and
+/// the supervision decision timeout.
+pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal) -> Duration {
+    let mut total = config.submit_grace.saturating_add(config.supervision_timeout);
+    for a in &p.actions {
+        let budget = a.timeout_ms.map(Duration::from_millis).unwrap_or(config.tool_timeout);
+        let attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
+        total = total.saturating_add(budget.saturating_mul(attempts));
+    }
+    total.max(config.handler_timeout)
+}
+
+/// Runs one known method under its deadline, a panic answered as `-32603`.
+/// `proposal.submit` parses its params first (errors answer at once) so its
+/// deadline comes from the parsed proposal.
+pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
+    if method == "proposal.submit" {
+        let submission = Submission::read(&params)?;
+        let deadline = submit_deadline(&conn.config, &submission.proposal);
+        return with_deadline(method, deadline, guarded(method, submit(conn, submission))).await;
+    }
+    with_deadline(method, conn.config.handler_timeout, guarded(method, dispatch(conn, method, params))).await
+}
+
+async fn guarded(method: &str, handler: impl std::future::Future<Output = R>) -> R {
+    std::panic::AssertUnwindSafe(handler)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(RpcError::internal(format!("handler '{method}' failed unexpectedly"))))
+}
+
+/// Runs a handler under its deadline: `-32004` when it is abandoned (the
+/// handler's future is dropped, which cancels its in-flight callbacks).
+pub(crate) async fn with_deadline(
+    method: &str,
+    deadline: Duration,
+    handler: impl std::future::Future<Output = R>,
+) -> R {
+    match tokio::time::timeout(deadline, handler).await {
+        Ok(r) => r,
+        Err(_) => Err(RpcError::new(
+            super::rpc::HANDLER_DEADLINE,
+            format!(
+                "handler '{method}' exceeded its {} response deadline; the operation may have committed, read its state before retrying",
+                super::executor::human(deadline)
+            ),
+        )),
+    }
+}
+
+fn obj(params: &Value) -> Result<&Map<String, Value>, RpcError> {
+    params.as_object().ok_or_else(|| RpcError::invalid_params("params must be an object"))
+}
+
+fn req_str<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcError> {
+    match obj(params)?.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s),
+        Some(Value::String(_)) => Err(RpcError::invalid_params(format!("{name} must be a non-empty string"))),
+        None | Some(Value::Null) => Err(RpcError::invalid_params(format!("{name} is required"))),
+        Some(_) => Err(RpcError::invalid_params(format!("{name} must be a string"))),
+    }
+}
+
+fn opt_str<'a>(params: &'a Value, name: &str) -> Result<Option<&'a str>, RpcError> {
+    match obj(params)?.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(RpcError::invalid_params(format!("{name} must be a string"))),
+    }
+}
+
+fn req<'a>(params: &'a Value, name: &str) -> Result<&'a Value, RpcError> {
+    obj(params)?
+        .get(name)
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| RpcError::invalid_params(format!("{name} is required")))
+}
+
+/// A proposal param as JSON text: an object or a JSON string.
+fn proposal_text(v: &Value) -> Result<String, RpcError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Object(_) => Ok(v.to_string()),
+        _ => Err(RpcError::invalid_params("proposal must be an object")),
+    }
+}
+
+/// Facade JSON text back to a value.
+fn parse(text: &str) -> R {
+    serde_json::from_str(text).map_err(|e| RpcError::internal(format!("facade returned invalid json: {e}")))
+}
+
+/// A facade error raised while reading param `name`.
+fn in_param(name: &'static str) -> impl Fn(crate::Error) -> RpcError {
+    move |e| match &e {
+        crate::Error::Input(crate::error::InputError::InvalidArgument { .. }) => e.into(),
+        crate::Error::Input(_) => {
+            let data = json!({"code": e.code(), "family": e.family(), "details": e.details()});
+            RpcError::invalid_params(format!("{name}: {e}")).with_data(data)
+        }
+        _ => e.into(),
+    }
+}
+
+fn scope(session_id: Option<&str>) -> Value {
+    match session_id {
+        Some(s) => json!({"session_id": s}),
+        None => json!("global"),
+    }
+}
+
+/// Runs one known method.
+pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R {
+    let rt = &conn.rt;
+    let p = &params;
+    match method {
+        "capabilities.list" => Ok(handshake::capabilities_list()),
+        "server.schema" => Ok(handshake::server_schema()),
+        "session.init" => session_init(conn, p),
+        "session.clear_halt" => {
+            let was = conn.halted.swap(false, Ordering::SeqCst);
+            Ok(json!({"cleared": was, "halted": false}))
+        }
+        "session.policy.open" => Ok(json!({"session_id": rt.open_session()?})),
+        "session.policy.close" => Ok(json!({"closed": rt.close_session(req_str(p, "session_id")?)?})),
+        "tools.register" => {
+            let defs = match p {
+                Value::Array(defs) => defs,
+                _ => match req(p, "tools")? {
+                    Value::Array(defs) => defs,
+                    _ => return Err(RpcError::invalid_params("tools must be an array of tool definitions")),
+                },
+            };
+            register_tools(conn, defs).map(Value::from)
+        }
+        "tools.list" => {
+            let tools = parse(&rt.list_tools())?;
+            let count = tools.as_array().map_or(0, Vec::len);
+            Ok(json!({"tools": tools, "count": count}))
+        }
+        "tools.unregister" => {
+            let name = req_str(p, "name")?;
+            Ok(json!({"unregistered": name, "removed": rt.unregister_tool(name)}))
+        }
+        "tools.poll" => match rt.tool_poll(req_str(p, "handle")?) {
+            Some(t) => parse(&t),
+            None => Ok(Value::Null),
+        },
+        "tools.cancel" => Ok(json!({"cancelled": rt.tool_cancel(req_str(p, "handle")?)})),
+        "tools.stream.subscribe" => {
+            conn.subscribe_tool_stream();
+            Ok(json!({"subscribed": true}))
+        }
+        "proposal.submit" => submit(conn, Submission::read(p)?).await,
+        "verify" => {
+            let proposal = req(p, "proposal")?.clone();
+            let state = match obj(p)?.get("initial_state") {
+                Some(s) if !s.is_null() => s.clone(),
+                _ => parse(&rt.state_snapshot(None)?)?,
+            };
+            let schemas = parse(&rt.list_tools())?;
+            let args = json!({"proposal": proposal, "initial_state": state, "tool_schemas": schemas});
+            crate::api::call("verify", &args).map_err(in_param("proposal"))
+        }
+        "policy.register" => {
+            let name = req_str(p, "name")?;
+            let rule = req_str(p, "rule")?;
+            let session = opt_str(p, "session_id")?;
+            register_policy(conn, p, name, rule, session)?;
+            Ok(json!({"registered": name, "scope": scope(session)}))
+        }
+        "policy.unregister" => {
+            let name = req_str(p, "name")?;
+            let session = opt_str(p, "session_id")?;
+            let removed = rt.unregister_policy(name, session)?;
+            Ok(json!({"unregistered": name, "removed": removed, "scope": scope(session)}))
+        }
+        "policy.list" => {
+            let session = opt_str(p, "session_id")?;
+            Ok(json!({"policies": parse(&rt.list_policies(session)?)?, "scope": scope(session)}))
+        }
+        "state.get" => parse(&rt.state_get(req_str(p, "key")?, opt_str(p, "tenant_id")?)?),
+        "state.set" => {
+            let key = req_str(p, "key")?;
+            let value = obj(p)?.get("value").cloned().unwrap_or(Value::Null);
+            rt.state_set(key, &value.to_string(), opt_str(p, "tenant_id")?)?;
+            Ok(json!("ok"))
+        }
+        "state.exists" => Ok(json!(rt.state_exists(req_str(p, "key")?, opt_str(p, "tenant_id")?)?)),
+        "state.keys" => Ok(json!(rt.state_keys(opt_str(p, "tenant_id")?)?)),
+        "state.snapshot" => parse(&rt.state_snapshot(opt_str(p, "tenant_id")?)?),
+        "events.count" => Ok(json!(rt.event_count())),
+        "events.stats" => parse(&rt.event_stats()),
+        "events.query" => parse(&rt.event_query(&Value::Object(obj(p)?.clone()).to_string())?),
+        "events.clear" => parse(&rt.event_clear()),
+        "events.retention" => {
+            let policy = obj(p)?.get("policy").filter(|v| !v.is_null()).map(Value::to_string);
+            parse(&rt.event_retention(policy.as_deref()).map_err(in_param("policy"))?)
+        }
+        "events.chain.enable" => {
+            rt.enable_event_log_hash_chaining();
+            Ok(json!({"ok": true}))
+        }
+        "events.chain.verify" => parse(&rt.verify_event_log_chain()),
+        "permission.get_tier" => Ok(json!({"granted_tier": rt.permission_get_tier()})),
+        "permission.set_tier" => Ok(json!({"granted_tier": rt.permission_set_tier(req_str(p, "tier")?)?})),
+        "permission.classify" => {
+            let args = json!({"proposal": req(p, "proposal")?});
+            crate::api::call("permission_classify", &args).map_err(in_param("proposal"))
+        }
+        "permission.evaluate" => evaluate(conn, p),
+        "permission.pending" => {
+            let decisions = evaluate(conn, p)?;
+            let pending: Vec<Value> = decisions
+                .get("decisions")
+                .and_then(Value::as_array)
+                .map(|rows| rows.iter().filter(|r| r["decision"] == "needs_approval").cloned().collect())
+                .unwrap_or_default();
+            Ok(json!({"pending": pending}))
+        }
+        "supervision.subscribe" => {
+            obj(p)?;
+            conn.supervisors.subscribe(&conn.session_id, conn.outbox(), p)
+        }
+        "supervision.unsubscribe" => {
+            let was = conn.supervisors.unsubscribe(&conn.session_id);
+            Ok(json!({"subscribed": false, "was_subscribed": was}))
+        }
+        "supervision.pending" => conn.supervisors.pending(&conn.session_id),
+        "supervision.decide" => conn.supervisors.decide(&conn.session_id, p),
+        "permission.approve" => record_approval(conn, p, true),
+        "permission.reject" => record_approval(conn, p, false),
+        other => Err(RpcError::unknown_method(other)),
+    }
+}
+
+/// `permission.evaluate` against the session's tier and the approvals ledger.
+fn evaluate(conn: &Conn, p: &Value) -> R {
+    let mut args = json!({"proposal": req(p, "proposal")?, "granted_tier": conn.rt.permission_get_tier()});
+    if let Some(l) = &conn.config.ledger_path {
+        args["ledger_path"] = json!(l.to_string_lossy());
+    }
+    crate::api::call("permission_evaluate", &args).map_err(in_param("proposal"))
+}
+
+/// `permission.approve` / `permission.reject`: a ledger record; the reviewer
+/// is stamped by the server (this connection's session id).
+fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
+    let ledger = conn
+        .config
+        .ledger_path
+        .as_ref()
+        .ok_or_else(|| RpcError::internal("no approvals ledger is configured"))?
+        .to_string_lossy()
+        .to_string();
+    let reviewer = format!("car-server:{}", conn.session_id);
+    let reason = opt_str(p, "reason")?.unwrap_or("");
+    let evidence = match obj(p)?.get("evidence") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+    };
+    let text = match obj(p)?.get("action").filter(|a| !a.is_null()) {
+        Some(action) => {
+            if !action.is_object() {
+                return Err(RpcError::invalid_params("action must be an object"));
+            }
+            crate::api::policy::permission_record_decision(
+                &action.to_string(),
+                approve,
+                &reviewer,
+                reason,
+                &ledger,
+                evidence.as_deref(),
+            )
+            .map_err(in_param("action"))?
+        }
+        None => crate::api::policy::permission_record_for_fingerprint(
+            req_str(p, "fingerprint")?,
+            req_str(p, "required_tier")?,
+            approve,
+            &reviewer,
+            reason,
+            &ledger,
+            evidence.as_deref(),
+        )?,
+    };
+    parse(&text)
+}
+
+fn register_tools(conn: &Conn, defs: &[Value]) -> Result<u64, RpcError> {
+    let mut texts = Vec::with_capacity(defs.len());
+    for (i, d) in defs.iter().enumerate() {
+        if !d.is_object() {
+            return Err(RpcError::invalid_params(format!("tools[{i}] must be a tool definition object")));
+        }
+        if d.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(RpcError::invalid_params(format!("tools[{i}].name is required")));
+        }
+        texts.push(d.to_string());
+    }
+    for (i, t) in texts.iter().enumerate() {
+        conn.rt.register_tool_schema(t).map_err(|e| {
+            let data = json!({"code": e.code(), "family": e.family(), "details": e.details()});
+            match e {
+                crate::Error::Input(_) => RpcError::invalid_params(format!("tools[{i}]: {e}")).with_data(data),
+                other => other.into(),
+            }
+        })?;
+    }
+    Ok(texts.len() as u64)
+}
+
+fn register_policy(conn: &Conn, p: &Value, name: &str, rule: &str, session: Option<&str>) -> Result<(), RpcError> {
+    let value = obj(p)?.get("value").map(Value::to_string);
+    conn.rt.register_policy(
+        name,
+        rule,
+        opt_str(p, "target")?,
+        opt_str(p, "key")?,
+        opt_str(p, "pattern")?,
+        value.as_deref(),
+        session,
+    )?;
+    Ok(())
+}
+
+fn session_init(conn: &Conn, p: &Value) -> R {
+    // client_id first: nothing is registered without it.
+    req_str(p, "client_id")?;
+    let tools = match obj(p)?.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(t)) => t.clone(),
+        Some(_) => return Err(RpcError::invalid_params("tools must be an array of tool definitions")),
+    };
+    let policies = match obj(p)?.get("policies") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(t)) => t.clone(),
+        Some(_) => return Err(RpcError::invalid_params("policies must be an array of policy definitions")),
+    };
+    for (i, pol) in policies.iter().enumerate() {
+        for field in ["name", "rule"] {
+            if pol.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Err(RpcError::invalid_params(format!("policies[{i}].{field} is required")));
+            }
+        }
+    }
+    let tools_registered = register_tools(conn, &tools)?;
+    for (i, pol) in policies.iter().enumerate() {
+        let (name, rule) = (req_str(pol, "name")?, req_str(pol, "rule")?);
+        register_policy(conn, pol, name, rule, opt_str(pol, "session_id")?)
+            .map_err(|e| RpcError { message: format!("{} (policies[{i}])", e.message), ..e })?;
+    }
+    Ok(json!({
+        "session_id": conn.session_id,
+        "tools_registered": tools_registered,
+        "policies_registered": policies.len(),
+    }))
+}
+
+/// Expires a parked intent when its submit ends or is abandoned.
+struct Expire<'a> {
+    sup: &'a super::supervision::Supervisors,
+    id: &'a str,
+}
+
+impl Drop for Expire<'_> {
+    fn drop(&mut self) {
+        self.sup.expire(self.id);
+    }
+}
+
+/// A proposal refused as a whole: every action `rejected` with the reason.
+fn reject_all(proposal: &ActionProposal, reason: &str) -> R {
+    let results = proposal
+        .actions
+        .iter()
+        .map(|a| {
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+            r.error = Some(reason.to_string());
+            r
+        })
+        .collect();
+    let result = ProposalResult {
+        proposal_id: proposal.id.clone(),
+        results,
+        cost: CostSummary { actions_rejected: proposal.actions.len() as u64, ..CostSummary::default() },
+    };
+    serde_json::to_value(&result).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// The params of `proposal.submit`, read once.
+struct Submission {
+    text: String,
+    proposal: ActionProposal,
+    session: Option<String>,
+    scope: Option<String>,
+}
+
+impl Submission {
+    fn read(p: &Value) -> Result<Submission, RpcError> {
+        let text = proposal_text(req(p, "proposal")?)?;
+        let session = opt_str(p, "session_id")?.map(str::to_string);
+        let scope = match obj(p)?.get("scope") {
+            None | Some(Value::Null) => None,
+            Some(s @ Value::Object(_)) => Some(s.to_string()),
+            Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
+        };
+        let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
+        Ok(Submission { text, proposal, session, scope })
+    }
+}
+
+async fn submit(conn: &Arc<Conn>, sub: Submission) -> R {
+    let Submission { text, proposal, session, scope } = sub;
+    let session = session.as_deref();
+    if conn.halted.load(Ordering::SeqCst) {
+        return reject_all(&proposal, HALTED);
+    }
+    if conn.supervisors.any() {
+        let classification =
+            crate::api::call("permission_classify", &json!({"proposal": text})).map_err(in_param("proposal"))?;
+        let stamp = session.unwrap_or(&conn.session_id);
+        if let Some((id, verdict)) = conn.supervisors.park(&proposal, stamp, &classification) {
+            let _expire = Expire { sup: &conn.supervisors, id: &id };
+            let wait = conn.supervisors.decision_timeout;
+            match tokio::time::timeout(wait, verdict).await {
+                Ok(Ok(Verdict::Allow)) => {}
+                Ok(Ok(Verdict::Deny(r))) => return reject_all(&proposal, &format!("denied by supervisor: {r}")),
+                Ok(Ok(Verdict::Escalate(r))) => return reject_all(&proposal, &format!("escalated by supervisor: {r}")),
+                Ok(Err(_)) | Err(_) => {
+                    let why = format!(
+                        "no supervision verdict within {}; refused (fail closed)",
+                        super::executor::human(wait)
+                    );
+                    return reject_all(&proposal, &why);
+                }
+            }
+        }
+    }
+    let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
+    let out =
+        conn.rt.execute_proposal(&text, executor, session, scope.as_deref()).await.map_err(in_param("proposal"))?;
+    let result = parse(&out)?;
+    let terminal = result
+        .get("results")
+        .and_then(Value::as_array)
+        .is_some_and(|rs| rs.iter().any(|r| r.get("terminal").and_then(Value::as_bool) == Some(true)));
+    if terminal {
+        conn.halted.store(true, Ordering::SeqCst);
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submit_deadline_from_budgets() {
+        let c = Config {
+            handler_timeout: Duration::from_secs(10),
+            tool_timeout: Duration::from_secs(300),
+            submit_grace: Duration::from_secs(15),
+            supervision_timeout: Duration::ZERO,
+            ..Config::default()
+        };
+        let p = crate::api::parse_proposal(
+            r#"{"actions": [
+            {"id": "a", "type": "tool_call", "tool": "t", "timeout_ms": 600000, "failure_behavior": "retry", "max_retries": 2},
+            {"id": "b", "type": "tool_call", "tool": "t"}]}"#,
+        )
+        .unwrap();
+        // 600 s × 3 attempts + 300 s + 15 s.
+        assert_eq!(submit_deadline(&c, &p), Duration::from_secs(1800 + 300 + 15));
+        // Never below the flat deadline.
+        let short = crate::api::parse_proposal(
+            r#"{"actions": [{"id": "a", "type": "tool_call", "tool": "t", "timeout_ms": 10}]}"#,
+        )
+        .unwrap();
+        let c2 = Config { handler_timeout: Duration::from_secs(1800), ..c.clone() };
+        assert_eq!(submit_deadline(&c2, &short), Duration::from_secs(1800));
+        let c3 = Config { supervision_timeout: Duration::from_secs(60), ..c };
+        assert_eq!(submit_deadline(&c3, &p), Duration::from_secs(1800 + 300 + 15 + 60));
+    }
+
+    #[tokio::test]
+    async fn deadline_abandons_the_handler() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(json!(1))
+        };
+        let e = with_deadline("proposal.submit", Duration::from_millis(20), slow).await.unwrap_err();
+        assert_eq!(e.code, super::super::rpc::HANDLER_DEADLINE);
+        assert!(
+            e.message.starts_with("handler 'proposal.submit' exceeded its 20ms response deadline"),
+            "{}",
+            e.message
+        );
+        let fast = async { Ok(json!(2)) };
+        assert_eq!(with_deadline("m", Duration::from_secs(1), fast).await.unwrap(), json!(2));
+    }
+
+    #[tokio::test]
+    async fn panics_become_handler_failures() {
+        let boom = async {
+            if true {
+                panic!("boom");
+            }
+            Ok(json!(0))
+        };
+        let e = guarded("m", boom).await.unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (super::super::rpc::INTERNAL_ERROR, "handler 'm' failed unexpectedly")
+        );
+    }
+}

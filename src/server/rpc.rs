@@ -1,0 +1,326 @@
+//! JSON-RPC 2.0 framing: classifying inbound frames and building outbound ones.
+//!
+//! Pure functions of their input, so every malformed shape is unit tested
+//! without a socket.
+
+use serde_json::{Map, Value, json};
+
+/// Malformed JSON-RPC (`-32600`).
+pub const INVALID_REQUEST: i64 = -32600;
+/// Unknown method (`-32601`).
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid params (`-32602`).
+pub const INVALID_PARAMS: i64 = -32602;
+/// Handler failure (`-32603`).
+pub const INTERNAL_ERROR: i64 = -32603;
+/// Invalid JSON text (`-32700`, JSON-RPC 2.0's parse error).
+pub const PARSE_ERROR: i64 = -32700;
+/// Transport auth required; the connection closes (`-32001`).
+pub const AUTH_REQUIRED: i64 = -32001;
+/// Handler deadline exceeded (`-32004`).
+pub const HANDLER_DEADLINE: i64 = -32004;
+/// Protocol handshake required (`-32005`).
+pub const HANDSHAKE_REQUIRED: i64 = -32005;
+/// Protocol version missing, malformed or incompatible (`-32006`).
+pub const VERSION_MISMATCH: i64 = -32006;
+/// Protocol capability mismatch (`-32008`).
+pub const CAPABILITY_MISMATCH: i64 = -32008;
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// The numeric code.
+    pub code: i64,
+    /// The human-readable message.
+    pub message: String,
+    /// Optional structured data.
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error with this code and message.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError { code, message: message.into(), data: None }
+    }
+
+    /// `-32602 invalid params: <detail>`; the detail names the field.
+    pub fn invalid_params(detail: impl std::fmt::Display) -> Self {
+        RpcError::new(INVALID_PARAMS, format!("invalid params: {detail}"))
+    }
+
+    /// `-32600 invalid request: <detail>`.
+    pub fn invalid_request(detail: impl std::fmt::Display) -> Self {
+        RpcError::new(INVALID_REQUEST, format!("invalid request: {detail}"))
+    }
+
+    /// `-32603` with the message as given.
+    pub fn internal(message: impl Into<String>) -> Self {
+        RpcError::new(INTERNAL_ERROR, message)
+    }
+
+    /// `-32601 unknown method: <method>`.
+    pub fn unknown_method(method: &str) -> Self {
+        RpcError::new(METHOD_NOT_FOUND, format!("unknown method: {method}"))
+    }
+
+    /// Adds structured data.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// The wire object `{code, message, data?}`.
+    pub fn to_json(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("code".into(), json!(self.code));
+        o.insert("message".into(), json!(self.message));
+        if let Some(d) = &self.data {
+            o.insert("data".into(), d.clone());
+        }
+        Value::Object(o)
+    }
+}
+
+impl From<crate::Error> for RpcError {
+    /// Input errors (a missing or malformed argument) are `-32602` naming the
+    /// field; every other family is a handler failure, `-32603`. The facade's
+    /// `{code, family, details}` ride in `data`.
+    fn from(e: crate::Error) -> Self {
+        use crate::error::InputError;
+        let data = json!({"code": e.code(), "family": e.family(), "details": e.details()});
+        let r = match &e {
+            crate::Error::Input(InputError::InvalidArgument { name, message }) => {
+                RpcError::invalid_params(format!("{name} {message}"))
+            }
+            crate::Error::Input(_) => RpcError::invalid_params(&e),
+            _ => RpcError::internal(e.to_string()),
+        };
+        r.with_data(data)
+    }
+}
+
+/// What an inbound text frame is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// A request (`id` present) or a notification (`id` absent).
+    Call {
+        /// The id; `None` for a notification.
+        id: Option<Value>,
+        /// The method name.
+        method: String,
+        /// The params (`{}` when absent).
+        params: Value,
+    },
+    /// A response to a server-initiated request.
+    Response {
+        /// The id the server gave its request.
+        id: Value,
+        /// `Ok(result)` or `Err(error object)`.
+        outcome: Result<Value, Value>,
+    },
+    /// A JSON-RPC batch (an array of frames).
+    Batch(Vec<Value>),
+    /// Not a valid frame: answer this error to `id` (`null` when unknown).
+    Invalid {
+        /// The id to answer, `Value::Null` when it could not be read.
+        id: Value,
+        /// The error.
+        error: RpcError,
+    },
+}
+
+/// Whether a value is a valid JSON-RPC id (string, number or null).
+fn valid_id(v: &Value) -> bool {
+    matches!(v, Value::String(_) | Value::Number(_) | Value::Null)
+}
+
+/// Classifies one text frame.
+pub fn classify(text: &str) -> Frame {
+    let v: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            return Frame::Invalid { id: Value::Null, error: RpcError::new(PARSE_ERROR, format!("parse error: {e}")) };
+        }
+    };
+    classify_value(v)
+}
+
+/// Classifies one parsed frame (also each member of a batch).
+pub fn classify_value(v: Value) -> Frame {
+    let mut o = match v {
+        Value::Object(o) => o,
+        Value::Array(items) if !items.is_empty() => return Frame::Batch(items),
+        Value::Array(_) => {
+            return Frame::Invalid { id: Value::Null, error: RpcError::invalid_request("empty batch") };
+        }
+        other => {
+            return Frame::Invalid {
+                id: Value::Null,
+                error: RpcError::invalid_request(format!("a frame must be a JSON object, not {}", kind(&other))),
+            };
+        }
+    };
+    let id = o.remove("id");
+    let reply_id = id.clone().filter(valid_id).unwrap_or(Value::Null);
+    let invalid = |msg: String| Frame::Invalid { id: reply_id.clone(), error: RpcError::invalid_request(msg) };
+    match o.get("jsonrpc") {
+        Some(Value::String(s)) if s == "2.0" => {}
+        Some(_) => return invalid("`jsonrpc` must be \"2.0\"".into()),
+        None => return invalid("`jsonrpc` is required".into()),
+    }
+    if let Some(id) = &id
+        && !valid_id(id)
+    {
+        return invalid(format!("`id` must be a string, a number or null, not {}", kind(id)));
+    }
+    match o.remove("method") {
+        Some(Value::String(method)) => {
+            if method.is_empty() {
+                return invalid("`method` must be a non-empty string".into());
+            }
+            let params = match o.remove("params") {
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(p @ (Value::Object(_) | Value::Array(_))) => p,
+                Some(other) => return invalid(format!("`params` must be an object or an array, not {}", kind(&other))),
+            };
+            Frame::Call { id, method, params }
+        }
+        Some(other) => invalid(format!("`method` must be a string, not {}", kind(&other))),
+        None => {
+            let (result, error) = (o.remove("result"), o.remove("error"));
+            match (id, result, error) {
+                (_, Some(_), Some(_)) => invalid("a response carries `result` or `error`, not both".into()),
+                (Some(id), Some(r), None) => Frame::Response { id, outcome: Ok(r) },
+                (Some(id), None, Some(e @ Value::Object(_))) => Frame::Response { id, outcome: Err(e) },
+                (_, None, Some(_)) => invalid("`error` must be an object".into()),
+                _ => invalid("`method` is required".into()),
+            }
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The canonical string key of an id, for routing responses.
+pub fn id_key(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A success response.
+pub fn response(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// An error response.
+pub fn error_response(id: &Value, error: &RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()})
+}
+
+/// A server-initiated request.
+pub fn request(id: &str, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// A notification.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(text: &str) -> (Value, i64, String) {
+        match classify(text) {
+            Frame::Invalid { id, error } => (id, error.code, error.message),
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_and_notifications() {
+        match classify(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1}}"#) {
+            Frame::Call { id, method, params } => {
+                assert_eq!(id, Some(json!(1)));
+                assert_eq!(method, "m");
+                assert_eq!(params, json!({"a":1}));
+            }
+            f => panic!("{f:?}"),
+        }
+        match classify(r#"{"jsonrpc":"2.0","method":"m"}"#) {
+            Frame::Call { id: None, params, .. } => assert_eq!(params, json!({})),
+            f => panic!("{f:?}"),
+        }
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#),
+            Frame::Call { id: Some(Value::Null), .. }
+        ));
+    }
+
+    #[test]
+    fn responses() {
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","id":"cb-1","result":{"x":1}}"#),
+            Frame::Response { id: json!("cb-1"), outcome: Ok(json!({"x":1})) }
+        );
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","id":"cb-1","error":{"code":-1,"message":"m"}}"#),
+            Frame::Response { id: json!("cb-1"), outcome: Err(json!({"code":-1,"message":"m"})) }
+        );
+    }
+
+    #[test]
+    fn malformed_frames() {
+        let (id, code, msg) = invalid("{not json");
+        assert_eq!((id, code), (Value::Null, PARSE_ERROR));
+        assert!(msg.starts_with("parse error:"), "{msg}");
+        assert_eq!(invalid("42").1, INVALID_REQUEST);
+        assert_eq!(invalid("[]").1, INVALID_REQUEST);
+        assert_eq!(invalid(r#""s""#).2, "invalid request: a frame must be a JSON object, not a string");
+        let (id, code, msg) = invalid(r#"{"id":7,"method":"m"}"#);
+        assert_eq!((id, code, msg.as_str()), (json!(7), INVALID_REQUEST, "invalid request: `jsonrpc` is required"));
+        assert_eq!(invalid(r#"{"jsonrpc":"1.0","id":7,"method":"m"}"#).0, json!(7));
+        let (id, _, msg) = invalid(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"m"}"#);
+        assert_eq!(id, Value::Null);
+        assert!(msg.contains("`id` must be"), "{msg}");
+        assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"method":5}"#).2.contains("`method` must be a string"));
+        assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"method":""}"#).2.contains("non-empty"));
+        assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#).2.contains("`params` must be"));
+        assert!(invalid(r#"{"jsonrpc":"2.0","id":1}"#).2.contains("`method` is required"));
+        assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#).2.contains("not both"));
+        assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"error":"x"}"#).2.contains("`error` must be an object"));
+    }
+
+    #[test]
+    fn batches() {
+        assert!(matches!(classify(r#"[{"jsonrpc":"2.0","id":1,"method":"m"}, 3]"#), Frame::Batch(v) if v.len() == 2));
+    }
+
+    #[test]
+    fn facade_errors_map_to_codes() {
+        let e: RpcError = crate::Error::invalid_argument("key", "is required").into();
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(e.message, "invalid params: key is required");
+        assert_eq!(e.data.as_ref().map(|d| d["code"].clone()), Some(json!("invalid_argument")));
+        let e: RpcError = crate::Error::runtime("boom", "it broke").into();
+        assert_eq!((e.code, e.message.as_str()), (INTERNAL_ERROR, "it broke"));
+    }
+
+    #[test]
+    fn id_keys() {
+        assert_eq!(id_key(&json!("cb-1")), "cb-1");
+        assert_eq!(id_key(&json!(17)), "17");
+    }
+}
