@@ -183,3 +183,236 @@ pub fn protocol_version() -> u32 {
 pub fn client_version() -> String {
     car_runtime::api::client_version()
 }
+
+/// How a foreign tool reports failure: `Failed` follows the action's
+/// failure behaviour; `Terminal` stops retries, aborts and rolls back.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+pub enum ToolError {
+    /// An ordinary failure.
+    #[error("{msg}")]
+    Failed {
+        /// What went wrong.
+        msg: String,
+    },
+    /// A terminal failure.
+    #[error("{msg}")]
+    Terminal {
+        /// What went wrong.
+        msg: String,
+    },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for ToolError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        ToolError::Failed { msg: format!("tool handler failed unexpectedly: {}", e.reason) }
+    }
+}
+
+/// A tool implemented in Swift or Kotlin: receives the call JSON text
+/// `{"tool","params","action_id","request_id","timeout_ms","session_id","attempt"}`
+/// and returns the result as JSON text.
+#[uniffi::export(with_foreign)]
+pub trait ToolHandler: Send + Sync {
+    /// Runs one tool call.
+    fn call(&self, call_json: String) -> Result<String, ToolError>;
+}
+
+fn tokio_rt() -> Result<&'static tokio::runtime::Runtime, CarError> {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RT.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("car-runtime")
+        .enable_all()
+        .build()
+        .map_err(|e| CarError::Failed {
+            code: "runtime_start".into(),
+            msg: format!("cannot start the runtime: {e}"),
+        })?;
+    Ok(RT.get_or_init(|| rt))
+}
+
+/// One in-process runtime: its own state, tools, policies and event log.
+#[derive(uniffi::Object)]
+pub struct CarRuntime {
+    core: car_runtime::api::runtime::CarRuntime,
+}
+
+#[uniffi::export]
+impl CarRuntime {
+    /// An empty runtime.
+    #[uniffi::constructor]
+    pub fn new() -> std::sync::Arc<Self> {
+        std::sync::Arc::new(CarRuntime { core: car_runtime::api::runtime::CarRuntime::new() })
+    }
+
+    /// Registers a tool with no parameter schema.
+    pub fn register_tool(&self, name: String) -> Result<(), CarError> {
+        Ok(self.core.register_tool(&name)?)
+    }
+
+    /// Registers a ToolSchema (JSON text).
+    pub fn register_tool_schema(&self, schema_json: String) -> Result<(), CarError> {
+        Ok(self.core.register_tool_schema(&schema_json)?)
+    }
+
+    /// The tools as JSON text, sorted by name.
+    pub fn list_tools(&self) -> String {
+        self.core.list_tools()
+    }
+
+    /// Removes a tool; the count removed.
+    pub fn unregister_tool(&self, name: String) -> u32 {
+        self.core.unregister_tool(&name)
+    }
+
+    /// Registers a policy rule: `deny_tool`, `deny_tool_param`, `require_state`.
+    #[uniffi::method(default(target = None, key = None, pattern = None, value_json = None, session_id = None))]
+    #[allow(clippy::too_many_arguments)]
+    pub fn register_policy(
+        &self,
+        name: String,
+        rule: String,
+        target: Option<String>,
+        key: Option<String>,
+        pattern: Option<String>,
+        value_json: Option<String>,
+        session_id: Option<String>,
+    ) -> Result<(), CarError> {
+        Ok(self.core.register_policy(
+            &name,
+            &rule,
+            target.as_deref(),
+            key.as_deref(),
+            pattern.as_deref(),
+            value_json.as_deref(),
+            session_id.as_deref(),
+        )?)
+    }
+
+    /// Removes every policy of that name; the count.
+    #[uniffi::method(default(session_id = None))]
+    pub fn unregister_policy(&self, name: String, session_id: Option<String>) -> Result<u32, CarError> {
+        Ok(self.core.unregister_policy(&name, session_id.as_deref())?)
+    }
+
+    /// `[{name, description}]` as JSON text.
+    #[uniffi::method(default(session_id = None))]
+    pub fn list_policies(&self, session_id: Option<String>) -> Result<String, CarError> {
+        Ok(self.core.list_policies(session_id.as_deref())?)
+    }
+
+    /// Loads the `*.toml` policy files of `dir`; the number of rules.
+    pub fn load_policies(&self, dir: String) -> Result<u32, CarError> {
+        Ok(self.core.load_policies(&dir)?)
+    }
+
+    /// Opens a policy scope.
+    pub fn open_session(&self) -> Result<String, CarError> {
+        Ok(self.core.open_session()?)
+    }
+
+    /// Closes a policy scope.
+    pub fn close_session(&self, session_id: String) -> Result<bool, CarError> {
+        Ok(self.core.close_session(&session_id)?)
+    }
+
+    /// Sets a state key (value as JSON text).
+    #[uniffi::method(default(tenant = None))]
+    pub fn state_set(&self, key: String, value_json: String, tenant: Option<String>) -> Result<(), CarError> {
+        Ok(self.core.state_set(&key, &value_json, tenant.as_deref())?)
+    }
+
+    /// A state value as JSON text; `"null"` when absent.
+    #[uniffi::method(default(tenant = None))]
+    pub fn state_get(&self, key: String, tenant: Option<String>) -> Result<String, CarError> {
+        Ok(self.core.state_get(&key, tenant.as_deref())?)
+    }
+
+    /// True when the key is set.
+    #[uniffi::method(default(tenant = None))]
+    pub fn state_exists(&self, key: String, tenant: Option<String>) -> Result<bool, CarError> {
+        Ok(self.core.state_exists(&key, tenant.as_deref())?)
+    }
+
+    /// The keys (of a tenant, without its prefix).
+    #[uniffi::method(default(tenant = None))]
+    pub fn state_keys(&self, tenant: Option<String>) -> Result<Vec<String>, CarError> {
+        Ok(self.core.state_keys(tenant.as_deref())?)
+    }
+
+    /// `{key: value}` as JSON text.
+    #[uniffi::method(default(tenant = None))]
+    pub fn state_snapshot(&self, tenant: Option<String>) -> Result<String, CarError> {
+        Ok(self.core.state_snapshot(tenant.as_deref())?)
+    }
+
+    /// Verifies a proposal against this runtime's state and tool schemas.
+    pub fn verify_proposal(&self, proposal_json: String) -> Result<String, CarError> {
+        Ok(self.core.verify_proposal(&proposal_json)?)
+    }
+
+    /// Executes a proposal; every tool call goes to `handler` (on a worker
+    /// thread, so the handler may call back into this runtime).
+    #[uniffi::method(default(session_id = None, scope_json = None))]
+    pub fn execute_proposal(
+        &self,
+        proposal_json: String,
+        handler: std::sync::Arc<dyn ToolHandler>,
+        session_id: Option<String>,
+        scope_json: Option<String>,
+    ) -> Result<String, CarError> {
+        use car_runtime::api::callback::BlockingCallbackExecutor;
+        use car_runtime::ir::ToolFailure;
+        let exec = std::sync::Arc::new(BlockingCallbackExecutor::new(std::sync::Arc::new(move |call: String| {
+            handler.call(call).map_err(|e| match e {
+                ToolError::Failed { msg } => ToolFailure::ordinary(msg),
+                ToolError::Terminal { msg } => ToolFailure::terminal(msg),
+            })
+        })));
+        let fut = self.core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref());
+        Ok(tokio_rt()?.block_on(fut)?)
+    }
+
+    /// Number of events held.
+    pub fn event_count(&self) -> u64 {
+        self.core.event_count()
+    }
+
+    /// `{count, events}` newest first, as JSON text.
+    pub fn event_query(&self, query_json: String) -> Result<String, CarError> {
+        Ok(self.core.event_query(&query_json)?)
+    }
+
+    /// Turns on hash chaining of later events.
+    pub fn enable_event_log_hash_chaining(&self) {
+        self.core.enable_event_log_hash_chaining()
+    }
+
+    /// `{"verified": n}` or `{"tampered_at": i}`.
+    pub fn verify_event_log_chain(&self) -> String {
+        self.core.verify_event_log_chain()
+    }
+
+    /// A detached tool's poll result, or None once consumed.
+    pub fn tool_poll(&self, handle: String) -> Option<String> {
+        self.core.tool_poll(&handle)
+    }
+
+    /// Cooperatively cancels a detached tool.
+    pub fn tool_cancel(&self, handle: String) -> bool {
+        self.core.tool_cancel(&handle)
+    }
+
+    /// The granted permission tier.
+    pub fn permission_get_tier(&self) -> String {
+        self.core.permission_get_tier()
+    }
+
+    /// Sets the granted tier.
+    pub fn permission_set_tier(&self, tier: String) -> Result<String, CarError> {
+        Ok(self.core.permission_set_tier(&tier)?)
+    }
+}

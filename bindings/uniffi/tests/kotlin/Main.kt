@@ -4,6 +4,21 @@ fun check(cond: Boolean, what: String) {
     if (!cond) throw AssertionError(what)
 }
 
+class Tools(val rt: CarRuntime) : ToolHandler {
+    val calls = mutableListOf<String>()
+    override fun call(callJson: String): String {
+        calls.add(callJson)
+        return when {
+            callJson.contains("\"tool\":\"deploy\"") -> {
+                rt.stateSet("seen", "\"kotlin\"", null) // re-entrant call into the runtime
+                "{\"deployed\":true}"
+            }
+            callJson.contains("\"tool\":\"flaky\"") -> throw ToolException.Failed("flaky tool failed")
+            else -> throw ToolException.Terminal("card charged twice")
+        }
+    }
+}
+
 fun main() {
     check(protocolVersion() == 3u, "protocol version")
     check(clientVersion().isNotEmpty(), "client version")
@@ -14,6 +29,37 @@ fun main() {
         throw AssertionError("expected CarException")
     } catch (e: CarException.Failed) {
         check(e.code == "missing_field", "code was ${e.code}")
+    }
+    val v = verify("{\"actions\":[{\"id\":\"a\",\"type\":\"tool_call\",\"tool\":\"x\"}]}", null, listOf("y"), null, null)
+    check(v.contains("\"valid\":false"), "verify: $v")
+
+    val rt = CarRuntime()
+    rt.registerTool("deploy")
+    rt.registerTool("flaky")
+    rt.registerTool("fatal")
+    val tools = Tools(rt)
+    val out = rt.executeProposal(
+        "{\"id\":\"p\",\"actions\":[{\"id\":\"d\",\"type\":\"tool_call\",\"tool\":\"deploy\"}," +
+            "{\"id\":\"f\",\"type\":\"tool_call\",\"tool\":\"flaky\",\"failure_behavior\":\"skip\"}]}",
+        tools, null, null)
+    check(out.contains("\"output\":{\"deployed\":true}"), "kotlin tool output: $out")
+    check(out.contains("flaky tool failed"), "a throwing tool fails its action: $out")
+    check(rt.stateGet("seen", null) == "\"kotlin\"", "re-entrant state_set")
+    check(tools.calls.size == 2, "two tool calls")
+
+    rt.stateSet("k", "1", null)
+    val out2 = rt.executeProposal(
+        "{\"id\":\"p2\",\"actions\":[{\"id\":\"w\",\"type\":\"state_write\",\"parameters\":{\"key\":\"k\",\"value\":2}}," +
+            "{\"id\":\"t\",\"type\":\"tool_call\",\"tool\":\"fatal\",\"state_dependencies\":[\"k\"]}]}",
+        tools, null, null)
+    check(out2.contains("\"terminal\":true"), "terminal failure: $out2")
+    check(out2.contains("\"rolled_back\":true"), "rolled back: $out2")
+    check(rt.stateGet("k", null) == "1", "state restored after the terminal abort")
+    try {
+        rt.permissionSetTier("root")
+        throw AssertionError("expected CarException")
+    } catch (e: CarException.Failed) {
+        check(e.code.isNotEmpty(), "error code")
     }
     println("uniffi kotlin: ok")
 }
