@@ -69,6 +69,12 @@ export declare class CarRuntime {
 }
 export type JsCarRuntime = CarRuntime
 
+/** Resolves an approval; anything but an explicit `allow` is a deny. */
+export declare function approvalResolve(stateDir: string, key: string, decision: string, reason?: string | undefined | null): string
+
+/** The pending approvals of a state directory, as JSON text. */
+export declare function approvalsPending(stateDir: string): string
+
 /** The package version. */
 export declare function clientVersion(): string
 
@@ -95,6 +101,12 @@ export declare function permissionClassify(proposalJson: any): string
 
 /** Per-action decisions against a granted tier and an approvals ledger, as JSON text. */
 export declare function permissionEvaluate(proposalJson: any, grantedTier: string, ledgerPath?: string | undefined | null): string
+
+/** Builds a plan of per-item decisions from a batch of calls (`{plan, session, tool_results}` as JSON text). */
+export declare function planBuild(callsJson: any, operationsJson: any, optionsJson?: any | undefined | null): string
+
+/** Applies a decision `{decision, corrected_input?, scope?, reason?}` to one plan item. */
+export declare function planDecide(planJson: any, itemId: string, decisionJson: any, optionsJson?: any | undefined | null): string
 
 /** The wire protocol version. */
 export declare function protocolVersion(): number

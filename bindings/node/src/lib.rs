@@ -150,6 +150,51 @@ pub fn compile_permission_preset(name: String) -> Result<String> {
     call("compile_permission_preset", m).map(|v| v.to_string())
 }
 
+/// Builds a plan of per-item decisions from a batch of calls (`{plan, session, tool_results}` as JSON text).
+#[napi]
+pub fn plan_build(calls_json: Value, operations_json: Value, options_json: Option<Value>) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "calls", Some(json_value("callsJson", calls_json)?));
+    put(&mut m, "operations", Some(json_value("operationsJson", operations_json)?));
+    put(&mut m, "options", opt("optionsJson", options_json)?);
+    call("plan_build", m).map(|v| v.to_string())
+}
+
+/// Applies a decision `{decision, corrected_input?, scope?, reason?}` to one plan item.
+#[napi]
+pub fn plan_decide(
+    plan_json: Value,
+    item_id: String,
+    decision_json: Value,
+    options_json: Option<Value>,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "plan", Some(json_value("planJson", plan_json)?));
+    put(&mut m, "item_id", Some(Value::String(item_id)));
+    put(&mut m, "decision", Some(json_value("decisionJson", decision_json)?));
+    put(&mut m, "options", opt("optionsJson", options_json)?);
+    call("plan_decide", m).map(|v| v.to_string())
+}
+
+/// The pending approvals of a state directory, as JSON text.
+#[napi]
+pub fn approvals_pending(state_dir: String) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "state_dir", Some(Value::String(state_dir)));
+    call("approvals_pending", m).map(|v| v.to_string())
+}
+
+/// Resolves an approval; anything but an explicit `allow` is a deny.
+#[napi]
+pub fn approval_resolve(state_dir: String, key: String, decision: String, reason: Option<String>) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "state_dir", Some(Value::String(state_dir)));
+    put(&mut m, "key", Some(Value::String(key)));
+    put(&mut m, "decision", Some(Value::String(decision)));
+    put(&mut m, "reason", Some(Value::String(reason.unwrap_or_default())));
+    call("approval_resolve", m).map(|v| v.to_string())
+}
+
 /// The proposal with every default filled in, as JSON text.
 #[napi]
 pub fn normalize_proposal(proposal_json: Value) -> Result<String> {

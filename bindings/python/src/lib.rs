@@ -211,6 +211,68 @@ fn compile_permission_preset(py: Python<'_>, name: String) -> PyResult<String> {
     call(py, "compile_permission_preset", p).map(text)
 }
 
+/// Builds a plan of per-item decisions from a batch of calls (`{plan, session, tool_results}` as JSON text).
+#[pyfunction]
+#[pyo3(signature = (calls_json, operations_json, options_json=None))]
+fn plan_build(
+    py: Python<'_>,
+    calls_json: &Bound<'_, PyAny>,
+    operations_json: &Bound<'_, PyAny>,
+    options_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "calls" => Some(parse(py, "calls_json", calls_json)?),
+        "operations" => Some(parse(py, "operations_json", operations_json)?),
+        "options" => options_json.map(|o| parse(py, "options_json", o)).transpose()?,
+    );
+    call(py, "plan_build", p).map(text)
+}
+
+/// Applies a decision `{decision, corrected_input?, scope?, reason?}` to one plan item.
+#[pyfunction]
+#[pyo3(signature = (plan_json, item_id, decision_json, options_json=None))]
+fn plan_decide(
+    py: Python<'_>,
+    plan_json: &Bound<'_, PyAny>,
+    item_id: String,
+    decision_json: &Bound<'_, PyAny>,
+    options_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "plan" => Some(parse(py, "plan_json", plan_json)?),
+        "item_id" => Some(Value::String(item_id)),
+        "decision" => Some(parse(py, "decision_json", decision_json)?),
+        "options" => options_json.map(|o| parse(py, "options_json", o)).transpose()?,
+    );
+    call(py, "plan_decide", p).map(text)
+}
+
+/// The pending approvals of a state directory, as JSON text.
+#[pyfunction]
+fn approvals_pending(py: Python<'_>, state_dir: String) -> PyResult<String> {
+    let p = params!(py; "state_dir" => Some(Value::String(state_dir)));
+    call(py, "approvals_pending", p).map(text)
+}
+
+/// Resolves an approval; anything but an explicit `allow` is a deny.
+#[pyfunction]
+#[pyo3(signature = (state_dir, key, decision, reason=String::new()))]
+fn approval_resolve(
+    py: Python<'_>,
+    state_dir: String,
+    key: String,
+    decision: String,
+    reason: String,
+) -> PyResult<String> {
+    let p = params!(py;
+        "state_dir" => Some(Value::String(state_dir)),
+        "key" => Some(Value::String(key)),
+        "decision" => Some(Value::String(decision)),
+        "reason" => Some(Value::String(reason)),
+    );
+    call(py, "approval_resolve", p).map(text)
+}
+
 /// The proposal with every default filled in, as JSON text.
 #[pyfunction]
 fn normalize_proposal(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -255,6 +317,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(toolset_hash, m)?)?;
     m.add_function(wrap_pyfunction!(compile_permission_preset, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_proposal, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_build, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_decide, m)?)?;
+    m.add_function(wrap_pyfunction!(approvals_pending, m)?)?;
+    m.add_function(wrap_pyfunction!(approval_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(protocol_version, m)?)?;
     m.add_function(wrap_pyfunction!(client_version, m)?)?;
     Ok(())
