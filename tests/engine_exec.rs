@@ -77,6 +77,7 @@ async fn state_actions_and_outputs() {
             {"id": "missing", "type": "state_read", "parameters": {"key": "absent"}},
             {"id": "as", "type": "assertion", "parameters": {"key": "k", "expected": 5}},
             {"id": "gt", "type": "assertion", "parameters": {"key": "k", "operator": "gt", "expected": 1}},
+        {"id": "absent", "type": "assertion", "parameters": {"key": "nokey"}},
             {"id": "del", "type": "state_write", "parameters": {"key": "k2", "delete": true}},
         ]}),
     )
@@ -88,9 +89,10 @@ async fn state_actions_and_outputs() {
     assert_eq!(result(&r, "missing").output, Some(Value::Null));
     assert_eq!(result(&r, "as").output, Some(json!({"asserted": "k", "value": 5})));
     assert_eq!(status(&r, "gt"), ActionStatus::Succeeded);
+    assert_eq!(result(&r, "absent").output, Some(json!({"asserted": "nokey", "value": null})));
     assert_eq!(result(&r, "del").state_changes["k2"], json!({"op": "delete"}));
     assert!(rt.state().exists(&Scope::global(), "n"));
-    assert_eq!(r.cost.actions_executed, 6);
+    assert_eq!(r.cost.actions_executed, 7);
     assert_eq!(r.cost.tool_calls, 0);
 
     let r = run(

@@ -18,7 +18,7 @@ use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
-    Operator, Precondition, ProposalResult, Reversibility, ToolFailure,
+    Operator, Precondition, ProposalResult, Reversibility, ToolFailure, json_eq,
 };
 use crate::state::{Scope, Transaction};
 
@@ -550,7 +550,10 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             };
             let mut changes = Map::new();
             write_state(ctx, i, None, key, value, tx, &mut changes)?;
-            Ok(Done { output: Some(Value::String(format!("written: {key}"))), changes, cached: None })
+            let mut out = String::with_capacity(9 + key.len());
+            out.push_str("written: ");
+            out.push_str(key);
+            Ok(Done { output: Some(Value::String(out)), changes, cached: None })
         }
         ActionType::StateRead => {
             let key = a
@@ -570,8 +573,15 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             let expected = a.parameters.get("expected").cloned().unwrap_or(Value::Null);
             let op = a.parameters.get("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
             let current = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
-            let check = Precondition::new(key, op.clone(), expected.clone());
-            if check.evaluate_value(current.as_ref()) {
+            // `eq` compares the current value (absent reads as `null`) with
+            // `expected`, as the original does; other operators are the
+            // precondition operators.
+            let holds = if op == Operator::Eq {
+                json_eq(current.as_ref().unwrap_or(&Value::Null), &expected)
+            } else {
+                Precondition::new(key, op.clone(), expected.clone()).evaluate_value(current.as_ref())
+            };
+            if holds {
                 Ok(Done { output: Some(json!({"asserted": key, "value": current})), changes: Map::new(), cached: None })
             } else {
                 let shown = current.map_or_else(|| "absent".to_string(), |v| v.to_string());
