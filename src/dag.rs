@@ -12,6 +12,10 @@
 //!   [`unknown_dependencies`](Dag::unknown_dependencies); when ids repeat, the
 //!   first action carrying the id is the one depended on.
 //!
+//! - a `state_write` follows the previous `state_write` of the same `key`, so
+//!   direct writes to one key land in proposal order (as in the original
+//!   runtime).
+//!
 //! What an action writes, for ordering, is what the forward model applies: the
 //! keys of its `expected_effects` plus a `state_write`'s `key` parameter (see
 //! [`Dag::writes`]). Building is linear in the total size of the proposal.
@@ -23,10 +27,14 @@ use crate::ir::Action;
 /// The dependency graph of a proposal's actions, by index into the action list.
 #[derive(Debug, Clone, Default)]
 pub struct Dag {
-    preds: Vec<Vec<usize>>,
+    /// Predecessors of action `i`: `preds[pred_start[i]..pred_start[i + 1]]`.
+    preds: Vec<usize>,
+    pred_start: Vec<usize>,
     levels: Vec<Vec<usize>>,
     cyclic: Vec<usize>,
     unknown: Vec<(usize, String)>,
+    /// Some key is written by two or more actions.
+    shared_writes: bool,
 }
 
 impl Dag {
@@ -36,35 +44,59 @@ impl Dag {
     /// Linear in total size.
     pub fn build(actions: &[Action]) -> Dag {
         let n = actions.len();
-        let mut first_with_id: HashMap<&str, usize> = HashMap::with_capacity(n);
-        for (i, a) in actions.iter().enumerate() {
-            first_with_id.entry(a.id.as_str()).or_insert(i);
+        let mut first_with_id: HashMap<&str, usize> = HashMap::new();
+        if actions.iter().any(|a| !a.dependencies.is_empty()) {
+            first_with_id.reserve(n);
+            for (i, a) in actions.iter().enumerate() {
+                first_with_id.entry(a.id.as_str()).or_insert(i);
+            }
         }
-        let mut last_writer: HashMap<&str, usize> = HashMap::new();
-        let mut preds: Vec<Vec<usize>> = Vec::with_capacity(n);
+        let mut last_writer: HashMap<&str, usize> = HashMap::with_capacity(n);
+        let mut last_state_write: HashMap<&str, usize> = HashMap::new();
+        let mut preds: Vec<usize> = Vec::with_capacity(n);
+        let mut pred_start: Vec<usize> = Vec::with_capacity(n + 1);
         let mut unknown = Vec::new();
+        let mut shared_writes = false;
         for (j, a) in actions.iter().enumerate() {
-            let mut p: Vec<usize> = Vec::new();
+            let start = preds.len();
+            pred_start.push(start);
             for key in &a.state_dependencies {
                 if let Some(&i) = last_writer.get(key.as_str()) {
-                    p.push(i);
+                    preds.push(i);
                 }
             }
             for dep in &a.dependencies {
                 match first_with_id.get(dep.as_str()) {
-                    Some(&i) => p.push(i),
+                    Some(&i) => preds.push(i),
                     None => unknown.push((j, dep.clone())),
                 }
             }
-            p.sort_unstable();
-            p.dedup();
-            preds.push(p);
+            if let Some(key) = a.state_write_key()
+                && let Some(i) = last_state_write.insert(key, j)
+            {
+                preds.push(i);
+            }
+            let mine = &mut preds[start..];
+            if mine.len() > 1 {
+                mine.sort_unstable();
+                let mut w = 1;
+                for r in 1..mine.len() {
+                    if mine[r] != mine[w - 1] {
+                        mine[w] = mine[r];
+                        w += 1;
+                    }
+                }
+                preds.truncate(start + w);
+            }
             for key in Self::writes(a) {
-                last_writer.insert(key, j);
+                if let Some(prev) = last_writer.insert(key, j) {
+                    shared_writes |= prev != j;
+                }
             }
         }
-        let (levels, cyclic) = layer(&preds);
-        Dag { preds, levels, cyclic, unknown }
+        pred_start.push(preds.len());
+        let (levels, cyclic) = layer(&preds, &pred_start);
+        Dag { preds, pred_start, levels, cyclic, unknown, shared_writes }
     }
 
     /// The keys an action writes for ordering purposes: its `expected_effects`
@@ -83,7 +115,10 @@ impl Dag {
     /// Direct predecessors of action i (ascending, no repeats); empty for an
     /// index out of range.
     pub fn predecessors(&self, i: usize) -> &[usize] {
-        self.preds.get(i).map(Vec::as_slice).unwrap_or(&[])
+        match (self.pred_start.get(i), self.pred_start.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.preds[a..b],
+            _ => &[],
+        }
     }
 
     /// Indices of actions that are part of (or depend on) a cycle, ascending.
@@ -97,26 +132,31 @@ impl Dag {
         &self.unknown
     }
 
+    /// True when some key is written by two or more actions (so writers of one
+    /// key may conflict).
+    pub fn has_shared_writes(&self) -> bool {
+        self.shared_writes
+    }
+
     /// The number of actions the graph was built from.
     pub fn len(&self) -> usize {
-        self.preds.len()
+        self.pred_start.len().saturating_sub(1)
     }
 
     /// True when the graph was built from no actions.
     pub fn is_empty(&self) -> bool {
-        self.preds.is_empty()
+        self.len() == 0
     }
 }
 
 /// Kahn's algorithm: depth of each node is 1 + the deepest predecessor; nodes
 /// never reaching in-degree 0 are cyclic (in or behind a cycle).
-fn layer(preds: &[Vec<usize>]) -> (Vec<Vec<usize>>, Vec<usize>) {
-    let n = preds.len();
+fn layer(preds: &[usize], pred_start: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let n = pred_start.len().saturating_sub(1);
+    let of = |j: usize| &preds[pred_start[j]..pred_start[j + 1]];
     let mut succ_count = vec![0usize; n];
-    for p in preds {
-        for &i in p {
-            succ_count[i] += 1;
-        }
+    for &i in preds {
+        succ_count[i] += 1;
     }
     // Compressed successor lists (CSR) to keep allocation linear and small.
     let mut offset = Vec::with_capacity(n + 1);
@@ -128,13 +168,13 @@ fn layer(preds: &[Vec<usize>]) -> (Vec<Vec<usize>>, Vec<usize>) {
     offset.push(acc);
     let mut fill = offset.clone();
     let mut succ = vec![0usize; acc];
-    for (j, p) in preds.iter().enumerate() {
-        for &i in p {
+    for j in 0..n {
+        for &i in of(j) {
             succ[fill[i]] = j;
             fill[i] += 1;
         }
     }
-    let mut indeg: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut indeg: Vec<usize> = (0..n).map(|j| of(j).len()).collect();
     let mut depth = vec![0usize; n];
     let mut queue: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
     let mut head = 0;
@@ -186,6 +226,7 @@ mod tests {
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &["x"], &[]), act("c", &[], &["y"], &[])]);
         assert_eq!(d.levels(), &[vec![0], vec![1], vec![2]]);
         assert_eq!(d.predecessors(2), &[1]);
+        assert!(!d.has_shared_writes());
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["y"], &[], &[])]);
         assert_eq!(d.levels(), &[vec![0, 1]]);
         assert!(Dag::build(&[]).levels().is_empty());
@@ -196,6 +237,7 @@ mod tests {
         let d = Dag::build(&[act("a", &["x"], &[], &[]), act("b", &["x"], &[], &[]), act("c", &[], &["x"], &[])]);
         assert_eq!(d.predecessors(2), &[1]);
         assert_eq!(d.levels(), &[vec![0, 1], vec![2]]);
+        assert!(d.has_shared_writes());
         // A later writer and the reader itself order nothing.
         let d = Dag::build(&[act("a", &[], &["x"], &[]), act("b", &["x"], &["x"], &[])]);
         assert!(d.predecessors(0).is_empty() && d.predecessors(1).is_empty());
@@ -207,6 +249,18 @@ mod tests {
         w.parameters.insert("key".into(), json!("k"));
         let d = Dag::build(&[w, act("r", &[], &["k"], &[])]);
         assert_eq!(d.predecessors(1), &[0]);
+    }
+
+    #[test]
+    fn state_writes_of_one_key_are_chained() {
+        let sw = |key: &str| {
+            let mut w = Action::new(crate::ir::ActionType::StateWrite);
+            w.parameters.insert("key".into(), json!(key));
+            w
+        };
+        let d = Dag::build(&[sw("k"), act("b", &["k"], &[], &[]), sw("k"), sw("j")]);
+        assert_eq!(d.predecessors(2), &[0]);
+        assert_eq!(d.levels(), &[vec![0, 1, 3], vec![2]]);
     }
 
     #[test]

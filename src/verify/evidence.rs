@@ -37,23 +37,56 @@ fn check(
     EvidenceCheck { name: name.to_string(), ran, verifies, cannot_verify: cannot_verify.to_string(), findings, tier }
 }
 
+const TOOL_PREFIX: &str = "runtime output of tool '";
+const TOOL_MID: &str = "' (action ";
+const KEY_PREFIX: &str = "state key '";
+const KEY_MID: &str = "' (value set at runtime by action ";
+
 /// What no static check can see: each tool call's runtime output and each
 /// state key a tool call sets. Sorted, without repeats.
+///
+/// The entries are written once into a contiguous buffer, without their
+/// common prefixes (a leading `r` or `s` keeps "runtime output ..." before
+/// "state key ..."), and sorted there, which keeps the sort's memory traffic
+/// small for large proposals.
 fn untested_regions(actions: &[Action]) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut arena = String::new();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut push = |arena: &mut String, group: char, a: &str, mid: &str, b: &str| {
+        let start = arena.len();
+        arena.push(group);
+        arena.push_str(a);
+        arena.push_str(mid);
+        arena.push_str(b);
+        arena.push(')');
+        spans.push((start, arena.len()));
+    };
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
-        let tool = a.tool.as_deref().unwrap_or_default();
-        out.push(format!("runtime output of tool '{tool}' (action {})", a.id));
+        push(&mut arena, 'r', a.tool.as_deref().unwrap_or_default(), TOOL_MID, &a.id);
         for k in a.expected_effects.keys() {
-            out.push(format!("state key '{k}' (value set at runtime by action {})", a.id));
+            push(&mut arena, 's', k, KEY_MID, &a.id);
         }
     }
-    out.sort_unstable();
-    out.dedup();
-    out
+    let text = |&(s, e): &(usize, usize)| &arena[s..e];
+    spans.sort_unstable_by(|x, y| text(x).cmp(text(y)));
+    spans.dedup_by(|x, y| text(x) == text(y));
+    spans
+        .iter()
+        .map(|span| {
+            let t = text(span);
+            let (prefix, rest) = match t.strip_prefix('r') {
+                Some(rest) => (TOOL_PREFIX, rest),
+                None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
+            };
+            let mut out = String::with_capacity(prefix.len() + rest.len());
+            out.push_str(prefix);
+            out.push_str(rest);
+            out
+        })
+        .collect()
 }
 
 pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue], conflicts: usize) -> Evidence {
@@ -176,4 +209,40 @@ pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue
     let confidence = confidence.clamp(0.0, 1.0);
 
     Evidence { checks, assumptions, untested_regions: untested, residual_risks: risks, confidence }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untested_regions_sort_like_the_formatted_strings() {
+        let names = ["t", "t!", "t'", "t'x", "t x", "a", "t(", "", "tt", "t'(action"];
+        let ids = ["a", "a1", "a)", "b", "a!", ""];
+        let mut actions = Vec::new();
+        for (n, tool) in names.iter().enumerate() {
+            for id in ids {
+                let mut a = Action::tool_call(*tool);
+                a.id = format!("{id}{}", n % 2);
+                a.expected_effects.insert(tool.to_string(), serde_json::json!(1));
+                actions.push(a.clone());
+                actions.push(a);
+            }
+        }
+        let got = untested_regions(&actions);
+        let mut want: Vec<String> = actions
+            .iter()
+            .flat_map(|a| {
+                let t = format!("runtime output of tool '{}' (action {})", a.tool.as_deref().unwrap_or_default(), a.id);
+                let k = a
+                    .expected_effects
+                    .keys()
+                    .map(|k| format!("state key '{k}' (value set at runtime by action {})", a.id));
+                std::iter::once(t).chain(k).collect::<Vec<_>>()
+            })
+            .collect();
+        want.sort();
+        want.dedup();
+        assert_eq!(got, want);
+    }
 }

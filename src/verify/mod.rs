@@ -21,6 +21,7 @@ mod schema;
 mod transaction;
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 
 use serde_json::{Map, Value};
 
@@ -62,8 +63,9 @@ pub struct VerifyOptions {
     pub tool_names: Option<Vec<String>>,
     /// Action-count limit; default [`DEFAULT_MAX_ACTIONS`].
     pub max_actions: Option<u64>,
-    /// Registered tool schemas; `None` skips `param_schema`. Their names also
-    /// count as registered tools.
+    /// Registered tool schemas; `None` skips `param_schema`. When supplied,
+    /// their names are the registry `tool_existence` checks against (in place
+    /// of `tool_names`).
     pub tool_schemas: Option<Vec<ToolSchema>>,
 }
 
@@ -89,6 +91,15 @@ fn decided(action_id: &str, severity: Severity, message: String) -> Verification
     issue(action_id, severity, message, EvidenceTier::DecisionProcedure)
 }
 
+/// A copy of the initial state with room for the effects of `actions`.
+fn start_state(initial: &Map<String, Value>, actions: &[Action]) -> Map<String, Value> {
+    let effects: usize =
+        actions.iter().map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some())).sum();
+    let mut state = Map::with_capacity(initial.len() + effects);
+    state.extend(initial.iter().map(|(k, v)| (k.clone(), v.clone())));
+    state
+}
+
 /// Applies an action's modelled effects: a `state_write` sets its `key`
 /// parameter to its `value` parameter (`null` when absent), then every
 /// `expected_effects` entry is set.
@@ -101,85 +112,151 @@ fn apply_effects(a: &Action, state: &mut Map<String, Value>) {
     }
 }
 
-/// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
-fn canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (n, k) in keys.into_iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                if let Some(x) = m.get(k.as_str()) {
-                    canonical(x, out);
-                }
-            }
-            out.push('}');
+/// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
+fn canonical_map(m: &Map<String, Value>, out: &mut Vec<u8>) {
+    if m.len() <= 1 {
+        out.push(b'{');
+        for (k, v) in m {
+            // Writing JSON into a Vec<u8> cannot fail.
+            let _ = serde_json::to_writer(&mut *out, k);
+            out.push(b':');
+            canonical(v, out);
         }
+        out.push(b'}');
+        return;
+    }
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort_unstable();
+    out.push(b'{');
+    for (n, k) in keys.into_iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        // Writing JSON into a Vec<u8> cannot fail.
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+        if let Some(x) = m.get(k.as_str()) {
+            canonical(x, out);
+        }
+    }
+    out.push(b'}');
+}
+
+/// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
+fn canonical(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(m) => canonical_map(m, out),
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (n, x) in items.iter().enumerate() {
                 if n > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 canonical(x, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&other.to_string()),
+        // Writing JSON into a Vec<u8> cannot fail.
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 
 /// Groups of identical tool calls (same tool, canonically equal parameters)
-/// made at least twice: `(tool, count)` ordered by `tool:parameters`.
+/// made at least twice: `(tool, count)` in order of each group's first call.
+///
+/// Each call's canonical form is written into one shared buffer and hashed;
+/// groups with the same hash are told apart by comparing their bytes, so
+/// nothing is allocated per call.
 pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
-    let mut counts: HashMap<String, (usize, &str)> = HashMap::new();
+    struct Group<'a> {
+        tool: &'a str,
+        count: usize,
+        span: std::ops::Range<usize>,
+        next: Option<usize>,
+    }
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut arena: Vec<u8> = Vec::new();
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    let mut head: HashMap<u64, usize> = HashMap::with_capacity(actions.len());
     for a in actions {
         if a.action_type != ActionType::ToolCall {
             continue;
         }
         let Some(tool) = a.tool.as_deref() else { continue };
-        let mut key = String::with_capacity(tool.len() + 16);
-        key.push_str(tool);
-        key.push(':');
-        canonical(&Value::Object(a.parameters.clone()), &mut key);
-        counts.entry(key).or_insert((0, tool)).0 += 1;
+        let start = arena.len();
+        arena.extend_from_slice(tool.as_bytes());
+        arena.push(0);
+        canonical_map(&a.parameters, &mut arena);
+        let h = hasher.hash_one(&arena[start..]);
+        let mut at = head.get(&h).copied();
+        let mut found = None;
+        while let Some(g) = at {
+            if arena[groups[g].span.clone()] == arena[start..] {
+                found = Some(g);
+                break;
+            }
+            at = groups[g].next;
+        }
+        match found {
+            Some(g) => {
+                groups[g].count += 1;
+                arena.truncate(start);
+            }
+            None => {
+                let next = head.insert(h, groups.len());
+                groups.push(Group { tool, count: 1, span: start..arena.len(), next });
+            }
+        }
     }
-    let mut groups: Vec<(String, usize, &str)> =
-        counts.into_iter().filter(|(_, (c, _))| *c >= 2).map(|(k, (c, t))| (k, c, t)).collect();
-    groups.sort();
-    groups.into_iter().map(|(_, c, t)| (t.to_string(), c)).collect()
+    groups.into_iter().filter(|g| g.count >= 2).map(|g| (g.tool.to_string(), g.count)).collect()
 }
 
-/// Keys each action writes (for ordering and conflicts), sorted, without repeats.
-fn sorted_writes(a: &Action) -> Vec<&str> {
+/// Calls `f` with each key an action writes (for ordering and conflicts),
+/// in name order, without repeats.
+fn for_each_write<'a>(a: &'a Action, mut f: impl FnMut(&'a str)) {
+    if a.expected_effects.len() + usize::from(a.state_write_key().is_some()) <= 1 {
+        Dag::writes(a).for_each(f);
+        return;
+    }
     let mut w: Vec<&str> = Dag::writes(a).collect();
     w.sort_unstable();
     w.dedup();
-    w
+    w.into_iter().for_each(&mut f);
 }
 
 /// `(writer_a, writer_b, key)` for writers of one key that no path of the
 /// graph orders, as indices; grouped by key in order of first write.
-pub(crate) fn write_conflicts(actions: &[Action], reach: &mut reach::Reach<'_>) -> Vec<(usize, usize, String)> {
-    let mut order: Vec<&str> = Vec::new();
-    let mut writers: HashMap<&str, Vec<usize>> = HashMap::new();
+pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usize, String)> {
+    if !dag.has_shared_writes() {
+        return Vec::new();
+    }
+    // Key -> (first writer, slot of the full writer list once a second appears).
+    let mut first: HashMap<&str, (usize, usize)> = HashMap::with_capacity(actions.len());
+    let mut shared: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, a) in actions.iter().enumerate() {
-        for k in sorted_writes(a) {
-            let ws = writers.entry(k).or_insert_with(|| {
-                order.push(k);
-                Vec::new()
-            });
-            ws.push(i);
-        }
+        for_each_write(a, |k| match first.get_mut(k) {
+            None => {
+                first.insert(k, (i, usize::MAX));
+            }
+            Some((w0, slot)) => {
+                if *slot == usize::MAX {
+                    *slot = shared.len();
+                    shared.push((k, vec![*w0]));
+                }
+                shared[*slot].1.push(i);
+            }
+        });
     }
     let mut out = Vec::new();
-    for key in order {
-        let Some(ws) = writers.get(key) else { continue };
+    if shared.is_empty() {
+        return out;
+    }
+    // Keys in order of their first write.
+    shared.sort_by_key(|(k, ws)| (ws[0], *k));
+    let mut reach = reach::Reach::new(dag);
+    for (key, ws) in &shared {
         if ws.len() <= PAIRWISE_WRITERS {
             for (x, &i) in ws.iter().enumerate() {
                 for &j in &ws[x + 1..] {
@@ -225,17 +302,20 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         f.loops += 1;
     }
 
-    let registry: Option<HashSet<&str>> = if opts.tool_names.is_some() || opts.tool_schemas.is_some() {
-        let mut r: HashSet<&str> = HashSet::new();
-        r.extend(opts.tool_names.iter().flatten().map(String::as_str));
-        r.extend(opts.tool_schemas.iter().flatten().map(|s| s.name.as_str()));
-        Some(r)
-    } else {
-        None
+    // The registry: the schemas when supplied (they are the richer
+    // description of the registered tools), else the names.
+    let registry: Option<HashSet<&str>> = match (&opts.tool_schemas, &opts.tool_names) {
+        (Some(schemas), _) => Some(schemas.iter().map(|s| s.name.as_str()).collect()),
+        (None, Some(names)) => Some(names.iter().map(String::as_str).collect()),
+        (None, None) => None,
     };
     let schemas: Option<HashMap<&str, &Value>> =
         opts.tool_schemas.as_ref().map(|ss| ss.iter().map(|s| (s.name.as_str(), &s.parameters)).collect());
-    let ids: HashSet<&str> = actions.iter().map(|a| a.id.as_str()).collect();
+    let ids: HashSet<&str> = if actions.iter().any(|a| matches!(a.compensation, Some(Compensation::ActionRef { .. }))) {
+        actions.iter().map(|a| a.id.as_str()).collect()
+    } else {
+        HashSet::new()
+    };
     let mut unknown_deps: HashMap<usize, Vec<&str>> = HashMap::new();
     for (i, id) in dag.unknown_dependencies() {
         unknown_deps.entry(*i).or_default().push(id.as_str());
@@ -300,7 +380,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         }
     };
 
-    let mut state = opts.initial_state.clone();
+    let mut state = start_state(&opts.initial_state, actions);
     for level in dag.levels() {
         for &i in level {
             let a = &actions[i];
@@ -334,8 +414,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     }
     state.sort_keys();
 
-    let mut reach = reach::Reach::new(&dag);
-    let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &mut reach)
+    let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &dag)
         .into_iter()
         .map(|(i, j, key)| {
             let (a, b) = (&actions[i].id, &actions[j].id);
@@ -387,7 +466,7 @@ pub fn simulate(proposal: &ActionProposal, initial_state: &Map<String, Value>) -
     } else {
         HashMap::new()
     };
-    let mut state = initial_state.clone();
+    let mut state = start_state(initial_state, actions);
     for level in dag.levels() {
         for &i in level {
             let a = &actions[i];

@@ -198,4 +198,33 @@ mod tests {
         assert!(r.ordered(1, 3) && r.ordered(2, 3) && r.ordered(0, 3));
         assert!(!r.ordered(1, 2));
     }
+    /// `u` reaches `v` only through `p`, whose tree parent lies elsewhere, and
+    /// `v`'s deepest predecessor ends a long independent chain: the backward
+    /// search walks that chain first. Short chain: found. Chain longer than
+    /// the search bound: the pair counts as unordered (over-reported, never
+    /// hidden).
+    #[test]
+    fn search_bound_fails_towards_unordered() {
+        let build = |len: usize| {
+            let mut acts = vec![act(&["a"], &[]), act(&["d0"], &[]), act(&["d1"], &["d0"]), act(&["p"], &["a", "d1"])];
+            for i in 0..len {
+                let w = format!("c{i}");
+                let r = if i == 0 { Vec::new() } else { vec![format!("c{}", i - 1)] };
+                let r: Vec<&str> = r.iter().map(String::as_str).collect();
+                acts.push(act(&[w.as_str()], &r));
+            }
+            let last = format!("c{}", len - 1);
+            acts.push(act(&[], &["p", last.as_str()]));
+            acts
+        };
+        let acts = build(100);
+        let dag = Dag::build(&acts);
+        let v = acts.len() - 1;
+        assert!(Reach::new(&dag).ordered(0, v));
+        let acts = build(PER_QUERY + 500);
+        let dag = Dag::build(&acts);
+        let v = acts.len() - 1;
+        assert!(!Reach::new(&dag).ordered(0, v));
+        assert!(Reach::new(&dag).ordered(3, v));
+    }
 }

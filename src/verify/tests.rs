@@ -108,7 +108,7 @@ fn write_conflicts_unordered_only() {
 #[test]
 fn many_writers_of_one_key_stay_linear() {
     let acts: Vec<Value> = (0..40)
-        .map(|i| json!({"id": format!("w{i}"), "type":"state_write","parameters":{"key":"k","value":i}}))
+        .map(|i| json!({"id": format!("w{i}"), "type":"tool_call","tool": format!("t{i}"),"expected_effects":{"k":i}}))
         .collect();
     let r = verify(&p(Value::Array(acts)), &VerifyOptions { max_actions: Some(100), ..Default::default() });
     assert_eq!(r.conflicts.len(), 39);
@@ -123,12 +123,14 @@ fn tools_schemas_and_compensation() {
         {"id":"c","type":"tool_call","tool":"t","parameters":{"p":"s"},"reversibility":"compensable","compensation":{"type":"action_ref","action_id":"zz"}}
     ]));
     let schemas: Vec<ToolSchema> = serde_json::from_value(json!([
+        {"name":"x"},
         {"name":"t","parameters":{"type":"object","properties":{"p":{"type":"string"}},"required":["p"]}}
     ]))
     .unwrap();
+    // Supplied schemas are the registry: `tool_names` is not consulted.
     let r = verify(
         &prop,
-        &VerifyOptions { tool_names: Some(vec!["x".into()]), tool_schemas: Some(schemas), ..Default::default() },
+        &VerifyOptions { tool_names: Some(vec!["undo".into()]), tool_schemas: Some(schemas), ..Default::default() },
     );
     assert_eq!(
         messages(&r),

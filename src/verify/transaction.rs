@@ -217,3 +217,90 @@ pub fn transaction_check(
     }
     TransactionReport { consistent: conflicts.is_empty(), conflicts }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_proposal_value;
+    use serde_json::json;
+
+    fn p(actions: Value) -> ActionProposal {
+        parse_proposal_value(json!({ "actions": actions })).unwrap()
+    }
+
+    fn kinds(r: &TransactionReport) -> Vec<(ConflictKind, String, Vec<String>)> {
+        r.conflicts.iter().map(|c| (c.kind, c.key.clone(), c.actions.clone())).collect()
+    }
+
+    #[test]
+    fn ordered_actions_do_not_conflict_transitively() {
+        let r = transaction_check(
+            &p(json!([
+                {"id":"a","type":"tool_call","tool":"t","expected_effects":{"x":1,"y":1}},
+                {"id":"m","type":"tool_call","tool":"t","state_dependencies":["y"],"expected_effects":{"z":1}},
+                {"id":"b","type":"tool_call","tool":"t","state_dependencies":["z"],"read_set":["x"],"write_set":["x"]}
+            ])),
+            &HashMap::new(),
+            None,
+        );
+        assert!(r.consistent, "{:?}", r.conflicts);
+    }
+
+    #[test]
+    fn explicit_sets_replace_derived_ones() {
+        // b's explicit write_set names only k: its expected effect on x is not a write here.
+        let r = transaction_check(
+            &p(json!([
+                {"id":"a","type":"tool_call","tool":"t","expected_effects":{"x":1}},
+                {"id":"b","type":"tool_call","tool":"t","expected_effects":{"x":2},"write_set":["k"]}
+            ])),
+            &HashMap::new(),
+            None,
+        );
+        assert!(r.consistent, "{:?}", r.conflicts);
+    }
+
+    #[test]
+    fn pair_conflicts_then_stale_assumptions() {
+        let versions: HashMap<String, u64> = [("y".to_string(), 2)].into_iter().collect();
+        let state = json!({"x": 3}).as_object().cloned().unwrap();
+        let r = transaction_check(
+            &p(json!([
+                {"id":"a","type":"tool_call","tool":"t","assumptions":[{"key":"y","read_version":1},{"key":"x","expected_value":1}]},
+                {"id":"b","type":"tool_call","tool":"t","expected_effects":{"x":1}},
+                {"id":"c","type":"tool_call","tool":"t","expected_effects":{"x":1}}
+            ])),
+            &versions,
+            Some(&state),
+        );
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(&r),
+            vec![
+                (ConflictKind::ReadWrite, "x".into(), s(&["a", "b"])),
+                (ConflictKind::ReadWrite, "x".into(), s(&["a", "c"])),
+                (ConflictKind::WriteWrite, "x".into(), s(&["b", "c"])),
+                (ConflictKind::StaleAssumption, "y".into(), s(&["a"])),
+                (ConflictKind::StaleAssumption, "x".into(), s(&["a"])),
+            ]
+        );
+        assert!(r.conflicts[4].explanation.contains("assumes 'x' == 1 but the shared state holds 3"));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["conflicts"][0]["kind"], "read_write");
+    }
+
+    #[test]
+    fn many_readers_and_writers_stay_linear() {
+        let mut acts = Vec::new();
+        for i in 0..40 {
+            acts.push(json!({"id": format!("w{i}"), "type":"tool_call","tool":"t","write_set":["x"]}));
+            acts.push(json!({"id": format!("r{i}"), "type":"tool_call","tool":"t","read_set":["x"]}));
+        }
+        let r = transaction_check(&p(Value::Array(acts)), &HashMap::new(), None);
+        let ww = r.conflicts.iter().filter(|c| c.kind == ConflictKind::WriteWrite).count();
+        let rw = r.conflicts.iter().filter(|c| c.kind == ConflictKind::ReadWrite).count();
+        // 40 writers: consecutive pairs only; 40 readers: closest writer before and after.
+        assert_eq!(ww, 39);
+        assert_eq!(rw, 40 + 39);
+    }
+}
