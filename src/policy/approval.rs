@@ -12,6 +12,7 @@
 //!
 //! The embedded ledger is an append-only JSONL file of [`ApprovalRecord`]s.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -57,6 +58,8 @@ pub struct ApprovalRecord {
 pub trait ApprovalLedger: Send + Sync {
     /// The latest record for a fingerprint.
     fn latest(&self, fingerprint: &str) -> crate::Result<Option<ApprovalRecord>>;
+    /// The latest record of every fingerprint, read once.
+    fn latest_all(&self) -> crate::Result<HashMap<String, ApprovalRecord>>;
     /// Appends a record.
     fn append(&self, record: &ApprovalRecord) -> crate::Result<()>;
 }
@@ -114,6 +117,10 @@ impl ApprovalLedger for JsonlLedger {
         Ok(self.records()?.into_iter().rev().find(|r| r.fingerprint == fingerprint))
     }
 
+    fn latest_all(&self) -> crate::Result<HashMap<String, ApprovalRecord>> {
+        Ok(latest_by_fingerprint(self.records()?))
+    }
+
     fn append(&self, record: &ApprovalRecord) -> crate::Result<()> {
         let shown = self.path.display().to_string();
         let io = |e: std::io::Error| {
@@ -138,10 +145,23 @@ pub struct MemoryLedger {
     records: Mutex<Vec<ApprovalRecord>>,
 }
 
+fn latest_by_fingerprint(records: impl IntoIterator<Item = ApprovalRecord>) -> HashMap<String, ApprovalRecord> {
+    let mut out = HashMap::new();
+    for r in records {
+        out.insert(r.fingerprint.clone(), r);
+    }
+    out
+}
+
 impl ApprovalLedger for MemoryLedger {
     fn latest(&self, fingerprint: &str) -> crate::Result<Option<ApprovalRecord>> {
         let g = self.records.lock().map_err(|_| Error::runtime("ledger_io_error", "approvals ledger lock poisoned"))?;
         Ok(g.iter().rev().find(|r| r.fingerprint == fingerprint).cloned())
+    }
+
+    fn latest_all(&self) -> crate::Result<HashMap<String, ApprovalRecord>> {
+        let g = self.records.lock().map_err(|_| Error::runtime("ledger_io_error", "approvals ledger lock poisoned"))?;
+        Ok(latest_by_fingerprint(g.iter().cloned()))
     }
     fn append(&self, record: &ApprovalRecord) -> crate::Result<()> {
         let mut g =
@@ -213,7 +233,7 @@ pub struct PermissionDecision {
 /// The gate: a classifier plus an optional ledger.
 #[derive(Default)]
 pub struct PermissionGate {
-    classifier: RiskClassifier,
+    classifier: Option<RiskClassifier>,
     ledger: Option<Box<dyn ApprovalLedger>>,
 }
 
@@ -237,25 +257,52 @@ impl PermissionGate {
 
     /// Uses this classifier.
     pub fn with_classifier(mut self, classifier: RiskClassifier) -> Self {
-        self.classifier = classifier;
+        self.classifier = Some(classifier);
         self
     }
 
     /// Both axes of an action from one flattening.
     pub fn axes(&self, action: &Action) -> Axes {
         let f = flatten(action);
-        Axes { required_tier: self.classifier.classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
+        let classifier = self.classifier.as_ref().unwrap_or_else(|| RiskClassifier::shared());
+        Axes { required_tier: classifier.classify_flat(&f), reversibility: classify_reversibility_flat(&f) }
     }
 
     /// Decides one action. A ledger that cannot be read is an error (the
     /// caller must not proceed).
     pub fn evaluate(&self, action: &Action, granted: PermissionTier) -> crate::Result<PermissionDecision> {
-        let axes = self.axes(action);
         let fp = fingerprint(action);
         let record = match &self.ledger {
             Some(l) => l.latest(&fp)?,
             None => None,
         };
+        Ok(self.decide(action, fp, record.as_ref(), granted))
+    }
+
+    /// Decides every action, reading the ledger once.
+    pub fn evaluate_all(&self, actions: &[Action], granted: PermissionTier) -> crate::Result<Vec<PermissionDecision>> {
+        let latest = match &self.ledger {
+            Some(l) => l.latest_all()?,
+            None => HashMap::new(),
+        };
+        Ok(actions
+            .iter()
+            .map(|a| {
+                let fp = fingerprint(a);
+                let record = latest.get(&fp);
+                self.decide(a, fp, record, granted)
+            })
+            .collect())
+    }
+
+    fn decide(
+        &self,
+        action: &Action,
+        fp: String,
+        record: Option<&ApprovalRecord>,
+        granted: PermissionTier,
+    ) -> PermissionDecision {
+        let axes = self.axes(action);
         let required = axes.required_tier;
         let (decision, reason) = match record {
             Some(r) if r.decision == ApprovalVerdict::Approved => (Decision::Allow, None),
@@ -270,7 +317,7 @@ impl PermissionGate {
             ),
             None => (Decision::Allow, None),
         };
-        Ok(PermissionDecision {
+        PermissionDecision {
             action_id: action.id.clone(),
             fingerprint: fp,
             decision,
@@ -278,7 +325,7 @@ impl PermissionGate {
             granted,
             reversibility: axes.reversibility,
             reason,
-        })
+        }
     }
 
     /// Records a reviewer's verdict for an action's operation.
@@ -362,5 +409,23 @@ mod tests {
         gate.record(&deploy, true, "al", "ok", None).unwrap();
         assert_eq!(gate.evaluate(&deploy, PermissionTier::ReadOnly).unwrap().decision, Decision::Allow, "latest wins");
         assert!(PermissionGate::new().record(&deploy, true, "x", "y", None).is_err());
+    }
+
+    #[test]
+    fn evaluate_all_reads_the_ledger_once_and_agrees() {
+        let gate = PermissionGate::new().with_ledger(Box::<MemoryLedger>::default());
+        let acts = vec![
+            act("a", "deploy", json!({"t": 1})),
+            act("b", "deploy", json!({"t": 2})),
+            act("c", "read_file", json!({})),
+        ];
+        gate.record(&acts[0], true, "r", "ok", None).unwrap();
+        gate.record(&acts[1], true, "r", "ok", None).unwrap();
+        gate.record(&acts[1], false, "r", "changed my mind", None).unwrap();
+        let all = gate.evaluate_all(&acts, PermissionTier::SandboxEdit).unwrap();
+        let one: Vec<_> = acts.iter().map(|a| gate.evaluate(a, PermissionTier::SandboxEdit).unwrap()).collect();
+        assert_eq!(all, one);
+        let kinds: Vec<_> = all.iter().map(|d| d.decision).collect();
+        assert_eq!(kinds, [Decision::Allow, Decision::Deny, Decision::Allow]);
     }
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::trace::TraceRule;
-use super::{PolicyFn, coerce_to_string};
+use super::{PolicyFn, RuleScope, coerce_to_string};
 use crate::Error;
 use crate::ir::{Action, json_eq};
 
@@ -100,6 +100,8 @@ pub struct NamedRule {
     pub description: String,
     /// The check.
     pub rule: PolicyFn,
+    /// Which actions it can apply to.
+    pub scope: RuleScope,
 }
 
 impl std::fmt::Debug for NamedRule {
@@ -138,13 +140,19 @@ impl PolicySet {
     pub fn lower(&self) -> Vec<NamedRule> {
         let mut out = Vec::with_capacity(self.rule_count());
         for tool in &self.deny_tool {
-            out.push(named(format!("deny_tool:{tool}"), format!("deny every call to `{tool}`"), deny_tool_rule(tool)));
+            out.push(named(
+                format!("deny_tool:{tool}"),
+                format!("deny every call to `{tool}`"),
+                deny_tool_rule(tool),
+                RuleScope::Tool(tool.clone()),
+            ));
         }
         for kw in &self.deny_keyword {
             out.push(named(
                 format!("deny_keyword:{kw}"),
                 "deny any action carrying a denied keyword in a parameter".into(),
                 deny_keyword_rule(kw),
+                RuleScope::Keyword(kw.clone()),
             ));
         }
         for r in &self.deny_tool_param {
@@ -152,6 +160,7 @@ impl PolicySet {
                 format!("deny_tool_param:{}.{}", r.tool, r.param),
                 format!("deny `{}` when parameter `{}` meets the denied condition", r.tool, r.param),
                 deny_tool_param_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         for r in &self.allow_tool_param {
@@ -159,6 +168,7 @@ impl PolicySet {
                 format!("allow_tool_param:{}.{}", r.tool, r.param),
                 format!("allow `{}` only with an allowlisted `{}`", r.tool, r.param),
                 allow_tool_param_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         for r in &self.deny_tool_param_matching {
@@ -171,6 +181,7 @@ impl PolicySet {
                     if r.negate { "misses" } else { "matches" }
                 ),
                 deny_matching_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         for r in &self.rate_limit_tool {
@@ -178,14 +189,15 @@ impl PolicySet {
                 format!("rate_limit_tool:{}", r.tool),
                 format!("at most {} calls to `{}` per {}s", r.max_calls, r.tool, r.interval_secs),
                 rate_limit_rule(r),
+                RuleScope::Tool(r.tool.clone()),
             ));
         }
         out
     }
 }
 
-fn named(name: String, description: String, rule: PolicyFn) -> NamedRule {
-    NamedRule { name, description, rule }
+fn named(name: String, description: String, rule: PolicyFn, scope: RuleScope) -> NamedRule {
+    NamedRule { name, description, rule, scope }
 }
 
 fn is_tool(a: &Action, tool: &str) -> bool {
@@ -248,7 +260,7 @@ fn allow_tool_param_rule(r: &AllowToolParam) -> PolicyFn {
 
 fn deny_matching_rule(r: &DenyToolParamMatching) -> PolicyFn {
     let (tool, param, negate) = (r.tool.clone(), r.param.clone(), r.negate);
-    match regex::RegexBuilder::new(&r.matches).size_limit(REGEX_SIZE_LIMIT).build() {
+    match compile_pattern(&r.matches) {
         Err(_) => Arc::new(move |a: &Action, _: &Map<String, Value>| {
             is_tool(a, &tool).then(|| {
                 format!("the pattern for parameter `{param}` of `{tool}` does not compile; every call is denied")
@@ -271,6 +283,12 @@ fn deny_matching_rule(r: &DenyToolParamMatching) -> PolicyFn {
             }
         }),
     }
+}
+
+/// Compiles a `deny_tool_param_matching` pattern as the rule does (with a
+/// bound on the compiled size).
+pub fn compile_pattern(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).size_limit(REGEX_SIZE_LIMIT).build()
 }
 
 /// A sliding window of admitted call times.
@@ -347,7 +365,13 @@ pub fn parse_policy_text(text: &str, file: &str) -> crate::Result<PolicySet> {
                     set.deny_tool_param.push(DenyToolParam {
                         tool: cx.req_str(t, &k, "tool")?,
                         param: cx.req_str(t, &k, "param")?,
-                        equals: t.get("equals").map(toml_to_json),
+                        equals: match t.get("equals") {
+                            None => None,
+                            Some(v) if has_non_finite(v) => {
+                                return Err(cx.bad_value(&format!("{k}.equals"), "must not contain `nan` or `inf`"));
+                            }
+                            Some(v) => Some(toml_to_json(v)),
+                        },
                         contains: cx.opt_str(t, &k, "contains")?,
                     });
                 }
@@ -429,9 +453,11 @@ pub fn parse_policy_text(text: &str, file: &str) -> crate::Result<PolicySet> {
                         None
                     };
                     if forbid_after.is_empty() && require_before.is_empty() && max_per_session.is_none() {
-                        return Err(cx.missing(&format!("{k}.forbid_after")).with_message(format!(
-                            "policy file `{file}`: `{k}` needs at least one of `forbid_after`, `require_before`, `max_per_session`"
-                        )));
+                        return Err(cx.err(
+                            "missing_policy_key",
+                            &format!("{k}.forbid_after"),
+                            "is required: a trace rule needs at least one of `forbid_after`, `require_before`, `max_per_session`",
+                        ));
                     }
                     set.trace_rule.push(TraceRule {
                         tool: cx.req_str(t, &k, "tool")?,
@@ -451,19 +477,6 @@ pub fn parse_policy_text(text: &str, file: &str) -> crate::Result<PolicySet> {
         }
     }
     Ok(set)
-}
-
-trait WithMessage {
-    fn with_message(self, message: String) -> Self;
-}
-
-impl WithMessage for Error {
-    fn with_message(self, message: String) -> Self {
-        match self {
-            Error::Config { code, details, .. } => Error::Config { code, message, details },
-            other => other,
-        }
-    }
 }
 
 struct Cx<'a> {
@@ -571,6 +584,15 @@ impl Cx<'_> {
     }
 }
 
+fn has_non_finite(v: &toml::Value) -> bool {
+    match v {
+        toml::Value::Float(f) => !f.is_finite(),
+        toml::Value::Array(a) => a.iter().any(has_non_finite),
+        toml::Value::Table(t) => t.values().any(has_non_finite),
+        _ => false,
+    }
+}
+
 /// A TOML value as JSON (datetimes become their string form).
 pub fn toml_to_json(v: &toml::Value) -> Value {
     match v {
@@ -620,25 +642,39 @@ pub fn policy_files(dir: &Path) -> crate::Result<Vec<PathBuf>> {
 /// an empty set; any malformed file fails the whole load, naming the file.
 pub fn load_policy_set(dir: &Path) -> crate::Result<PolicySet> {
     let mut set = PolicySet::default();
+    for (_, file) in load_policy_files(dir)? {
+        set.merge(file);
+    }
+    Ok(set)
+}
+
+/// Reads every `*.toml` of `dir` (sorted), each as its own set, so that
+/// lowering them in turn keeps the rules in file order.
+pub fn load_policy_files(dir: &Path) -> crate::Result<Vec<(String, PolicySet)>> {
+    let mut out = Vec::new();
     for path in policy_files(dir)? {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(&path).map_err(|e| {
             Error::config("policy_io_error", format!("policy file `{shown}`: cannot read: {e}"), json!({"file": shown}))
         })?;
-        set.merge(parse_policy_text(&text, &shown)?);
+        let set = parse_policy_text(&text, &shown)?;
+        out.push((shown, set));
     }
-    Ok(set)
+    Ok(out)
 }
 
 /// Finds `.car/policies` from `start` walking up to the filesystem root; the
-/// nearest directory that exists wins.
+/// nearest one that exists wins (a relative `start` is taken from the
+/// current directory).
 pub fn discover_policy_dir(start: &Path) -> Option<PathBuf> {
     let start = if start.is_absolute() {
         start.to_path_buf()
     } else {
         std::env::current_dir().ok().map(|c| c.join(start)).unwrap_or_else(|| start.to_path_buf())
     };
-    start.ancestors().map(|d| d.join(".car").join("policies")).find(|p| p.is_dir())
+    // Anything at `.car/policies` counts, so that a file standing where the
+    // directory should be fails the load loudly instead of being passed over.
+    start.ancestors().map(|d| d.join(".car").join("policies")).find(|p| p.exists())
 }
 
 #[cfg(test)]
@@ -714,6 +750,116 @@ contains = "169.254.169.254"
         assert_eq!(e.details()["file"], "e.toml");
         let e = parse_policy_text("[[trace_rule]]\ntool = \"x\"", "f.toml").unwrap_err();
         assert_eq!(e.code(), "missing_policy_key");
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const CODES: &[&str] = &[
+            "policy_parse_error",
+            "unknown_policy_key",
+            "invalid_policy_type",
+            "missing_policy_key",
+            "invalid_policy_value",
+        ];
+
+        fn arb_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("\"x\"".to_string()),
+                Just("\"\"".to_string()),
+                Just("1".to_string()),
+                Just("-1".to_string()),
+                Just("1.5".to_string()),
+                Just("nan".to_string()),
+                Just("true".to_string()),
+                Just("[\"a\", \"b\"]".to_string()),
+                Just("[]".to_string()),
+                Just("[1]".to_string()),
+                Just("{ a = 1 }".to_string()),
+                Just("\"(unclosed\"".to_string()),
+            ]
+        }
+
+        fn arb_key() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec![
+                "tool",
+                "param",
+                "equals",
+                "contains",
+                "allow",
+                "matches",
+                "negate",
+                "max_calls",
+                "interval_secs",
+                "forbid_after",
+                "require_before",
+                "max_per_session",
+                "bogus",
+            ])
+        }
+
+        fn arb_file() -> impl Strategy<Value = String> {
+            let table = (
+                prop::sample::select(vec![
+                    "deny_tool_param",
+                    "allow_tool_param",
+                    "deny_tool_param_matching",
+                    "rate_limit_tool",
+                    "trace_rule",
+                    "nope",
+                ]),
+                prop::collection::vec((arb_key(), arb_value()), 0..6),
+            );
+            (prop::option::of(arb_value()), prop::option::of(arb_value()), prop::collection::vec(table, 0..4)).prop_map(
+                |(dt, dk, tables)| {
+                    let mut t = String::new();
+                    if let Some(v) = dt {
+                        t += &format!("deny_tool = {v}\n");
+                    }
+                    if let Some(v) = dk {
+                        t += &format!("deny_keyword = {v}\n");
+                    }
+                    for (name, kvs) in tables {
+                        t += &format!("[[{name}]]\n");
+                        let mut seen = std::collections::HashSet::new();
+                        for (k, v) in kvs {
+                            if seen.insert(k) {
+                                t += &format!("{k} = {v}\n");
+                            }
+                        }
+                    }
+                    t
+                },
+            )
+        }
+
+        proptest! {
+            #[test]
+            fn loading_never_panics_and_errors_name_the_file(text in arb_file()) {
+                match parse_policy_text(&text, "p.toml") {
+                    Ok(set) => {
+                        // Whatever loads can be lowered and checked.
+                        let rules = set.lower();
+                        let a = Action::tool_call("x");
+                        for r in &rules {
+                            let _ = (r.rule)(&a, &Map::new());
+                        }
+                    }
+                    Err(e) => {
+                        prop_assert!(CODES.contains(&e.code()), "{}", e.code());
+                        prop_assert!(e.to_string().contains("`p.toml`"));
+                        let details = e.details();
+                        prop_assert_eq!(details["file"].as_str(), Some("p.toml"));
+                    }
+                }
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+                let _ = parse_policy_text(&text, "p.toml");
+            }
+        }
     }
 
     #[test]

@@ -140,6 +140,11 @@ pub fn egress_allowlist(
 fn host_of(s: &str) -> Option<String> {
     let rest = s.split_once("://").map_or(s, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next()?;
+    // Clients disagree on backslashes and control characters in an
+    // authority; refuse rather than guess which host is meant.
+    if authority.chars().any(|c| c == '\\' || c.is_whitespace() || c.is_control()) {
+        return None;
+    }
     let host_port = authority.rsplit('@').next()?;
     let host =
         if let Some(v6) = host_port.strip_prefix('[') { v6.split(']').next()? } else { host_port.split(':').next()? };
@@ -224,6 +229,11 @@ mod tests {
             InspectorVerdict::Deny(_)
         ));
         assert!(matches!(egress("http", &params(json!({"url": 5}))), InspectorVerdict::Deny(_)));
+        assert!(matches!(
+            egress("http", &params(json!({"url": "http://evil.com\\@example.com/"}))),
+            InspectorVerdict::Deny(_)
+        ));
+        assert!(matches!(egress("http", &params(json!({"url": "http://%65vil.com/"}))), InspectorVerdict::Deny(_)));
         let rep = repetition_limit(2);
         let p = params(json!({"a": 1}));
         assert_eq!(rep("t", &p), InspectorVerdict::Allow);

@@ -2,7 +2,7 @@
 //! runs. Every action passes every policy and all violations are collected; a
 //! panicking policy is caught and becomes a violation naming the policy.
 //!
-//! Also here: the declarative `.car/policies/*.toml` rules ([`file`]), trace
+//! Also here: the declarative `.car/policies/*.toml` rules ([`file`](mod@file)), trace
 //! rules enforced at dispatch ([`trace`]), the two classifiers (authority and
 //! reversibility, [`classify`]), the permission gate and its approvals ledger
 //! ([`approval`]) and dispatch-time inspectors ([`inspectors`]).
@@ -11,13 +11,15 @@ pub mod approval;
 pub mod classify;
 pub mod file;
 pub mod inspectors;
+mod rulelist;
 mod rules;
 pub mod trace;
 
 use std::collections::HashMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+
+use rulelist::{Entry, RuleList};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -31,6 +33,7 @@ pub use approval::{
 pub use classify::{Axes, Flattened, PermissionTier, RiskClassifier, classify_reversibility, evaluate_axes, flatten};
 pub use file::{PolicySet, discover_policy_dir, load_policy_set, parse_policy_text};
 pub use inspectors::{Inspector, InspectorChain, InspectorDenial, InspectorVerdict};
+pub use rulelist::RuleScope;
 pub use rules::{DenyCallback, coerce_to_string, deny_tool, deny_tool_callback, deny_tool_param, require_state};
 pub use trace::{TraceRule, TraceState};
 
@@ -57,19 +60,12 @@ pub struct PolicyInfo {
     pub description: String,
 }
 
-#[derive(Clone)]
-struct Entry {
-    name: String,
-    description: String,
-    rule: PolicyFn,
-}
-
 /// Registered policies: global ones and per-session scopes, plus the trace
 /// rules enforced at dispatch. Clones share the trace (and rate-limit) state.
 #[derive(Clone, Default)]
 pub struct PolicyEngine {
-    global: Vec<Entry>,
-    sessions: HashMap<String, Vec<Entry>>,
+    global: RuleList,
+    sessions: HashMap<String, RuleList>,
     trace_rules: Vec<TraceRule>,
     trace: Arc<Mutex<TraceState>>,
 }
@@ -77,7 +73,7 @@ pub struct PolicyEngine {
 impl std::fmt::Debug for PolicyEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PolicyEngine")
-            .field("global", &self.global.iter().map(|e| e.name.as_str()).collect::<Vec<_>>())
+            .field("global", &self.global.names().collect::<Vec<_>>())
             .field("sessions", &self.sessions.keys().collect::<Vec<_>>())
             .field("trace_rules", &self.trace_rules.iter().map(TraceRule::name).collect::<Vec<_>>())
             .finish()
@@ -92,7 +88,19 @@ impl PolicyEngine {
 
     /// Registers a global policy.
     pub fn register(&mut self, name: impl Into<String>, rule: PolicyFn, description: impl Into<String>) {
-        self.global.push(Entry { name: name.into(), description: description.into(), rule });
+        self.register_scoped(name, rule, description, RuleScope::Any);
+    }
+
+    /// Registers a global policy with a scope the engine uses to skip it for
+    /// actions it cannot apply to (see [`RuleScope`]).
+    pub fn register_scoped(
+        &mut self,
+        name: impl Into<String>,
+        rule: PolicyFn,
+        description: impl Into<String>,
+        scope: RuleScope,
+    ) {
+        self.global.push(Entry { name: name.into(), description: description.into(), rule, scope });
     }
 
     /// Registers a policy in an open session scope.
@@ -104,14 +112,14 @@ impl PolicyEngine {
         description: impl Into<String>,
     ) -> crate::Result<()> {
         let scope = self.sessions.get_mut(session_id).ok_or_else(|| unknown_session(session_id))?;
-        scope.push(Entry { name: name.into(), description: description.into(), rule });
+        scope.push(Entry { name: name.into(), description: description.into(), rule, scope: RuleScope::Any });
         Ok(())
     }
 
     /// Opens a policy scope and returns its id.
     pub fn open_session(&mut self) -> String {
         let id = uuid::Uuid::new_v4().to_string();
-        self.sessions.insert(id.clone(), Vec::new());
+        self.sessions.insert(id.clone(), RuleList::default());
         id
     }
 
@@ -129,31 +137,30 @@ impl PolicyEngine {
         self.sessions.contains_key(session_id)
     }
 
-    /// Removes every global policy of that name; returns the count (0 is fine).
+    /// Removes every global policy (and trace rule) of that name; returns the
+    /// count (0 is fine).
     pub fn unregister(&mut self, name: &str) -> usize {
-        let before = self.global.len();
-        self.global.retain(|e| e.name != name);
-        before - self.global.len()
+        let before = self.trace_rules.len();
+        self.trace_rules.retain(|r| r.name() != name);
+        self.global.remove_named(name) + (before - self.trace_rules.len())
     }
 
     /// Removes every policy of that name from a session scope.
     pub fn unregister_in_session(&mut self, session_id: &str, name: &str) -> crate::Result<usize> {
         let scope = self.sessions.get_mut(session_id).ok_or_else(|| unknown_session(session_id))?;
-        let before = scope.len();
-        scope.retain(|e| e.name != name);
-        Ok(before - scope.len())
+        Ok(scope.remove_named(name))
     }
 
     /// Global policies in registration order, then the trace rules.
     pub fn list(&self) -> Vec<PolicyInfo> {
-        let mut out = info(&self.global);
+        let mut out = self.global.info();
         out.extend(self.trace_rules.iter().map(|r| PolicyInfo { name: r.name(), description: r.describe() }));
         out
     }
 
     /// A session's own policies in registration order.
     pub fn list_session(&self, session_id: &str) -> crate::Result<Vec<PolicyInfo>> {
-        self.sessions.get(session_id).map(|s| info(s)).ok_or_else(|| unknown_session(session_id))
+        self.sessions.get(session_id).map(RuleList::info).ok_or_else(|| unknown_session(session_id))
     }
 
     /// Number of global policies (trace rules included).
@@ -183,7 +190,7 @@ impl PolicyEngine {
         let lowered = set.lower();
         let n = lowered.len() + set.trace_rule.len();
         for r in lowered {
-            self.register(r.name, r.rule, r.description);
+            self.register_scoped(r.name, r.rule, r.description, r.scope);
         }
         self.trace_rules.extend(set.trace_rule.iter().cloned());
         n
@@ -193,8 +200,8 @@ impl PolicyEngine {
     /// number of rules. A missing directory is `Ok(0)`; a malformed file
     /// fails the whole load (nothing is registered) naming the file and key.
     pub fn load_policy_dir(&mut self, dir: &Path) -> crate::Result<usize> {
-        let set = load_policy_set(dir)?;
-        Ok(self.apply_policy_set(&set))
+        let files = file::load_policy_files(dir)?;
+        Ok(files.iter().map(|(_, set)| self.apply_policy_set(set)).sum())
     }
 
     /// Trace rules evaluated at dispatch of a `tool_call` (what already ran
@@ -231,7 +238,7 @@ impl PolicyEngine {
     /// Checks an action against every global policy.
     pub fn check(&self, action: &Action, state: &Map<String, Value>) -> Vec<PolicyViolation> {
         let mut out = Vec::new();
-        run(&self.global, action, state, &mut out);
+        self.global.run(action, state, &mut out);
         out
     }
 
@@ -247,7 +254,7 @@ impl PolicyEngine {
         let mut out = self.check(action, state);
         if let Some(sid) = session_id {
             match self.sessions.get(sid) {
-                Some(scope) => run(scope, action, state, &mut out),
+                Some(scope) => scope.run(action, state, &mut out),
                 None => out.push(PolicyViolation {
                     policy_name: "session".into(),
                     action_id: action.id.clone(),
@@ -261,22 +268,6 @@ impl PolicyEngine {
 
 fn unknown_session(id: &str) -> crate::Error {
     crate::Error::not_found("unknown_session", format!("unknown policy session `{id}`"))
-}
-
-fn info(entries: &[Entry]) -> Vec<PolicyInfo> {
-    entries.iter().map(|e| PolicyInfo { name: e.name.clone(), description: e.description.clone() }).collect()
-}
-
-fn run(entries: &[Entry], action: &Action, state: &Map<String, Value>, out: &mut Vec<PolicyViolation>) {
-    for e in entries {
-        let verdict = catch_unwind(AssertUnwindSafe(|| (e.rule)(action, state)));
-        let reason = match verdict {
-            Ok(None) => continue,
-            Ok(Some(reason)) => reason,
-            Err(_) => format!("policy `{}` panicked; treated as a violation", e.name),
-        };
-        out.push(PolicyViolation { policy_name: e.name.clone(), action_id: action.id.clone(), reason });
-    }
 }
 
 #[cfg(test)]
