@@ -502,3 +502,28 @@ async fn abort_stops_starting_actions_of_the_same_level() {
     assert_eq!(status(&r, "c"), ActionStatus::Skipped);
     assert_eq!(ex.calls.lock().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn admission_hook_refuses_before_anything_runs() {
+    let rt = rt();
+    rt.set_admission_check(Some(Arc::new(|a: &car_runtime::ir::Action, _s: Option<&str>| {
+        (a.tool.as_deref() == Some("y")).then(|| "needs approval: full_access".to_string())
+    })));
+    let ex = Arc::new(Script::default());
+    let r = run(
+        &rt,
+        &ex,
+        json!({"actions": [
+            {"id": "x", "type": "tool_call", "tool": "x"},
+            {"id": "y", "type": "tool_call", "tool": "y"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status(&r, "y"), ActionStatus::Rejected);
+    assert_eq!(result(&r, "y").error.as_deref(), Some("permission: needs approval: full_access"));
+    assert_eq!(status(&r, "x"), ActionStatus::Skipped);
+    assert!(ex.calls.lock().unwrap().is_empty());
+    rt.set_admission_check(None);
+    let r = run(&rt, &ex, json!({"actions": [{"id": "y", "type": "tool_call", "tool": "y"}]})).await;
+    assert_eq!(status(&r, "y"), ActionStatus::Succeeded);
+}

@@ -320,6 +320,17 @@ impl Runtime {
             }
         }
 
+        let mut permission_refused = vec![false; n];
+        let check = self.inner.admission.read().ok().and_then(|c| c.clone());
+        if let Some(check) = check {
+            for (i, a) in actions.iter().enumerate() {
+                if let Some(reason) = check(a, ctx.session_id.as_deref()) {
+                    permission_refused[i] = true;
+                    refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                }
+            }
+        }
+
         let mut abort = false;
         for (i, reason) in refusals.into_iter().enumerate() {
             let Some(reason) = reason else { continue };
@@ -328,7 +339,7 @@ impl Runtime {
                 EventKind::ActionRejected,
                 Some(&ctx.pid),
                 Some(&a.id),
-                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "stage": "admission"}),
+                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "permission": permission_refused[i], "stage": "admission"}),
             );
             let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
             r.error = Some(reason);
