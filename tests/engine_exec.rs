@@ -527,3 +527,15 @@ async fn admission_hook_refuses_before_anything_runs() {
     let r = run(&rt, &ex, json!({"actions": [{"id": "y", "type": "tool_call", "tool": "y"}]})).await;
     assert_eq!(status(&r, "y"), ActionStatus::Succeeded);
 }
+
+#[tokio::test]
+async fn a_panicking_admission_hook_refuses() {
+    let rt = rt();
+    rt.set_admission_check(Some(Arc::new(|_a: &car_runtime::ir::Action, _s: Option<&str>| -> Option<String> {
+        panic!("hook bug")
+    })));
+    let ex = Arc::new(Script::default());
+    let r = run(&rt, &ex, json!({"actions": [{"id": "x", "type": "tool_call", "tool": "x"}]})).await;
+    assert_eq!(status(&r, "x"), ActionStatus::Rejected);
+    assert!(ex.calls.lock().unwrap().is_empty());
+}

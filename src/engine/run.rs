@@ -324,7 +324,9 @@ impl Runtime {
         let check = self.inner.admission.read().ok().and_then(|c| c.clone());
         if let Some(check) = check {
             for (i, a) in actions.iter().enumerate() {
-                if let Some(reason) = check(a, ctx.session_id.as_deref()) {
+                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
+                    .unwrap_or_else(|_| Some("the admission check panicked; refused".to_string()));
+                if let Some(reason) = verdict {
                     permission_refused[i] = true;
                     refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
                 }
