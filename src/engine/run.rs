@@ -606,7 +606,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Err(Fail::new(msg, ErrorClass::Unknown))
             }
         }
-        ActionType::ToolCall => tool_call(ctx, i, a, attempt, tx).await,
+        ActionType::ToolCall => Box::pin(tool_call(ctx, i, a, attempt, tx)).await,
     }
 }
 
