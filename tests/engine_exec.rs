@@ -77,6 +77,7 @@ async fn state_actions_and_outputs() {
             {"id": "missing", "type": "state_read", "parameters": {"key": "absent"}},
             {"id": "as", "type": "assertion", "parameters": {"key": "k", "expected": 5}},
             {"id": "gt", "type": "assertion", "parameters": {"key": "k", "operator": "gt", "expected": 1}},
+        {"id": "absent", "type": "assertion", "parameters": {"key": "nokey"}},
             {"id": "del", "type": "state_write", "parameters": {"key": "k2", "delete": true}},
         ]}),
     )
@@ -88,9 +89,10 @@ async fn state_actions_and_outputs() {
     assert_eq!(result(&r, "missing").output, Some(Value::Null));
     assert_eq!(result(&r, "as").output, Some(json!({"asserted": "k", "value": 5})));
     assert_eq!(status(&r, "gt"), ActionStatus::Succeeded);
+    assert_eq!(result(&r, "absent").output, Some(json!({"asserted": "nokey", "value": null})));
     assert_eq!(result(&r, "del").state_changes["k2"], json!({"op": "delete"}));
     assert!(rt.state().exists(&Scope::global(), "n"));
-    assert_eq!(r.cost.actions_executed, 6);
+    assert_eq!(r.cost.actions_executed, 7);
     assert_eq!(r.cost.tool_calls, 0);
 
     let r = run(
@@ -499,4 +501,41 @@ async fn abort_stops_starting_actions_of_the_same_level() {
     assert_eq!(status(&r, "b"), ActionStatus::Skipped);
     assert_eq!(status(&r, "c"), ActionStatus::Skipped);
     assert_eq!(ex.calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn admission_hook_refuses_before_anything_runs() {
+    let rt = rt();
+    rt.set_admission_check(Some(Arc::new(|a: &car_runtime::ir::Action, _s: Option<&str>| {
+        (a.tool.as_deref() == Some("y")).then(|| "needs approval: full_access".to_string())
+    })));
+    let ex = Arc::new(Script::default());
+    let r = run(
+        &rt,
+        &ex,
+        json!({"actions": [
+            {"id": "x", "type": "tool_call", "tool": "x"},
+            {"id": "y", "type": "tool_call", "tool": "y"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status(&r, "y"), ActionStatus::Rejected);
+    assert_eq!(result(&r, "y").error.as_deref(), Some("permission: needs approval: full_access"));
+    assert_eq!(status(&r, "x"), ActionStatus::Skipped);
+    assert!(ex.calls.lock().unwrap().is_empty());
+    rt.set_admission_check(None);
+    let r = run(&rt, &ex, json!({"actions": [{"id": "y", "type": "tool_call", "tool": "y"}]})).await;
+    assert_eq!(status(&r, "y"), ActionStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn a_panicking_admission_hook_refuses() {
+    let rt = rt();
+    rt.set_admission_check(Some(Arc::new(|_a: &car_runtime::ir::Action, _s: Option<&str>| -> Option<String> {
+        panic!("hook bug")
+    })));
+    let ex = Arc::new(Script::default());
+    let r = run(&rt, &ex, json!({"actions": [{"id": "x", "type": "tool_call", "tool": "x"}]})).await;
+    assert_eq!(status(&r, "x"), ActionStatus::Rejected);
+    assert!(ex.calls.lock().unwrap().is_empty());
 }

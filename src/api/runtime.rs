@@ -265,8 +265,10 @@ impl CarRuntime {
     /// `{count, events}` newest first. Query: `{kinds?, action_id?,
     /// proposal_id?, since?, until?, data_matches?, limit?}`.
     pub fn event_query(&self, query_json: &str) -> Result<String> {
-        let q: EventQuery =
-            if query_json.trim().is_empty() { EventQuery::default() } else { from_json_str(query_json)? };
+        let q: EventQuery = match query_json.trim() {
+            "" | "null" => EventQuery::default(),
+            text => from_json_str(text)?,
+        };
         let events: Vec<Value> = self.rt.events().query(&q)?.iter().map(|e| e.to_json()).collect();
         Ok(to_text(&json!({"count": events.len(), "events": events})))
     }

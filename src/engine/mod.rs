@@ -97,6 +97,12 @@ impl RuntimeOptions {
     }
 }
 
+/// A verdict hook run for every action at admission, before anything runs:
+/// the permission chain and gate plug in here. `Some(reason)` refuses the
+/// action (`rejected`, then its failure behavior). It receives the action and
+/// the execution's policy session.
+pub type AdmissionCheck = Arc<dyn Fn(&crate::ir::Action, Option<&str>) -> Option<String> + Send + Sync>;
+
 /// Per-execution options.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
@@ -117,6 +123,7 @@ pub(crate) struct Inner {
     pub(crate) rate: RateLimiter,
     pub(crate) detached: Arc<DetachedTools>,
     pub(crate) request_seq: AtomicU64,
+    pub(crate) admission: RwLock<Option<AdmissionCheck>>,
 }
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
@@ -158,7 +165,15 @@ impl Runtime {
                 rate: RateLimiter::default(),
                 detached,
                 request_seq: AtomicU64::new(0),
+                admission: RwLock::new(None),
             }),
+        }
+    }
+
+    /// Installs (or removes) the admission verdict hook.
+    pub fn set_admission_check(&self, check: Option<AdmissionCheck>) {
+        if let Ok(mut a) = self.inner.admission.write() {
+            *a = check;
         }
     }
 

@@ -18,7 +18,7 @@ use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
-    Operator, Precondition, ProposalResult, Reversibility, ToolFailure,
+    Operator, Precondition, ProposalResult, Reversibility, ToolFailure, json_eq,
 };
 use crate::state::{Scope, Transaction};
 
@@ -320,6 +320,19 @@ impl Runtime {
             }
         }
 
+        let mut permission_refused = vec![false; n];
+        let check = self.inner.admission.read().ok().and_then(|c| c.clone());
+        if let Some(check) = check {
+            for (i, a) in actions.iter().enumerate() {
+                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
+                    .unwrap_or_else(|_| Some("the admission check panicked; refused".to_string()));
+                if let Some(reason) = verdict {
+                    permission_refused[i] = true;
+                    refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                }
+            }
+        }
+
         let mut abort = false;
         for (i, reason) in refusals.into_iter().enumerate() {
             let Some(reason) = reason else { continue };
@@ -328,7 +341,7 @@ impl Runtime {
                 EventKind::ActionRejected,
                 Some(&ctx.pid),
                 Some(&a.id),
-                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "stage": "admission"}),
+                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "permission": permission_refused[i], "stage": "admission"}),
             );
             let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
             r.error = Some(reason);
@@ -550,7 +563,10 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             };
             let mut changes = Map::new();
             write_state(ctx, i, None, key, value, tx, &mut changes)?;
-            Ok(Done { output: Some(Value::String(format!("written: {key}"))), changes, cached: None })
+            let mut out = String::with_capacity(9 + key.len());
+            out.push_str("written: ");
+            out.push_str(key);
+            Ok(Done { output: Some(Value::String(out)), changes, cached: None })
         }
         ActionType::StateRead => {
             let key = a
@@ -570,8 +586,15 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             let expected = a.parameters.get("expected").cloned().unwrap_or(Value::Null);
             let op = a.parameters.get("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
             let current = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
-            let check = Precondition::new(key, op.clone(), expected.clone());
-            if check.evaluate_value(current.as_ref()) {
+            // `eq` compares the current value (absent reads as `null`) with
+            // `expected`, as the original does; other operators are the
+            // precondition operators.
+            let holds = if op == Operator::Eq {
+                json_eq(current.as_ref().unwrap_or(&Value::Null), &expected)
+            } else {
+                Precondition::new(key, op.clone(), expected.clone()).evaluate_value(current.as_ref())
+            };
+            if holds {
                 Ok(Done { output: Some(json!({"asserted": key, "value": current})), changes: Map::new(), cached: None })
             } else {
                 let shown = current.map_or_else(|| "absent".to_string(), |v| v.to_string());
@@ -583,7 +606,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Err(Fail::new(msg, ErrorClass::Unknown))
             }
         }
-        ActionType::ToolCall => tool_call(ctx, i, a, attempt, tx).await,
+        ActionType::ToolCall => Box::pin(tool_call(ctx, i, a, attempt, tx)).await,
     }
 }
 
