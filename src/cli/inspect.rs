@@ -123,16 +123,27 @@ pub fn mermaid(p: &ActionProposal, r: &VerificationResult) -> String {
             out.push_str(&format!("  {}[\"{}\"]\n", node[a.id.as_str()], describe(&a.id)));
         }
     }
-    for a in &p.actions {
+    // Every edge of the graph: declared dependencies as plain arrows, the
+    // orderings the runtime derives from state (a read after a write, two
+    // writes of one key) labelled `state`.
+    let dag = car_runtime::dag::Dag::build(&p.actions);
+    for (j, a) in p.actions.iter().enumerate() {
+        let to = format!("a{j}");
+        let mut seen = std::collections::HashSet::new();
+        for &i in dag.predecessors(j) {
+            if !seen.insert(i) {
+                continue;
+            }
+            let declared = a.dependencies.iter().any(|d| d == &p.actions[i].id);
+            if declared {
+                out.push_str(&format!("  a{i} --> {to}\n"));
+            } else {
+                out.push_str(&format!("  a{i} -- state --> {to}\n"));
+            }
+        }
         for d in &a.dependencies {
-            match node.get(d.as_str()) {
-                Some(from) => out.push_str(&format!("  {from} --> {}\n", node[a.id.as_str()])),
-                None => out.push_str(&format!(
-                    "  missing_{}[\"missing: {}\"] -.-> {}\n",
-                    node[a.id.as_str()],
-                    label(d),
-                    node[a.id.as_str()]
-                )),
+            if !node.contains_key(d.as_str()) {
+                out.push_str(&format!("  missing_{to}[\"missing: {}\"] -.-> {to}\n", label(d)));
             }
         }
     }

@@ -65,10 +65,16 @@ enum Command {
     #[command(after_help = "Example:\n  car optimize plan.json > optimized.json")]
     Optimize(OptimizeArgs),
     /// Check a plan against policy files, or lint a policy directory.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  car policy check examples/plans/inspect-config.json --dir examples/.car/policies\n  car policy lint examples/.car/policies"
+    )]
     Policy(PolicyCommand),
     /// Explain permission decisions.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  car permission explain --tool shell --input '{\"command\":\"git status\"}' --root examples/workspace"
+    )]
     Permission(PermissionCommand),
     /// Match a shell command against allow / ask / deny argv patterns.
     #[command(
