@@ -152,6 +152,7 @@ fn plan_items(
                     let e = perms.evaluate(tool, &Value::Object(a.parameters.clone()));
                     (e.verdict, perms.describe(tool, &e))
                 }
+                (ActionType::ToolCall, None) => (Verdict::Deny, "a tool_call without a tool".to_string()),
                 _ => (Verdict::Allow, "state operation, not a tool call".to_string()),
             };
             // A compensation tool runs without admission when the proposal
