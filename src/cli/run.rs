@@ -266,7 +266,8 @@ fn prompt(item: &PlanItem, summary: &str) -> Answer {
     }
 }
 
-/// Decides every action: `None` runs it, `Some(reason)` refuses it.
+/// Decides every action; returns the refused ones: action id → the reason
+/// (naming the verdict and the deciding rule) the session policy gives.
 fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> BTreeMap<String, String> {
     let mut refused = BTreeMap::new();
     let mut session_tools: HashSet<String> = HashSet::new();
