@@ -336,3 +336,35 @@ fn the_readme_quick_start_command_is_the_one_tested() {
         "README quick start names the release-notes command"
     );
 }
+
+#[test]
+fn admission_rejections_are_reported_with_the_verification() {
+    let ex = examples();
+    std::fs::write(
+        ex.join("plans/invalid.json"),
+        r#"{"actions":[
+            {"id":"no-content","type":"tool_call","tool":"write_file","parameters":{"path":"x.txt"},"failure_behavior":"skip","max_retries":0},
+            {"id":"unknown","type":"tool_call","tool":"launch_rocket","parameters":{},"failure_behavior":"skip"},
+            {"id":"fine","type":"tool_call","tool":"calculate","parameters":{"expression":"6*7"}}
+        ]}"#,
+    )
+    .unwrap();
+    let r = run(&ex, "invalid", &["--no-input"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    let verification = r.stdout.find("Verification:").expect("verification findings in the plan");
+    assert!(verification < r.stdout.find("Running:").unwrap());
+    assert!(
+        r.stdout.contains("error   no-content: tool 'write_file': missing required parameter 'content'"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.lines().any(|l| l.starts_with("  REJECTED no-content") && l.contains("content")), "{}", r.stdout);
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("  REJECTED unknown") && l.contains("launch_rocket")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("ok       fine"), "{}", r.stdout);
+    assert!(r.stdout.contains("Summary: 1 succeeded, 0 failed, 0 denied, 2 rejected, 0 skipped"), "{}", r.stdout);
+    assert!(!ex.join("workspace/x.txt").exists());
+}

@@ -238,6 +238,22 @@ fn print_plan(
     ));
 }
 
+/// The static verification's findings against the loaded state and the
+/// built-in tools' schemas (admission enforces the errors; nothing here
+/// blocks).
+fn print_verification(out: Out, rt: &CarRuntime, text: &str) {
+    let Ok(json) = rt.verify_proposal(text) else { return };
+    let Ok(v) = serde_json::from_str::<car_runtime::ir::VerificationResult>(&json) else { return };
+    if v.issues.is_empty() {
+        return;
+    }
+    out.line("Verification:");
+    for i in &v.issues {
+        let sev = serde_json::to_value(i.severity).ok().and_then(|s| s.as_str().map(str::to_string));
+        out.line(format!("  {:<7} {}: {}", sev.unwrap_or_default(), i.action_id, i.message));
+    }
+}
+
 /// An answer to one `ask`.
 enum Answer {
     Yes,
@@ -428,6 +444,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let policy = policy_preview(policy_dir.as_deref(), &text);
     let items = plan_items(&proposal, &perms, &policy);
     print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
+    print_verification(out, &rt, &text);
     let refused = decide(&a, out, &proposal, &items);
 
     let session = rt.open_session().map_err(|e| CliError::Runtime(e.to_string()))?;
@@ -482,13 +499,19 @@ pub fn run(a: RunArgs) -> CliResult {
     // Results: one line per action, then the cost rows.
     out.line("");
     out.line("Results:");
-    let (mut ok, mut failed, mut denied, mut skipped) = (0, 0, 0, 0);
+    let (mut ok, mut failed, mut denied, mut rejected, mut skipped) = (0, 0, 0, 0, 0);
     for r in &result.results {
-        let is_denied = r.status == ActionStatus::Rejected;
+        // Denied: refused by the permission chain, the user or a policy;
+        // otherwise a rejection is an admission check (schema, unknown tool, ...).
+        // The error is the first refusal admission met (a session
+        // permission refusal reads `policy 'permission': ...`).
+        let is_denied = r.status == ActionStatus::Rejected
+            && r.error.as_deref().is_some_and(|e| e.contains("policy '") || e.contains("denied by policy"));
         match r.status {
             ActionStatus::Succeeded => ok += 1,
             ActionStatus::Failed => failed += 1,
-            ActionStatus::Rejected => denied += 1,
+            ActionStatus::Rejected if is_denied => denied += 1,
+            ActionStatus::Rejected => rejected += 1,
             _ => skipped += 1,
         }
         let ms = r.duration_ms.map_or(String::new(), |d| format!(" {d:.0} ms"));
@@ -509,7 +532,8 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     let c = &result.cost;
     out.line("");
-    out.line(format!("Summary: {ok} succeeded, {failed} failed, {denied} denied, {skipped} skipped"));
+    let rejected = if rejected > 0 { format!(", {rejected} rejected") } else { String::new() };
+    out.line(format!("Summary: {ok} succeeded, {failed} failed, {denied} denied{rejected}, {skipped} skipped"));
     out.line(format!("  actions_executed   {}", c.actions_executed));
     out.line(format!("  actions_rejected   {}", c.actions_rejected));
     out.line(format!("  actions_skipped    {}", c.actions_skipped));
