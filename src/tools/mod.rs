@@ -9,6 +9,7 @@
 
 mod calc;
 mod confine;
+pub mod executor;
 
 use std::io::Read;
 use std::path::Path;
@@ -19,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 pub use calc::evaluate as calculate;
 pub use confine::Root;
+pub use executor::BuiltinExecutor;
 
 use crate::ir::{Reversibility, ToolFailure, ToolSchema, ToolSource};
 

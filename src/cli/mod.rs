@@ -1,0 +1,237 @@
+//! The `car` command line. Every subcommand calls `car_runtime::api` (or the
+//! public types its facade returns); nothing here decides what the core
+//! decides. Exit codes: 0 success, 1 an action failed or was denied (or the
+//! checked plan is invalid), 2 bad input (file, JSON path and reason).
+
+mod inspect;
+mod permissions;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{Map, Value};
+
+use car_runtime::ir::ActionProposal;
+
+/// A failure that ends the command.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad input: a file, a flag or a document that cannot be used (exit 2).
+    Input(String),
+    /// Something went wrong while running (exit 1).
+    Runtime(String),
+}
+
+impl CliError {
+    fn input(msg: impl Into<String>) -> Self {
+        CliError::Input(msg.into())
+    }
+}
+
+/// What a subcommand returns: its exit code, or a failure.
+pub type CliResult = Result<u8, CliError>;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "car",
+    version,
+    about = "Run, verify and explain Agent IR plans (batches of actions proposed by AI models)",
+    long_about = "Run, verify and explain Agent IR plans.\n\nA plan is an ActionProposal (JSON): tool calls, state writes, reads and assertions forming a DAG. `car run` shows what it would do, asks for what needs approval, and runs it with the built-in tools confined to a root directory.",
+    after_help = "Example:\n  car run examples/plans/release-notes.json --root examples/workspace --no-input\n\nExit codes: 0 success, 1 an action failed or was denied, 2 bad input."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a plan with the built-in tools: print the plan, ask, execute, summarise.
+    #[command(
+        after_help = "Examples:\n  car run examples/plans/release-notes.json --root examples/workspace --no-input\n  car run plan.json --root . --preset strict --yes --json > result.json\n  car run plan.json --state state.json      # load state, save it after the run\n\nExit codes: 0 every action succeeded, 1 an action failed or was denied, 2 bad input."
+    )]
+    Run(run::RunArgs),
+    /// Verify a plan statically: issues, execution levels, conflicts.
+    #[command(
+        after_help = "Examples:\n  car verify examples/plans/deploy.json\n  car verify plan.json --state state.json --max-actions 20 --format json\n  car verify plan.json --format mermaid > plan.mmd   # draw the DAG\n\nExit codes: 0 valid, 1 invalid, 2 bad input."
+    )]
+    Verify(VerifyArgs),
+    /// Simulate a plan against a state and print the final state.
+    #[command(after_help = "Example:\n  car simulate examples/plans/deploy.json --state state.json")]
+    Simulate(SimulateArgs),
+    /// Print the plan with phantom state dependencies dropped.
+    #[command(after_help = "Example:\n  car optimize plan.json > optimized.json")]
+    Optimize(OptimizeArgs),
+    /// Check a plan against policy files, or lint a policy directory.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  car policy check examples/plans/inspect-config.json --dir examples/.car/policies\n  car policy lint examples/.car/policies"
+    )]
+    Policy(PolicyCommand),
+    /// Explain permission decisions.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  car permission explain --tool shell --input '{\"command\":\"git status\"}' --root examples/workspace"
+    )]
+    Permission(PermissionCommand),
+    /// Match a shell command against allow / ask / deny argv patterns.
+    #[command(
+        after_help = "Examples:\n  car shell-match 'git status' --allow 'git status'\n  car shell-match 'cd build && rm -rf *' --allow 'cd *' --deny 'rm -rf **'\n\nPrints allow, ask or deny. A segment matching no pattern asks; the command's verdict is its strictest segment."
+    )]
+    ShellMatch(ShellMatchArgs),
+}
+
+/// Output format of `car verify`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// Human-readable.
+    Text,
+    /// The VerificationResult as JSON.
+    Json,
+    /// A Mermaid flowchart of the DAG, its execution levels and conflicts.
+    Mermaid,
+}
+
+#[derive(Args, Debug)]
+struct VerifyArgs {
+    /// The plan (ActionProposal JSON).
+    plan: PathBuf,
+    /// Initial state: a JSON object of key → value.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// More tool schemas (a JSON array of ToolSchema) besides the built-in tools.
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Refuse plans with more actions than this.
+    #[arg(long)]
+    max_actions: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// The plan (ActionProposal JSON).
+    plan: PathBuf,
+    /// Initial state: a JSON object of key → value.
+    #[arg(long)]
+    state: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct OptimizeArgs {
+    /// The plan (ActionProposal JSON).
+    plan: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyCommand {
+    /// Every violation each action would meet, with stable rule names.
+    #[command(
+        after_help = "Examples:\n  car policy check examples/plans/clean-build.json --dir examples/.car/policies\n  car policy check plan.json            # .car/policies found walking up from here\n\nExit codes: 0 no violation, 1 some action would be denied, 2 bad input."
+    )]
+    Check {
+        /// The plan (ActionProposal JSON).
+        plan: PathBuf,
+        /// The policy directory (default: the nearest `.car/policies` walking up from the current directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load every `*.toml` of a policy directory and report errors and warnings.
+    #[command(
+        after_help = "Example:\n  car policy lint examples/.car/policies\n\nExit codes: 0 loads (warnings are printed), 2 a file is malformed (file and key named)."
+    )]
+    Lint {
+        /// The policy directory.
+        dir: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PermissionCommand {
+    /// Dry-run the permission chain for one tool call: verdict, deciding layer, rule.
+    #[command(
+        after_help = "Examples:\n  car permission explain --tool shell --input '{\"command\":\"rm -rf build\"}' --root examples/workspace\n  car permission explain --tool write_file --input '{\"path\":\"a.txt\",\"content\":\"x\"}' --preset strict"
+    )]
+    Explain(permissions::ExplainArgs),
+}
+
+#[derive(Args, Debug)]
+struct ShellMatchArgs {
+    /// The shell command line.
+    command: String,
+    /// An allow pattern (repeatable).
+    #[arg(long = "allow", value_name = "PATTERN")]
+    allow: Vec<String>,
+    /// An ask pattern (repeatable).
+    #[arg(long = "ask", value_name = "PATTERN")]
+    ask: Vec<String>,
+    /// A deny pattern (repeatable).
+    #[arg(long = "deny", value_name = "PATTERN")]
+    deny: Vec<String>,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Verify(a) => inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, a.format),
+        Command::Simulate(a) => inspect::simulate(&a.plan, a.state.as_deref()),
+        Command::Optimize(a) => inspect::optimize(&a.plan),
+        Command::Policy(PolicyCommand::Check { plan, dir, json }) => inspect::policy_check(&plan, dir.as_deref(), json),
+        Command::Policy(PolicyCommand::Lint { dir, json }) => inspect::policy_lint(&dir, json),
+        Command::Permission(PermissionCommand::Explain(a)) => permissions::explain(a),
+        Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(CliError::Input(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Runtime(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Reads a file as text; a failure names it.
+pub fn read_text(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| CliError::input(format!("{}: cannot read: {e}", path.display())))
+}
+
+/// Reads and parses a plan; a malformed one is reported as
+/// `FILE: JSON.path: reason`.
+pub fn read_plan(path: &Path) -> Result<(String, ActionProposal), CliError> {
+    let text = read_text(path)?;
+    let proposal =
+        car_runtime::ir::parse_proposal(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+    Ok((text, proposal))
+}
+
+/// Reads a JSON document of type `T`; errors name the file and JSON path.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
+    let text = read_text(path)?;
+    car_runtime::ir::from_json_str(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+/// Reads a state file: a JSON object of key → value.
+pub fn read_state(path: &Path) -> Result<Map<String, Value>, CliError> {
+    read_json(path)
+}
+
+/// Serialises to pretty JSON (plain data: cannot fail).
+pub fn pretty<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into())
+}

@@ -1,0 +1,550 @@
+//! `car run`: plan, decide, execute, report.
+//!
+//! 1. Parse the plan, open the root, load the policies (nearest
+//!    `.car/policies` walking up from the root) and the permission chain
+//!    (preset plus the nearest `.car/permissions.toml`).
+//! 2. Print the plan: each action, its permission verdict (the chain
+//!    evaluated on the action's parameters), the policy rules it would meet,
+//!    and for `write_file` / `edit_file` a unified diff computed without
+//!    writing.
+//! 3. Decide every `ask`: `--yes` approves, `--no-input` denies, a terminal
+//!    prompts (approve, deny, approve this tool for the session), anything
+//!    else denies (a non-interactive run never waits).
+//! 4. Execute through `CarRuntime::execute_proposal` with a session policy
+//!    rejecting exactly the refused action ids (the reason names the verdict
+//!    and the rule), so they come back `rejected` and are reported as denied.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use clap::Args;
+use serde_json::{Map, Value};
+
+use car_runtime::api::runtime::CarRuntime;
+use car_runtime::engine::{RuntimeOptions, ToolCall, ToolExecutor};
+use car_runtime::ir::{Action, ActionProposal, ActionStatus, ActionType, Compensation, ProposalResult, ToolFailure};
+use car_runtime::permission::Verdict;
+use car_runtime::tools::{BuiltinExecutor, Root};
+
+use super::permissions::{self, Permissions};
+use super::{CliError, CliResult, pretty, read_plan, read_state};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The plan (ActionProposal JSON).
+    plan: PathBuf,
+    /// The directory the file tools are confined to and `shell` runs in.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// Permission preset: strict, standard or open (default: the `preset` of
+    /// `.car/permissions.toml`, else standard).
+    #[arg(long, value_parser = ["strict", "standard", "open"])]
+    preset: Option<String>,
+    /// Approve every action that asks.
+    #[arg(long, conflicts_with = "no_input")]
+    yes: bool,
+    /// Never prompt: deny every action that asks.
+    #[arg(long)]
+    no_input: bool,
+    /// Print the full ProposalResult as JSON on stdout (the plan and progress go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Load the state from this JSON file (when it exists) and save it after the run.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Do not run compensations when the proposal aborts.
+    #[arg(long)]
+    no_compensate: bool,
+}
+
+/// Where human output goes: stdout, or stderr under `--json`.
+#[derive(Clone, Copy)]
+struct Out {
+    err: bool,
+}
+
+impl Out {
+    fn line(self, s: impl AsRef<str>) {
+        if self.err {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "{}", s.as_ref());
+        } else {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{}", s.as_ref());
+            let _ = o.flush();
+        }
+    }
+}
+
+/// One action as planned.
+struct PlanItem {
+    id: String,
+    tool: Option<String>,
+    verdict: Verdict,
+    why: String,
+    policy: Vec<(String, String)>,
+}
+
+fn input_error(e: impl std::fmt::Display) -> CliError {
+    CliError::Input(e.to_string())
+}
+
+/// A short description of what an action does.
+fn summary(a: &Action) -> String {
+    let p = &a.parameters;
+    let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    match (a.action_type, a.tool.as_deref()) {
+        (ActionType::ToolCall, Some("shell")) => format!("shell `{}`", s("command")),
+        (ActionType::ToolCall, Some("write_file")) => {
+            format!("write_file {} ({} bytes)", s("path"), p.get("content").and_then(Value::as_str).map_or(0, str::len))
+        }
+        (ActionType::ToolCall, Some(t)) => {
+            let mut text = Value::Object(p.clone()).to_string();
+            if text.len() > 100 {
+                let cut = (0..=97).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                text.truncate(cut);
+                text.push_str("...");
+            }
+            format!("{t} {text}")
+        }
+        (t, _) => match p.get("key").and_then(Value::as_str) {
+            Some(k) => format!("{} {k}", t.as_str()),
+            None => t.as_str().to_string(),
+        },
+    }
+}
+
+/// The policy rules each action would meet, from the policy dry run.
+fn policy_preview(dir: Option<&Path>, text: &str) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let Some(dir) = dir else { return out };
+    let d = dir.to_string_lossy();
+    let Ok(json) = car_runtime::api::policy::check_policies(car_runtime::api::policy::RuleSource::Dir(&d), text) else {
+        return out;
+    };
+    let v: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+    for x in v["violations"].as_array().into_iter().flatten() {
+        let id = x["action_id"].as_str().unwrap_or("").to_string();
+        let name = x["policy_name"].as_str().unwrap_or("").to_string();
+        let reason = x["reason"].as_str().unwrap_or("").to_string();
+        out.entry(id).or_default().push((name, reason));
+    }
+    out
+}
+
+fn plan_items(
+    proposal: &ActionProposal,
+    perms: &Permissions,
+    policy: &BTreeMap<String, Vec<(String, String)>>,
+) -> Vec<PlanItem> {
+    proposal
+        .actions
+        .iter()
+        .map(|a| {
+            let policy = policy.get(&a.id).cloned().unwrap_or_default();
+            let (verdict, why) = match (a.action_type, a.tool.as_deref()) {
+                (ActionType::ToolCall, Some(tool)) => {
+                    let e = perms.evaluate(tool, &Value::Object(a.parameters.clone()));
+                    (e.verdict, perms.describe(tool, &e))
+                }
+                (ActionType::ToolCall, None) => (Verdict::Deny, "a tool_call without a tool".to_string()),
+                _ => (Verdict::Allow, "state operation, not a tool call".to_string()),
+            };
+            // A compensation tool runs without admission when the proposal
+            // aborts, so the action is only as allowed as its compensation.
+            let (verdict, why) = match &a.compensation {
+                Some(Compensation::Tool { tool, parameters }) => {
+                    let e = perms.evaluate(tool, &Value::Object(parameters.clone()));
+                    if e.verdict > verdict {
+                        (
+                            e.verdict,
+                            format!(
+                                "its compensation `{tool}` is {}: {}",
+                                e.verdict.as_str(),
+                                perms.describe(tool, &e)
+                            ),
+                        )
+                    } else {
+                        (verdict, why)
+                    }
+                }
+                _ => (verdict, why),
+            };
+            PlanItem { id: a.id.clone(), tool: a.tool.clone(), verdict, why, policy }
+        })
+        .collect()
+}
+
+fn print_plan(
+    out: Out,
+    plan: &Path,
+    root_shown: &Path,
+    root: &Root,
+    perms: &Permissions,
+    proposal: &ActionProposal,
+    items: &[PlanItem],
+) {
+    let count = |v: Verdict| items.iter().filter(|i| i.verdict == v && i.policy.is_empty()).count();
+    let policy_denied = items.iter().filter(|i| !i.policy.is_empty()).count();
+    out.line(format!(
+        "Plan: {} ({} action{}) in {}, preset {}{}",
+        plan.display(),
+        items.len(),
+        if items.len() == 1 { "" } else { "s" },
+        root_shown.display(),
+        perms.preset.as_str(),
+        perms.file.as_ref().map_or(String::new(), |f| format!(", rules {}", f.display()))
+    ));
+    out.line("");
+    for (a, item) in proposal.actions.iter().zip(items) {
+        let mark = if !item.policy.is_empty() { "deny" } else { item.verdict.as_str() };
+        let deps =
+            if a.dependencies.is_empty() { String::new() } else { format!("  (after {})", a.dependencies.join(", ")) };
+        out.line(format!("  [{mark:<5}] {}: {}{deps}", item.id, summary(a)));
+        for (name, reason) in &item.policy {
+            out.line(format!("            policy {name}: {reason}"));
+        }
+        out.line(format!("            permission {}: {}", item.verdict.as_str(), item.why));
+        if let Some(Compensation::Tool { tool, parameters }) = &a.compensation {
+            let mut c = Action::tool_call(tool.clone());
+            c.parameters = parameters.clone();
+            out.line(format!("            compensation on abort: {}", summary(&c)));
+        }
+        if let Some(tool) = &item.tool {
+            match car_runtime::tools::preview(root, tool, &a.parameters) {
+                Ok(Some(diff)) if diff.is_empty() => out.line("            (no change)"),
+                Ok(Some(diff)) => {
+                    for l in diff.lines() {
+                        out.line(format!("            {l}"));
+                    }
+                }
+                Ok(None) => {}
+                Err(f) => out.line(format!("            cannot preview: {}", f.message)),
+            }
+        }
+    }
+    out.line("");
+    out.line(format!(
+        "{} to run, {} to ask, {} denied by permissions, {} denied by policy",
+        count(Verdict::Allow),
+        count(Verdict::Ask),
+        count(Verdict::Deny),
+        policy_denied
+    ));
+}
+
+/// The static verification's findings against the loaded state and the
+/// built-in tools' schemas (admission enforces the errors; nothing here
+/// blocks).
+fn print_verification(out: Out, rt: &CarRuntime, text: &str) {
+    let Ok(json) = rt.verify_proposal(text) else { return };
+    let Ok(v) = serde_json::from_str::<car_runtime::ir::VerificationResult>(&json) else { return };
+    if v.issues.is_empty() {
+        return;
+    }
+    out.line("Verification:");
+    for i in &v.issues {
+        let sev = serde_json::to_value(i.severity).ok().and_then(|s| s.as_str().map(str::to_string));
+        out.line(format!("  {:<7} {}: {}", sev.unwrap_or_default(), i.action_id, i.message));
+    }
+}
+
+/// An answer to one `ask`.
+enum Answer {
+    Yes,
+    No,
+    Session,
+}
+
+fn prompt(item: &PlanItem, summary: &str) -> Answer {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "\nApprove {} ({summary})?\n  [y] approve  [n] deny  [a] approve `{}` for the rest of this run: ",
+        item.id,
+        item.tool.as_deref().unwrap_or("")
+    );
+    let _ = err.flush();
+    drop(err);
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(0) | Err(_) => Answer::No,
+        Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => Answer::Yes,
+            "a" | "always" | "s" | "session" => Answer::Session,
+            _ => Answer::No,
+        },
+    }
+}
+
+/// Decides every action; returns the refused ones: action id → the reason
+/// (naming the verdict and the deciding rule) the session policy gives.
+fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> BTreeMap<String, String> {
+    let mut refused = BTreeMap::new();
+    let mut session_tools: HashSet<String> = HashSet::new();
+    let interactive = !a.yes && !a.no_input && std::io::stdin().is_terminal();
+    let mut told = false;
+    for (act, item) in proposal.actions.iter().zip(items) {
+        if !item.policy.is_empty() {
+            continue; // the policy engine rejects it at admission
+        }
+        match item.verdict {
+            Verdict::Allow => {}
+            Verdict::Deny => {
+                refused.insert(item.id.clone(), format!("permission verdict deny, decided by {}", item.why));
+            }
+            Verdict::Ask => {
+                let tool = item.tool.clone().unwrap_or_default();
+                let approved = if a.yes {
+                    true
+                } else if a.no_input {
+                    refused.insert(
+                        item.id.clone(),
+                        format!("permission verdict ask, refused by --no-input; decided by {}", item.why),
+                    );
+                    false
+                } else if !interactive {
+                    if !told {
+                        out.line("stdin is not a terminal: every `ask` is denied (pass --yes to approve, --no-input to silence this)");
+                        told = true;
+                    }
+                    refused.insert(
+                        item.id.clone(),
+                        format!("permission verdict ask, no terminal to ask; decided by {}", item.why),
+                    );
+                    false
+                } else if session_tools.contains(&tool) {
+                    out.line(format!("  {} approved: `{tool}` was approved for this run", item.id));
+                    true
+                } else {
+                    match prompt(item, &summary(act)) {
+                        Answer::Yes => true,
+                        Answer::Session => {
+                            session_tools.insert(tool);
+                            true
+                        }
+                        Answer::No => {
+                            refused.insert(
+                                item.id.clone(),
+                                format!("permission verdict ask, denied by the user; decided by {}", item.why),
+                            );
+                            false
+                        }
+                    }
+                };
+                if approved && !interactive {
+                    out.line(format!("  {} approved by --yes", item.id));
+                }
+            }
+        }
+    }
+    refused
+}
+
+/// The built-in executor with one progress line per call.
+struct Progress {
+    inner: BuiltinExecutor,
+    out: Out,
+    total: usize,
+    done: AtomicUsize,
+    succeeded: std::sync::Mutex<HashSet<String>>,
+}
+
+#[async_trait]
+impl ToolExecutor for Progress {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+        let (id, tool, attempt) = (call.action_id.clone(), call.tool.clone(), call.attempt);
+        // A call for an action that already succeeded is its compensation.
+        let compensation = self.succeeded.lock().map(|s| s.contains(&id)).unwrap_or(false);
+        if compensation {
+            let r = self.inner.execute(call).await;
+            match &r {
+                Ok(_) => self.out.line(format!("  undone   {id} ({tool}): compensation ran")),
+                Err(f) => self.out.line(format!("  FAILED   {id} ({tool}): compensation failed: {}", f.message)),
+            }
+            return r;
+        }
+        let start = Instant::now();
+        let fut = self.inner.execute(call);
+        tokio::pin!(fut);
+        let r = tokio::select! {
+            r = &mut fut => r,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {
+                self.out.line(format!("  ...      {id} ({tool}) still running"));
+                fut.await
+            }
+        };
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        let n = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+        if r.is_ok()
+            && let Ok(mut s) = self.succeeded.lock()
+        {
+            s.insert(id.clone());
+        }
+        let total = self.total;
+        match &r {
+            Ok(_) => self.out.line(format!("  ok       {id} ({tool}) {ms:.0} ms  [{n}/{total}]")),
+            Err(f) => {
+                let first = f.message.lines().next().unwrap_or("");
+                self.out.line(format!("  failed   {id} ({tool}) attempt {attempt}, {ms:.0} ms: {first}  [{n}/{total}]"))
+            }
+        }
+        r
+    }
+}
+
+fn save_state(rt: &CarRuntime, file: &Path) -> Result<(), CliError> {
+    let snap = rt.state_snapshot(None).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let v: Value = serde_json::from_str(&snap).unwrap_or(Value::Object(Map::new()));
+    let tmp = file.with_extension("json.tmp");
+    std::fs::write(&tmp, pretty(&v) + "\n")
+        .and_then(|_| std::fs::rename(&tmp, file))
+        .map_err(|e| CliError::Runtime(format!("{}: cannot save the state: {e}", file.display())))
+}
+
+fn status_word(s: ActionStatus, denied: bool) -> &'static str {
+    match s {
+        ActionStatus::Succeeded => "ok",
+        ActionStatus::Failed => "FAILED",
+        ActionStatus::Rejected if denied => "DENIED",
+        ActionStatus::Rejected => "REJECTED",
+        ActionStatus::Skipped => "skipped",
+        _ => "pending",
+    }
+}
+
+/// `car run`.
+pub fn run(a: RunArgs) -> CliResult {
+    let (text, proposal) = read_plan(&a.plan)?;
+    let root = Root::new(&a.root).map_err(|e| CliError::Input(format!("--root: {e}")))?;
+    let out = Out { err: a.json };
+
+    let rt = CarRuntime::with_options(RuntimeOptions::default().compensate_on_abort(!a.no_compensate));
+    for t in car_runtime::tools::builtin_tools() {
+        let schema = serde_json::to_string(&t.schema).unwrap_or_default();
+        rt.register_tool_schema(&schema).map_err(|e| CliError::Runtime(e.to_string()))?;
+    }
+    let policy_dir = car_runtime::policy::discover_policy_dir(root.path());
+    if let Some(d) = &policy_dir {
+        rt.load_policies(&d.to_string_lossy()).map_err(input_error)?;
+    }
+    let perms = permissions::load(root.path(), a.preset.as_deref())?;
+    if let Some(f) = a.state.as_ref().filter(|f| f.exists()) {
+        for (k, v) in read_state(f)? {
+            rt.state_set(&k, &v.to_string(), None)
+                .map_err(|e| CliError::Input(format!("{}: {k}: {e}", f.display())))?;
+        }
+    }
+
+    let policy = policy_preview(policy_dir.as_deref(), &text);
+    let items = plan_items(&proposal, &perms, &policy);
+    print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
+    print_verification(out, &rt, &text);
+    let refused = decide(&a, out, &proposal, &items);
+
+    let session = rt.open_session().map_err(|e| CliError::Runtime(e.to_string()))?;
+    if !refused.is_empty() {
+        let map = refused.clone();
+        let rule: car_runtime::policy::PolicyFn =
+            Arc::new(move |act: &Action, _: &Map<String, Value>| map.get(&act.id).cloned());
+        rt.runtime()
+            .with_policies_mut(|p| {
+                p.register_in_session(
+                    &session,
+                    "permission",
+                    rule,
+                    "actions refused by the permission chain or the user",
+                )
+            })
+            .and_then(|r| r)
+            .map_err(|e| CliError::Runtime(e.to_string()))?;
+    }
+
+    out.line("");
+    out.line("Running:");
+    let tool_calls = proposal
+        .actions
+        .iter()
+        .zip(&items)
+        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.policy.is_empty() && !refused.contains_key(&x.id))
+        .count();
+    let exec = Arc::new(Progress {
+        inner: BuiltinExecutor::new(root.clone()),
+        out,
+        total: tool_calls,
+        done: AtomicUsize::new(0),
+        succeeded: std::sync::Mutex::new(HashSet::new()),
+    });
+    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
+    let result_json = tokio_rt
+        .block_on(rt.execute_proposal(&text, exec, Some(&session), None))
+        .map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result: ProposalResult =
+        serde_json::from_str(&result_json).map_err(|e| CliError::Runtime(format!("unreadable ProposalResult: {e}")))?;
+    let _ = rt.close_session(&session);
+
+    if let Some(f) = &a.state {
+        save_state(&rt, f)?;
+    }
+
+    // Results: one line per action, then the cost rows.
+    out.line("");
+    out.line("Results:");
+    let (mut ok, mut failed, mut denied, mut rejected, mut skipped) = (0, 0, 0, 0, 0);
+    for r in &result.results {
+        // Denied: refused by the permission chain, the user or a policy;
+        // otherwise a rejection is an admission check (schema, unknown tool, ...).
+        // The error is the first refusal admission met (a session
+        // permission refusal reads `policy 'permission': ...`).
+        let is_denied = r.status == ActionStatus::Rejected
+            && r.error.as_deref().is_some_and(|e| e.contains("policy '") || e.contains("denied by policy"));
+        match r.status {
+            ActionStatus::Succeeded => ok += 1,
+            ActionStatus::Failed => failed += 1,
+            ActionStatus::Rejected if is_denied => denied += 1,
+            ActionStatus::Rejected => rejected += 1,
+            _ => skipped += 1,
+        }
+        let ms = r.duration_ms.map_or(String::new(), |d| format!(" {d:.0} ms"));
+        let mut line = format!("  {:<8} {}{ms}", status_word(r.status, is_denied), r.action_id);
+        if let Some(e) = r.error.as_ref().filter(|_| r.status != ActionStatus::Succeeded) {
+            line.push_str(&format!(": {}", e.lines().next().unwrap_or("").trim_end()));
+        }
+        if r.rolled_back {
+            line.push_str(" (the proposal aborted: its state effects were rolled back)");
+        }
+        if r.compensated {
+            line.push_str(" (compensated)");
+        }
+        if let Some(c) = &r.compensation_error {
+            line.push_str(&format!(" (compensation failed: {c})"));
+        }
+        out.line(line);
+    }
+    let c = &result.cost;
+    out.line("");
+    let rejected = if rejected > 0 { format!(", {rejected} rejected") } else { String::new() };
+    out.line(format!("Summary: {ok} succeeded, {failed} failed, {denied} denied{rejected}, {skipped} skipped"));
+    out.line(format!("  actions_executed   {}", c.actions_executed));
+    out.line(format!("  actions_rejected   {}", c.actions_rejected));
+    out.line(format!("  actions_skipped    {}", c.actions_skipped));
+    out.line(format!("  tool_calls         {}", c.tool_calls));
+    out.line(format!("  retries            {}", c.retries));
+    out.line(format!("  total_duration_ms  {:.1}", c.total_duration_ms));
+    if let Some(f) = &a.state {
+        out.line(format!("state saved to {}", f.display()));
+    }
+    if a.json {
+        println!("{}", pretty(&result));
+    }
+    Ok(if ok == result.results.len() { 0 } else { 1 })
+}

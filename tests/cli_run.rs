@@ -1,0 +1,370 @@
+//! `car run` end to end: the example plans, every exit code, denials and
+//! asks under `--no-input`, path escapes, malformed inputs, state files,
+//! `--json`, and an interactive approval through a pseudo terminal.
+
+mod cli_common;
+
+use std::path::Path;
+
+use cli_common::{car, examples, repo};
+use serde_json::Value;
+
+const WS: &str = "workspace";
+
+fn run(ex: &Path, plan: &str, extra: &[&str]) -> cli_common::Run {
+    let plan = format!("plans/{plan}.json");
+    let mut args = vec!["run", plan.as_str(), "--root", WS];
+    args.extend_from_slice(extra);
+    car(ex, &args)
+}
+
+#[test]
+fn release_notes_runs_and_writes_the_notes() {
+    let ex = examples();
+    let r = run(&ex, "release-notes", &["--no-input"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    // The plan shows the diff before anything runs, then progress and the summary.
+    let plan_at = r.stdout.find("+# Dashboard 1.2.0").expect("diff preview");
+    let run_at = r.stdout.find("Running:").unwrap();
+    assert!(plan_at < run_at);
+    assert!(r.stdout.contains("ok       write-notes (write_file)"), "{}", r.stdout);
+    assert!(r.stdout.contains("Summary: 5 succeeded, 0 failed, 0 denied, 0 skipped"), "{}", r.stdout);
+    assert!(r.stdout.contains("tool_calls         3"), "{}", r.stdout);
+    let notes = std::fs::read_to_string(ex.join("workspace/RELEASE_NOTES.md")).unwrap();
+    assert!(notes.starts_with("# Dashboard 1.2.0\n"));
+    // A second run changes nothing and says so.
+    let r = run(&ex, "release-notes", &["--no-input"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("(no change)"), "{}", r.stdout);
+}
+
+#[test]
+fn clean_build_denies_and_refuses_the_ask_under_no_input() {
+    let ex = examples();
+    let r = run(&ex, "clean-build", &["--no-input"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.contains("[deny ] wipe-build"), "{}", r.stdout);
+    assert!(r.stdout.contains("[ask  ] remove-objects"), "{}", r.stdout);
+    let denied = r.stdout.lines().find(|l| l.contains("DENIED   wipe-build")).expect("wipe-build denied");
+    assert!(denied.contains("verdict deny") && denied.contains(r#""argv":"rm -rf **""#), "{denied}");
+    let refused = r.stdout.lines().find(|l| l.contains("DENIED   remove-objects")).expect("ask refused");
+    assert!(refused.contains("verdict ask") && refused.contains("--no-input") && refused.contains(r#""argv":"rm **""#));
+    assert!(r.stdout.contains("Summary: 3 succeeded, 0 failed, 2 denied"), "{}", r.stdout);
+    // Nothing denied ran.
+    assert!(ex.join("workspace/build/obj/app.o").exists());
+    assert!(ex.join("workspace/build/CLEANED").exists());
+}
+
+#[test]
+fn clean_build_with_yes_runs_the_ask_but_never_the_deny() {
+    let ex = examples();
+    let r = run(&ex, "clean-build", &["--yes"]);
+    assert_eq!(r.code, 1, "the deny still fails the run: {}", r.all());
+    assert!(r.stdout.contains("remove-objects approved by --yes"), "{}", r.stdout);
+    assert!(!ex.join("workspace/build/obj/app.o").exists());
+    assert!(ex.join("workspace/build/cache.txt").exists(), "rm -rf build was denied");
+}
+
+#[test]
+fn deploy_under_no_input_runs_nothing() {
+    let ex = examples();
+    let r = run(&ex, "deploy", &["--no-input"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.contains("compensation on abort: shell `sh scripts/rollback.sh 1.2.0`"), "{}", r.stdout);
+    assert!(r.stdout.contains("DENIED   deploy"), "{}", r.stdout);
+    assert!(r.stdout.contains("skipped  run-tests"), "{}", r.stdout);
+    assert!(!ex.join("workspace/dist").exists());
+}
+
+#[test]
+fn deploy_with_yes_ships_and_saves_the_state() {
+    let ex = examples();
+    std::fs::write(ex.join("state.json"), r#"{"deployed.version": "1.1.0", "team": "web"}"#).unwrap();
+    let r = run(&ex, "deploy", &["--yes", "--state", "state.json"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(std::fs::read_to_string(ex.join("workspace/deployed/current")).unwrap(), "dashboard version 1.2.0\n");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(ex.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state, serde_json::json!({"deployed.version": "1.2.0", "team": "web"}));
+}
+
+#[test]
+fn a_failed_smoke_test_compensates_the_deploy() {
+    let ex = examples();
+    std::fs::write(ex.join("workspace/scripts/smoke.sh"), "#!/bin/sh\necho unhealthy >&2\nexit 1\n").unwrap();
+    std::fs::write(ex.join("state.json"), r#"{"deployed.version": "1.1.0"}"#).unwrap();
+    let r = run(&ex, "deploy", &["--yes", "--state", "state.json"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.contains("FAILED   smoke-test"), "{}", r.stdout);
+    assert!(r.stdout.contains("undone   deploy (shell): compensation ran"), "{}", r.stdout);
+    assert!(r.stdout.lines().any(|l| l.contains("ok       deploy") && l.contains("(compensated)")), "{}", r.stdout);
+    assert!(!ex.join("workspace/deployed/current").exists(), "rollback.sh removed it");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(ex.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["deployed.version"], "1.1.0", "the aborted run left the state as it was");
+}
+
+#[test]
+fn inspect_config_is_denied_by_policy_and_json_has_the_result() {
+    let ex = examples();
+    let r = run(&ex, "inspect-config", &["--no-input", "--json"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    let result: Value = serde_json::from_str(&r.stdout).expect("stdout is the ProposalResult alone");
+    let statuses: Vec<&str> =
+        result["results"].as_array().unwrap().iter().map(|x| x["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["succeeded", "rejected", "succeeded", "succeeded"]);
+    assert!(result["results"][1]["error"].as_str().unwrap().contains("deny_tool_param_matching:read_file.path"));
+    assert_eq!(result["results"][3]["output"]["result"], 8081.0);
+    assert_eq!(result["cost"]["actions_rejected"], 1);
+    // The plan and the summary went to stderr.
+    assert!(r.stderr.contains("policy deny_tool_param_matching:read_file.path"), "{}", r.stderr);
+    assert!(r.stderr.contains("Summary: 3 succeeded"), "{}", r.stderr);
+}
+
+#[test]
+fn without_a_terminal_asks_are_denied_and_nothing_waits() {
+    let ex = examples();
+    let r = run(&ex, "clean-build", &[]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("stdin is not a terminal"), "{}", r.stdout);
+    assert!(r.stdout.contains("no terminal to ask"), "{}", r.stdout);
+    assert!(ex.join("workspace/build/obj/app.o").exists());
+}
+
+#[test]
+fn presets_change_the_verdicts() {
+    let ex = examples();
+    // strict asks for writes: refused under --no-input.
+    let r = run(&ex, "release-notes", &["--no-input", "--preset", "strict"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.contains("[ask  ] write-notes"), "{}", r.stdout);
+    assert!(!ex.join("workspace/RELEASE_NOTES.md").exists());
+    // open allows the rm that standard asks for; the deny rule still holds.
+    let r = run(&ex, "clean-build", &["--no-input", "--preset", "open"]);
+    assert!(r.stdout.contains("[ask  ] remove-objects"), "ask rules apply under every preset: {}", r.stdout);
+    assert!(r.stdout.contains("[deny ] wipe-build"));
+    let r = car(&ex, &["run", "plans/clean-build.json", "--preset", "lax"]);
+    assert_eq!(r.code, 2, "{}", r.all());
+}
+
+#[test]
+fn exit_codes() {
+    let ex = examples();
+    // 0: everything succeeded.
+    assert_eq!(run(&ex, "release-notes", &["--no-input"]).code, 0);
+    // 1: an action failed.
+    std::fs::write(
+        ex.join("plans/fails.json"),
+        r#"{"actions":[{"id":"bad-math","type":"tool_call","tool":"calculate","parameters":{"expression":"1/"},"max_retries":0}]}"#,
+    )
+    .unwrap();
+    let r = run(&ex, "fails", &["--no-input"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.contains("FAILED   bad-math"), "{}", r.stdout);
+    // 2: a malformed plan, named by file and JSON path.
+    std::fs::write(
+        ex.join("plans/malformed.json"),
+        r#"{"actions":[{"id":"x","type":"tool_call","tool":"read_file","failure_behavior":"redo"}]}"#,
+    )
+    .unwrap();
+    let r = run(&ex, "malformed", &["--no-input"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("plans/malformed.json: actions[0].failure_behavior: unknown variant `redo`"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty(), "nothing planned or run: {}", r.stdout);
+    // 2: not JSON at all: the file and the line.
+    std::fs::write(ex.join("plans/truncated.json"), "{\"actions\": [\n").unwrap();
+    let r = run(&ex, "truncated", &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("plans/truncated.json: invalid json") && r.stderr.contains("line 2"), "{}", r.stderr);
+    // 2: a missing plan, a missing root.
+    let r = car(&ex, &["run", "plans/nope.json"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("plans/nope.json: cannot read"), "{}", r.stderr);
+    let r = car(&ex, &["run", "plans/release-notes.json", "--root", "no-such-dir"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("--root") && r.stderr.contains("no-such-dir"), "{}", r.stderr);
+    // 2: flags that contradict each other.
+    assert_eq!(car(&ex, &["run", "plans/release-notes.json", "--yes", "--no-input"]).code, 2);
+}
+
+#[test]
+fn path_escapes_are_refused_before_any_io() {
+    let ex = examples();
+    let outside = cli_common::tmp();
+    std::os::unix::fs::symlink(&outside, ex.join("workspace/link")).unwrap();
+    std::fs::write(
+        ex.join("plans/escape.json"),
+        r#"{"actions":[
+            {"id":"dotdot","type":"tool_call","tool":"write_file","parameters":{"path":"../escaped.txt","content":"x"},"failure_behavior":"skip","max_retries":0},
+            {"id":"via-link","type":"tool_call","tool":"write_file","parameters":{"path":"link/escaped.txt","content":"x"},"failure_behavior":"skip","max_retries":0},
+            {"id":"read-up","type":"tool_call","tool":"read_file","parameters":{"path":"../plans/escape.json"},"failure_behavior":"skip","max_retries":0}
+        ]}"#,
+    )
+    .unwrap();
+    let r = run(&ex, "escape", &["--no-input"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.contains("cannot preview: path `../escaped.txt` climbs above the root; refused"), "{}", r.stdout);
+    for id in ["dotdot", "via-link", "read-up"] {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains(id) && l.contains("skipped"))
+            .unwrap_or_else(|| panic!("{id}: {}", r.stdout));
+        assert!(line.contains("refused"), "{line}");
+    }
+    assert!(!ex.join("escaped.txt").exists());
+    assert!(!outside.join("escaped.txt").exists());
+}
+
+#[test]
+fn a_malformed_policy_file_is_named_with_its_key() {
+    let ex = examples();
+    std::fs::write(ex.join(".car/policies/zz-bad.toml"), "deny_tools = [\"shell\"]\n").unwrap();
+    let r = run(&ex, "release-notes", &["--no-input"]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.stderr.contains("zz-bad.toml") && r.stderr.contains("deny_tools"), "{}", r.stderr);
+    assert!(!ex.join("workspace/RELEASE_NOTES.md").exists(), "nothing ran");
+    let r = car(&ex, &["policy", "lint", ".car/policies"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("zz-bad.toml") && r.stderr.contains("deny_tools"), "{}", r.stderr);
+    // A value of the wrong type inside a table: file and key path.
+    std::fs::write(
+        ex.join(".car/policies/zz-bad.toml"),
+        "[[rate_limit_tool]]\ntool = \"shell\"\nmax_calls = \"ten\"\ninterval_secs = 1\n",
+    )
+    .unwrap();
+    let r = run(&ex, "release-notes", &["--no-input"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("zz-bad.toml") && r.stderr.contains("max_calls"), "{}", r.stderr);
+}
+
+#[test]
+fn a_malformed_permissions_file_is_named_with_its_line() {
+    let ex = examples();
+    std::fs::write(ex.join(".car/permissions.toml"), "[shell]\nallow = [\"ls\"]\nalow = [\"rm\"]\n").unwrap();
+    let r = run(&ex, "release-notes", &["--no-input"]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(
+        r.stderr.contains("permissions.toml") && r.stderr.contains("line 3") && r.stderr.contains("alow"),
+        "{}",
+        r.stderr
+    );
+    std::fs::write(ex.join(".car/permissions.toml"), "[shell]\ndeny = [\"rm && ls\"]\n").unwrap();
+    let r = run(&ex, "release-notes", &["--no-input"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("permissions.toml") && r.stderr.contains("rm && ls"), "{}", r.stderr);
+}
+
+#[test]
+fn a_malformed_state_file_is_named() {
+    let ex = examples();
+    std::fs::write(ex.join("state.json"), "[1, 2]").unwrap();
+    let r = run(&ex, "release-notes", &["--no-input", "--state", "state.json"]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.stderr.contains("state.json"), "{}", r.stderr);
+    // A state file that does not exist yet is created.
+    std::fs::remove_file(ex.join("state.json")).unwrap();
+    let r = run(&ex, "release-notes", &["--no-input", "--state", "state.json"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(ex.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["release.version"], "1.2.0");
+}
+
+/// Drives `car run` through a pseudo terminal with util-linux `script`
+/// (present on every Linux this runs on; no pty crate or unsafe code needed):
+/// the prompt appears, `a` approves `shell` for the rest of the run, so the
+/// second ask is approved without a prompt.
+#[test]
+fn interactive_approval_through_a_pseudo_terminal() {
+    if std::process::Command::new("script").arg("--version").output().is_err() {
+        panic!("util-linux `script` is required for the pseudo-terminal test");
+    }
+    let ex = examples();
+    std::fs::write(
+        ex.join("plans/two-asks.json"),
+        r#"{"actions":[
+            {"id":"rm-app","type":"tool_call","tool":"shell","parameters":{"command":"rm -f build/obj/app.o"},"max_retries":0},
+            {"id":"rm-util","type":"tool_call","tool":"shell","dependencies":["rm-app"],"parameters":{"command":"rm -f build/obj/util.o"},"max_retries":0}
+        ]}"#,
+    )
+    .unwrap();
+    let drive = |answer: &str| {
+        let cmd = format!("{} run plans/two-asks.json --root workspace", env!("CARGO_BIN_EXE_car"));
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .current_dir(&ex)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            stdin.write_all(answer.as_bytes()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        let o = child.wait_with_output().unwrap();
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+
+    let (code, out) = drive("n\n");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("Approve rm-app"), "{out}");
+    assert!(out.contains("denied by the user"), "{out}");
+    assert!(ex.join("workspace/build/obj/app.o").exists());
+
+    let (code, out) = drive("a\n");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Approve rm-app"), "{out}");
+    assert!(!out.contains("Approve rm-util"), "approved for the session: {out}");
+    assert!(out.contains("rm-util approved: `shell` was approved for this run"), "{out}");
+    assert!(!ex.join("workspace/build/obj/app.o").exists());
+    assert!(!ex.join("workspace/build/obj/util.o").exists());
+}
+
+#[test]
+fn the_readme_quick_start_command_is_the_one_tested() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    assert!(
+        readme.contains(
+            "cargo run --release --bin car -- run examples/plans/release-notes.json --root examples/workspace --no-input"
+        ),
+        "README quick start names the release-notes command"
+    );
+}
+
+#[test]
+fn admission_rejections_are_reported_with_the_verification() {
+    let ex = examples();
+    std::fs::write(
+        ex.join("plans/invalid.json"),
+        r#"{"actions":[
+            {"id":"no-content","type":"tool_call","tool":"write_file","parameters":{"path":"x.txt"},"failure_behavior":"skip","max_retries":0},
+            {"id":"unknown","type":"tool_call","tool":"launch_rocket","parameters":{},"failure_behavior":"skip"},
+            {"id":"fine","type":"tool_call","tool":"calculate","parameters":{"expression":"6*7"}}
+        ]}"#,
+    )
+    .unwrap();
+    let r = run(&ex, "invalid", &["--no-input"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    let verification = r.stdout.find("Verification:").expect("verification findings in the plan");
+    assert!(verification < r.stdout.find("Running:").unwrap());
+    assert!(
+        r.stdout.contains("error   no-content: tool 'write_file': missing required parameter 'content'"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.lines().any(|l| l.starts_with("  REJECTED no-content") && l.contains("content")), "{}", r.stdout);
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("  REJECTED unknown") && l.contains("launch_rocket")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("ok       fine"), "{}", r.stdout);
+    assert!(r.stdout.contains("Summary: 1 succeeded, 0 failed, 0 denied, 2 rejected, 0 skipped"), "{}", r.stdout);
+    assert!(!ex.join("workspace/x.txt").exists());
+}
