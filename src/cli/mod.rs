@@ -81,6 +81,17 @@ enum Command {
         after_help = "Examples:\n  car shell-match 'git status' --allow 'git status'\n  car shell-match 'cd build && rm -rf *' --allow 'cd *' --deny 'rm -rf **'\n\nPrints allow, ask or deny. A segment matching no pattern asks; the command's verdict is its strictest segment."
     )]
     ShellMatch(ShellMatchArgs),
+    /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
+    #[cfg(feature = "server")]
+    #[command(
+        disable_help_flag = true,
+        after_help = "Examples:\n  car serve                       # 127.0.0.1:9100, auth token written to the runtime dir\n  car serve --port 9200 --no-auth\n  car serve --help                # the daemon's own flags"
+    )]
+    Serve {
+        /// The daemon's flags (see `car serve --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Output format of `car verify`.
@@ -192,6 +203,8 @@ pub fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Lint { dir, json }) => inspect::policy_lint(&dir, json),
         Command::Permission(PermissionCommand::Explain(a)) => permissions::explain(a),
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
+        #[cfg(feature = "server")]
+        Command::Serve { args } => return car_runtime::server::cli::main_with_args(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -4,6 +4,7 @@
 //! every method is a thin call into the JSON facade. See `docs/server.md`.
 
 pub mod auth;
+pub mod cli;
 mod conn;
 mod executor;
 pub mod handshake;

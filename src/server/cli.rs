@@ -1,0 +1,212 @@
+//! The daemon's command line, shared by `car-server` and `car serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::server::{self, Config, auth};
+
+const USAGE: &str = "\
+car-server: the car-runtime daemon (JSON-RPC 2.0 over WebSocket)
+
+usage: car-server [options]
+
+  --port N               TCP port (default 9100; 0 picks a free one)
+  --bind ADDR            interface address (default 127.0.0.1)
+  --no-auth              accept connections without a token (CAR_NO_AUTH=1)
+  --auth-token TOKEN     use this token instead of a generated one (CAR_AUTH_TOKEN)
+  --auth-token-file F    read the token from F, then delete F (CAR_AUTH_TOKEN_FILE)
+  --max-frame-bytes N    text frames longer than N are refused (CAR_MAX_FRAME_BYTES,
+                         default 16777216)
+  --require-auth         deprecated no-op (auth is on by default)
+  --version, --help
+
+environment: CAR_HOME (state root), CAR_HANDLER_TIMEOUT (seconds, default 1800),
+CAR_TOOL_TIMEOUT (seconds, default 300), CAR_WS_PING_INTERVAL_MS (30000),
+CAR_WS_IDLE_TIMEOUT_MS (90000), CAR_SUPERVISION_TIMEOUT_MS (60000)";
+
+struct Args {
+    port: u16,
+    bind: String,
+    no_auth: bool,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    max_frame_bytes: Option<usize>,
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
+    let mut a = Args {
+        port: 9100,
+        bind: "127.0.0.1".into(),
+        no_auth: false,
+        token: None,
+        token_file: None,
+        max_frame_bytes: None,
+    };
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value =
+            |name: &str| inline.clone().or_else(|| it.next()).ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--port" => a.port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
+            "--bind" => a.bind = value("--bind")?,
+            "--no-auth" => a.no_auth = true,
+            "--auth-token" => a.token = Some(value("--auth-token")?),
+            "--auth-token-file" => a.token_file = Some(PathBuf::from(value("--auth-token-file")?)),
+            "--max-frame-bytes" => {
+                a.max_frame_bytes =
+                    Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
+            }
+            "--require-auth" => {
+                eprintln!("car-server: --require-auth is deprecated and has no effect: auth is on by default")
+            }
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            "--version" | "-V" => {
+                println!("car-server {} (protocol {})", crate::VERSION, server::handshake::PROTOCOL_VERSION);
+                return Ok(None);
+            }
+            other => return Err(format!("unknown option `{other}` (see --help)")),
+        }
+    }
+    Ok(Some(a))
+}
+
+fn env_num(name: &str) -> Result<Option<u64>, String> {
+    env(name).map(|v| v.trim().parse::<u64>().map_err(|e| format!("{name}=`{v}`: {e}"))).transpose()
+}
+
+/// Runs the daemon with these command-line arguments (without the program
+/// name): what `car-server` and `car serve` do. Exit code 2 on bad input.
+pub fn main_with_args(args: Vec<String>) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("car-server: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Vec<String>) -> Result<(), String> {
+    let Some(args) = parse_args(args)? else { return Ok(()) };
+    let paths = auth::Paths::resolve(env)?;
+    let mut config = Config::default();
+    if let Some(n) = args.max_frame_bytes.or(env_num("CAR_MAX_FRAME_BYTES")?.map(|n| n as usize)) {
+        config.max_frame_bytes = n.max(1);
+    }
+    if let Some(s) = env_num("CAR_HANDLER_TIMEOUT")? {
+        config.handler_timeout = Duration::from_secs(s.max(1));
+    }
+    if let Some(s) = env_num("CAR_TOOL_TIMEOUT")? {
+        config.tool_timeout = Duration::from_secs(s.max(1));
+    }
+    if let Some(ms) = env_num("CAR_WS_PING_INTERVAL_MS")? {
+        config.ping_interval = Duration::from_millis(ms.max(10));
+    }
+    if let Some(ms) = env_num("CAR_WS_IDLE_TIMEOUT_MS")? {
+        config.idle_timeout = Duration::from_millis(ms.max(10));
+    }
+    if let Some(ms) = env_num("CAR_SUPERVISION_TIMEOUT_MS")? {
+        config.supervision_timeout = Duration::from_millis(ms);
+    }
+    config.policy_dir = Some(paths.policy_dir());
+    config.ledger_path = Some(paths.state_root.join("approvals.jsonl"));
+    let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let addr = if args.bind.contains(':') && !args.bind.starts_with('[') {
+            format!("[{}]:{}", args.bind, args.port)
+        } else {
+            format!("{}:{}", args.bind, args.port)
+        };
+        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!("cannot listen on {addr}: the port is already in use (is another car-server running? choose another with --port)")
+            } else {
+                format!("cannot listen on {addr}: {e}")
+            }
+        })?;
+        let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+
+        // Auth: the token, and whether this daemon publishes it.
+        let mut published: Option<(PathBuf, String)> = None;
+        let mut _lock = None;
+        if !no_auth {
+            let supplied = match (args.token.or_else(|| env("CAR_AUTH_TOKEN")), args.token_file.or_else(|| env("CAR_AUTH_TOKEN_FILE").map(PathBuf::from))) {
+                (Some(t), _) => Some(t.trim().to_string()),
+                (None, Some(f)) => Some(auth::take_token_file(&f)?),
+                (None, None) => None,
+            };
+            let token = match supplied {
+                Some(t) => t,
+                None => auth::generate_token()?,
+            };
+            match auth::PrimacyLock::try_acquire(&paths.lock_file())? {
+                Some(lock) => {
+                    auth::write_token_file(&paths.token_file, &token)?;
+                    eprintln!("car-server: auth token written to {} (mode 0600)", paths.token_file.display());
+                    published = Some((paths.token_file.clone(), token.clone()));
+                    _lock = Some(lock);
+                }
+                None => eprintln!(
+                    "car-server: another car-server is primary for {}; its token file {} is left alone and this daemon's token stays in memory (reach it with the token given by --auth-token, CAR_AUTH_TOKEN, --auth-token-file or CAR_AUTH_TOKEN_FILE)",
+                    paths.state_root.display(),
+                    paths.token_file.display()
+                ),
+            }
+            config.token = Some(token);
+        }
+        eprintln!(
+            "car-server {} listening on ws://{local}/ (protocol {}, auth {})",
+            crate::VERSION,
+            server::handshake::PROTOCOL_VERSION,
+            if config.token.is_some() { "on" } else { "off" }
+        );
+
+        server::serve(listener, config, shutdown_signal()).await;
+
+        if let Some((file, token)) = published {
+            // Remove the file only if it still holds our token.
+            if std::fs::read_to_string(&file).is_ok_and(|t| t.trim() == token) {
+                let _ = std::fs::remove_file(&file);
+            }
+        }
+        eprintln!("car-server: shut down");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(mut i), Ok(mut t)) => {
+                tokio::select! {
+                    _ = i.recv() => {}
+                    _ = t.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
