@@ -13,6 +13,17 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class CarRuntime {
   /** An empty runtime. */
   constructor()
+  /**
+   * Registers the built-in tools, run in-process and confined to `root`
+   * (default: the current directory).
+   */
+  registerAgentBasics(root?: string | undefined | null): Promise<void>
+  /**
+   * Evaluates a permission chain (JSON text or object; null removes it) at
+   * admission of every tool call; asks go through the durable approvals
+   * store under `approvalsDir`.
+   */
+  setPermissions(configJson?: any | undefined | null, approvalsDir?: string | undefined | null): Promise<void>
   /** Registers a tool with no parameter schema. */
   registerTool(name: string): Promise<void>
   /** Registers a ToolSchema (JSON text or object); parameters are validated before dispatch. */

@@ -14,13 +14,20 @@ use std::sync::{Arc, RwLock};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::engine::{ExecOptions, Runtime, RuntimeOptions, ToolExecutor};
+use crate::engine::{
+    AdmissionCheck, CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall, ToolExecutor,
+};
 use crate::events::{EventQuery, RetentionPolicy};
+use crate::gate::{ApprovalDecision, ApprovalStore, Ticket, input_digest};
+use crate::ir::{Action, ActionType};
+use crate::ir::{ToolFailure, ToolSource};
 use crate::ir::{ToolSchema, from_json_str};
+use crate::permission::{PermissionChain, ToolDefinition, Verdict};
 use crate::policy::{
     DenyCallback, PermissionTier, PolicyFn, deny_tool, deny_tool_callback, deny_tool_param, require_state,
 };
 use crate::state::Scope;
+use crate::tools::{BuiltinExecutor, Root};
 use crate::{Error, Result};
 
 /// One in-process runtime: its own state, tools, policies and event log.
@@ -28,6 +35,35 @@ use crate::{Error, Result};
 pub struct CarRuntime {
     rt: Runtime,
     tier: Arc<RwLock<PermissionTier>>,
+    /// Where the built-in tools run, once `register_agent_basics` was called.
+    builtin_root: Arc<RwLock<Option<Root>>>,
+}
+
+/// Sends calls of the registered built-in tools to the in-process
+/// [`BuiltinExecutor`] and every other call to the host's executor.
+struct WithBuiltins {
+    rt: Runtime,
+    builtins: BuiltinExecutor,
+    host: Arc<dyn ToolExecutor>,
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for WithBuiltins {
+    async fn execute(&self, call: ToolCall) -> std::result::Result<Value, ToolFailure> {
+        if self.rt.tool(&call.tool).is_some_and(|t| t.source == ToolSource::Builtin) {
+            self.builtins.execute(call).await
+        } else {
+            self.host.execute(call).await
+        }
+    }
+
+    async fn execute_stream(
+        &self,
+        call: ToolCall,
+        cancel: CancelToken,
+    ) -> std::result::Result<ChunkStream, ToolFailure> {
+        self.host.execute_stream(call, cancel).await
+    }
 }
 
 impl Default for CarRuntime {
@@ -59,12 +95,35 @@ impl CarRuntime {
 
     /// An empty runtime with these options.
     pub fn with_options(options: RuntimeOptions) -> Self {
-        CarRuntime { rt: Runtime::new(options), tier: Arc::new(RwLock::new(PermissionTier::default())) }
+        CarRuntime {
+            rt: Runtime::new(options),
+            tier: Arc::new(RwLock::new(PermissionTier::default())),
+            builtin_root: Arc::new(RwLock::new(None)),
+        }
     }
 
     /// The engine underneath.
     pub fn runtime(&self) -> &Runtime {
         &self.rt
+    }
+
+    /// Registers the built-in tools (`read_file`, `write_file`, `edit_file`,
+    /// `list_dir`, `find_files`, `grep_files`, `calculate`, `shell`) with their
+    /// schemas (source `builtin`). Their calls run in-process, confined to
+    /// `root` (default: the current directory); calls of every other tool
+    /// still go to the host's executor.
+    pub fn register_agent_basics(&self, root: Option<&str>) -> Result<()> {
+        let dir = match root {
+            Some(r) => std::path::PathBuf::from(r),
+            None => std::env::current_dir()
+                .map_err(|e| Error::invalid_argument("root", format!("cannot read the current directory: {e}")))?,
+        };
+        let root = Root::new(&dir)?;
+        for t in crate::tools::builtin_tools() {
+            self.rt.register_tool_with_source(t.schema, ToolSource::Builtin)?;
+        }
+        *self.builtin_root.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(root);
+        Ok(())
     }
 
     /// Registers a tool with no parameter schema.
@@ -253,6 +312,13 @@ impl CarRuntime {
             _ => ExecScope::default(),
         };
         let opts = ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id };
+        let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let executor: Arc<dyn ToolExecutor> = match root {
+            Some(root) => {
+                Arc::new(WithBuiltins { rt: self.rt.clone(), builtins: BuiltinExecutor::new(root), host: executor })
+            }
+            None => executor,
+        };
         let result = self.rt.execute(proposal, executor, opts).await?;
         Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
     }
@@ -321,6 +387,91 @@ impl CarRuntime {
     /// (`tools.stream.subscribe`); render each with `serde_json`.
     pub fn tool_stream_subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::ir::ToolStreamEvent> {
         self.rt.subscribe_tool_stream()
+    }
+
+    /// Evaluates the permission chain at admission of every `tool_call`
+    /// (`None` removes it). `config_json` is the chain configuration of
+    /// `docs/permissions.md` (`{preset?, deny?, ask?, hooks?, can_use_tool?}`
+    /// or `{engine, profile}`), optionally with `tools`: tool definitions
+    /// declaring `risk` / `needs_approval` (the built-in tools declare their
+    /// own; any other tool is `undeclared`).
+    ///
+    /// A deny rejects the action with the chain's reason. An ask consults the
+    /// durable approvals store under `approvals_dir` (`approvals.jsonl`): an
+    /// approval already resolved for this tool and post-hook input applies
+    /// (allow runs, deny rejects); otherwise the approval is recorded as
+    /// pending and the action is rejected with an error naming its key, so a
+    /// host can resolve it (`approvals_pending` / `approval_resolve`) and
+    /// resubmit. Without `approvals_dir` an ask is a rejection. A chain whose
+    /// hooks substitute the input is refused at admission (the substituted
+    /// input cannot reach the tool yet), never silently bypassed.
+    pub fn set_permissions(&self, config_json: Option<&str>, approvals_dir: Option<&str>) -> Result<()> {
+        let Some(text) = config_json.filter(|t| !t.trim().is_empty() && t.trim() != "null") else {
+            self.rt.set_admission_check(None);
+            return Ok(());
+        };
+        let mut config: Value = from_json_str(text)?;
+        let mut defs: std::collections::HashMap<String, ToolDefinition> = crate::tools::builtin_tools()
+            .into_iter()
+            .filter_map(|t| {
+                let def = ToolDefinition::from_value(json!({
+                    "name": t.schema.name, "description": t.schema.description,
+                    "parameters": t.schema.parameters, "risk": t.risk,
+                }))
+                .ok()?;
+                Some((def.name.clone(), def))
+            })
+            .collect();
+        if let Some(tools) = config.as_object_mut().and_then(|o| o.remove("tools")) {
+            let Value::Array(tools) = tools else {
+                return Err(Error::invalid_argument("tools", "must be an array of tool definitions"));
+            };
+            for t in tools {
+                let def = ToolDefinition::from_value(t)?;
+                defs.insert(def.name.clone(), def);
+            }
+        }
+        let chain = PermissionChain::from_json(&config)?;
+        let store = approvals_dir.map(ApprovalStore::open).transpose()?.map(Arc::new);
+        let check: AdmissionCheck = Arc::new(move |a: &Action, _session: Option<&str>| {
+            if a.action_type != ActionType::ToolCall {
+                return None;
+            }
+            let name = a.tool.as_deref().unwrap_or_default();
+            let undeclared;
+            let def = match defs.get(name) {
+                Some(d) => d,
+                None => {
+                    undeclared = ToolDefinition::undeclared(name);
+                    &undeclared
+                }
+            };
+            let input = Value::Object(a.parameters.clone());
+            let ev = chain.evaluate(def, &input);
+            if ev.verdict != Verdict::Deny && ev.input != input {
+                return Some(format!(
+                    "the permission chain substituted the input of `{name}` ({}); input substitution at admission is not supported, so the call is refused",
+                    ev.decided_by.as_str()
+                ));
+            }
+            match ev.verdict {
+                Verdict::Allow => None,
+                Verdict::Deny => Some(format!("denied by {}: {}", ev.decided_by.as_str(), ev.reason)),
+                Verdict::Ask => Some(match &store {
+                    None => format!("approval required for `{name}` ({}); no approvals store is configured", ev.reason),
+                    Some(store) => match input_digest(&ev.input).and_then(|d| store.request(name, &d, None)) {
+                        Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => return None,
+                        Ok(Ticket::Resolved(r)) => format!("approval `{}` was denied: {}", r.key, r.reason),
+                        Ok(Ticket::Pending(p)) => {
+                            format!("approval required: approval `{}` is pending; resolve it and resubmit", p.key)
+                        }
+                        Err(e) => e.to_string(),
+                    },
+                }),
+            }
+        });
+        self.rt.set_admission_check(Some(check));
+        Ok(())
     }
 
     /// The granted permission tier (`sandbox_edit` by default).

@@ -2,8 +2,8 @@
 //! timeouts, caches, rollback, compensation and cost accounting.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -104,7 +104,7 @@ impl Runtime {
         self.inner.events.append(EventKind::ProposalReceived, Some(&pid), None, EventData::Proposal(proposal.clone()));
 
         if opts.session_id.is_none()
-            && let Ok(p) = self.inner.policies.read()
+            && let p = self.inner.policies.read().unwrap_or_else(PoisonError::into_inner)
             && !p.trace_rules().is_empty()
         {
             p.reset_trace(None);
@@ -293,7 +293,9 @@ impl Runtime {
             }
         }
 
-        if let Ok(policies) = self.inner.policies.read() {
+        // A poisoned lock still holds every rule: keep enforcing (fail closed).
+        {
+            let policies = self.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
             let session = ctx.session_id.as_deref();
             if !policies.is_empty() || session.is_some() {
                 let state = self.inner.state.snapshot(&ctx.scope);
@@ -321,7 +323,7 @@ impl Runtime {
         }
 
         let mut permission_refused = vec![false; n];
-        let check = self.inner.admission.read().ok().and_then(|c| c.clone());
+        let check = self.inner.admission.read().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(check) = check {
             for (i, a) in actions.iter().enumerate() {
                 let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
@@ -401,10 +403,11 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
     }
 
     let traced = a.action_type == ActionType::ToolCall
-        && ctx.rt.inner.policies.read().map(|p| !p.trace_rules().is_empty()).unwrap_or(false);
+        && !ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner).trace_rules().is_empty();
     if traced {
         let session = ctx.session_id.as_deref();
-        let violations = ctx.rt.inner.policies.read().map(|p| p.check_dispatch(a, session)).unwrap_or_default();
+        let violations =
+            ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner).check_dispatch(a, session);
         if !violations.is_empty() {
             let mut reasons = Vec::with_capacity(violations.len());
             for v in &violations {
@@ -433,7 +436,8 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
         }
     }
     let outcome = run_attempts(ctx, i, a, t0).await;
-    if traced && let Ok(p) = ctx.rt.inner.policies.read() {
+    if traced {
+        let p = ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
         p.record_dispatch(a, ctx.session_id.as_deref(), outcome.result.status == ActionStatus::Succeeded);
     }
     outcome

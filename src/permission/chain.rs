@@ -501,6 +501,19 @@ pub enum DecidedBy {
     Default,
 }
 
+impl DecidedBy {
+    /// The wire spelling (`hook`, `deny-rule`, `ask-rule`, `can_use_tool`, `default`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Hook => "hook",
+            DecidedBy::DenyRule => "deny-rule",
+            DecidedBy::AskRule => "ask-rule",
+            DecidedBy::CanUseTool => "can_use_tool",
+            DecidedBy::Default => "default",
+        }
+    }
+}
+
 /// A domain rule that matched a non-fetch tool: reported, never enforced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Advisory {

@@ -73,6 +73,22 @@ impl JsCarRuntime {
         JsCarRuntime { core: Core::new() }
     }
 
+    /// Registers the built-in tools, run in-process and confined to `root`
+    /// (default: the current directory).
+    #[napi]
+    pub async fn register_agent_basics(&self, root: Option<String>) -> napi::Result<()> {
+        self.core.register_agent_basics(root.as_deref()).map_err(aerr)
+    }
+
+    /// Evaluates a permission chain (JSON text or object; null removes it) at
+    /// admission of every tool call; asks go through the durable approvals
+    /// store under `approvalsDir`.
+    #[napi]
+    pub async fn set_permissions(&self, config_json: Option<Value>, approvals_dir: Option<String>) -> napi::Result<()> {
+        let config = config_json.filter(|v| !v.is_null()).map(text);
+        self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(aerr)
+    }
+
     /// Registers a tool with no parameter schema.
     #[napi]
     pub async fn register_tool(&self, name: String) -> napi::Result<()> {

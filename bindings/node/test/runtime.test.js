@@ -145,3 +145,31 @@ test('async methods do not block the event loop', async () => {
   clearInterval(timer);
   assert.ok(ticks > 5, `event loop ticked ${ticks} times`);
 });
+
+test('registerAgentBasics runs built-ins in-process; setPermissions asks through durable approvals', async () => {
+  const fs = require('node:fs');
+  const os = require('node:os');
+  const path = require('node:path');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'car-node-'));
+  const work = path.join(tmp, 'work');
+  fs.mkdirSync(work);
+  fs.writeFileSync(path.join(work, 'notes.txt'), 'hello\n');
+  const rt = new car.CarRuntime();
+  await rt.registerAgentBasics(work);
+  const host = [];
+  let out = JSON.parse(await car.executeProposal(rt, proposal([{ id: 'r', type: 'tool_call', tool: 'read_file', parameters: { path: 'notes.txt' } }]), (c) => { host.push(c); return '{}'; }));
+  assert.equal(out.results[0].output.content, 'hello\n');
+  assert.equal(host.length, 0);
+  const approvals = path.join(tmp, 'approvals');
+  await rt.setPermissions({ preset: 'standard' }, approvals);
+  const call = proposal([{ id: 's', type: 'tool_call', tool: 'shell', parameters: { command: 'echo hi' } }]);
+  out = JSON.parse(await car.executeProposal(rt, call, () => '{}'));
+  assert.equal(out.results[0].status, 'rejected');
+  const key = JSON.parse(car.approvalsPending(approvals)).pending[0].key;
+  assert.ok(out.results[0].error.includes(key));
+  car.approvalResolve(approvals, key, 'allow', 'ok');
+  out = JSON.parse(await car.executeProposal(rt, call, () => '{}'));
+  assert.equal(out.results[0].status, 'succeeded');
+  await assert.rejects(rt.setPermissions({ preset: 'lenient' }), (e) => typeof e.code === 'string');
+  await rt.setPermissions(null);
+});

@@ -133,6 +133,27 @@ impl PyCarRuntime {
         PyCarRuntime { core: Core::new() }
     }
 
+    /// Registers the built-in tools, run in-process and confined to `root`
+    /// (default: the current directory).
+    #[pyo3(signature = (root=None))]
+    fn register_agent_basics(&self, py: Python<'_>, root: Option<String>) -> PyResult<()> {
+        self.core.register_agent_basics(root.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Evaluates a permission chain (JSON text or dict; None removes it) at
+    /// admission of every tool call; asks go through the durable approvals
+    /// store under `approvals_dir`.
+    #[pyo3(signature = (config_json=None, approvals_dir=None))]
+    fn set_permissions(
+        &self,
+        py: Python<'_>,
+        config_json: Option<&Bound<'_, PyAny>>,
+        approvals_dir: Option<String>,
+    ) -> PyResult<()> {
+        let config = opt_text(py, config_json)?;
+        self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
     /// Registers a tool with no parameter schema.
     fn register_tool(&self, py: Python<'_>, name: String) -> PyResult<()> {
         self.core.register_tool(&name).map_err(|e| to_py_err(py, e))

@@ -183,3 +183,31 @@ def test_the_gil_is_released_while_rust_works():
         stop.set()
         th.join()
     assert len(ticks) > 5
+
+
+def test_agent_basics_and_permissions_with_durable_approvals(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("hello\n")
+    rt = car.CarRuntime()
+    rt.register_agent_basics(str(work))
+    host = []
+    out = json.loads(rt.execute_proposal(proposal(
+        {"id": "r", "type": "tool_call", "tool": "read_file", "parameters": {"path": "notes.txt"}},
+    ), lambda c: host.append(c) or "{}"))
+    assert out["results"][0]["output"]["content"] == "hello\n" and host == []
+
+    approvals = str(tmp_path / "approvals")
+    rt.set_permissions({"preset": "standard"}, approvals)
+    call = proposal({"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo hi"}})
+    out = json.loads(rt.execute_proposal(call, lambda c: "{}"))
+    assert out["results"][0]["status"] == "rejected"
+    key = json.loads(car.approvals_pending(approvals))["pending"][0]["key"]
+    assert key in out["results"][0]["error"]
+    car.approval_resolve(approvals, key, "allow", "ok")
+    out = json.loads(rt.execute_proposal(call, lambda c: "{}"))
+    assert out["results"][0]["status"] == "succeeded"
+    assert out["results"][0]["output"]["stdout"] == "hi\n"
+    rt.set_permissions(None)
+    with pytest.raises(car.CarError):
+        rt.set_permissions({"preset": "lenient"})

@@ -248,6 +248,20 @@ impl CarRuntime {
         std::sync::Arc::new(CarRuntime { core: car_runtime::api::runtime::CarRuntime::new() })
     }
 
+    /// Registers the built-in tools, run in-process and confined to `root`
+    /// (default: the current directory).
+    #[uniffi::method(default(root = None))]
+    pub fn register_agent_basics(&self, root: Option<String>) -> Result<(), CarError> {
+        Ok(self.core.register_agent_basics(root.as_deref())?)
+    }
+
+    /// Evaluates a permission chain (JSON text; None removes it) at admission
+    /// of every tool call; asks go through the approvals store under `approvals_dir`.
+    #[uniffi::method(default(config_json = None, approvals_dir = None))]
+    pub fn set_permissions(&self, config_json: Option<String>, approvals_dir: Option<String>) -> Result<(), CarError> {
+        Ok(self.core.set_permissions(config_json.as_deref(), approvals_dir.as_deref())?)
+    }
+
     /// Registers a tool with no parameter schema.
     pub fn register_tool(&self, name: String) -> Result<(), CarError> {
         Ok(self.core.register_tool(&name)?)
