@@ -1,0 +1,135 @@
+"""Type stubs of car_runtime: in-process bindings of the car-runtime crate.
+
+Arguments named ``*_json`` take JSON text or a JSON-serialisable value (dict,
+list, ...). Document results are JSON text (``json.loads`` them). Errors are
+``CarError`` subclasses carrying ``.code`` (a stable snake_case string),
+``.message``, ``.family`` and ``.details`` (JSON text).
+"""
+
+from typing import Any, Callable, List, Optional, Union
+
+JsonArg = Union[str, dict, list, int, float, bool, None]
+ToolFn = Union[Callable[[str], Any], Callable[[str, str], Any]]
+
+__version__: str
+
+class CarError(Exception):
+    """Base of every car-runtime error."""
+    code: str
+    message: str
+    family: str
+    details: str
+
+class CarInputError(CarError):
+    """A bad input document or argument."""
+
+class CarConfigError(CarError):
+    """A configuration problem (policy file, tool definition, preset)."""
+
+class CarNotFoundError(CarError):
+    """A lookup of something that does not exist."""
+
+class CarRuntimeError(CarError):
+    """A failure while executing."""
+
+class TerminalToolError(Exception):
+    """Raised by a tool: stop retries, abort and roll back the proposal."""
+
+class CarRuntime:
+    """One in-process runtime: its own state, tools, policies and event log."""
+
+    def __init__(self) -> None: ...
+    def register_tool(self, name: str) -> None:
+        """Registers a tool with no parameter schema."""
+    def register_tool_schema(self, schema_json: JsonArg) -> None:
+        """Registers a ToolSchema; parameters are validated before dispatch."""
+    def list_tools(self) -> str:
+        """The tools as JSON text, sorted by name, each with `source`."""
+    def unregister_tool(self, name: str) -> int:
+        """Removes a tool; the count removed (0 is not an error)."""
+    def register_agent_basics(self, root: Optional[str] = None) -> None:
+        """Registers the built-in tools, run in-process and confined to `root`."""
+    def set_permissions(self, config_json: Optional[JsonArg] = None, approvals_dir: Optional[str] = None) -> None:
+        """Evaluates a permission chain at admission; asks go through the approvals store."""
+    def register_policy(
+        self,
+        name: str,
+        rule: str,
+        target: Optional[str] = None,
+        key: Optional[str] = None,
+        pattern: Optional[str] = None,
+        value_json: Optional[JsonArg] = None,
+        session_id: Optional[str] = None,
+    ) -> None:
+        """Registers `deny_tool`, `deny_tool_param` or `require_state`."""
+    def unregister_policy(self, name: str, session_id: Optional[str] = None) -> int:
+        """Removes every policy of that name; the count."""
+    def list_policies(self, session_id: Optional[str] = None) -> str:
+        """`[{name, description}]` in registration order, as JSON text."""
+    def load_policies(self, dir: str) -> int:
+        """Loads the `*.toml` policy files of `dir`; the number of rules."""
+    def open_session(self) -> str:
+        """Opens a policy scope; its id."""
+    def close_session(self, session_id: str) -> bool:
+        """Closes a policy scope; False when it was not open."""
+    def state_set(self, key: str, value_json: JsonArg, tenant: Optional[str] = None) -> None: ...
+    def state_get(self, key: str, tenant: Optional[str] = None) -> str:
+        """The value as JSON text; "null" when absent."""
+    def state_exists(self, key: str, tenant: Optional[str] = None) -> bool: ...
+    def state_keys(self, tenant: Optional[str] = None) -> List[str]: ...
+    def state_snapshot(self, tenant: Optional[str] = None) -> str: ...
+    def verify_proposal(self, proposal_json: JsonArg) -> str:
+        """Verifies against this runtime's state and tool schemas."""
+    def execute_proposal(
+        self,
+        proposal_json: JsonArg,
+        tool_fn: ToolFn,
+        session_id: Optional[str] = None,
+        scope_json: Optional[JsonArg] = None,
+    ) -> str:
+        """Executes; `tool_fn(call_json)` or `tool_fn(tool, params_json)` returns the result."""
+    def submit_proposal(self, proposal_json: JsonArg, session_id: Optional[str] = None) -> str:
+        """Executes with the handler from `register_tool_handler`."""
+    def event_count(self) -> int: ...
+    def event_query(self, query_json: Optional[JsonArg] = None) -> str:
+        """`{count, events}` newest first."""
+    def enable_event_log_hash_chaining(self) -> None: ...
+    def verify_event_log_chain(self) -> str:
+        """`{"verified": n}` or `{"tampered_at": i}`."""
+    def tool_poll(self, handle: str) -> Optional[str]: ...
+    def tool_cancel(self, handle: str) -> bool: ...
+    def permission_get_tier(self) -> str: ...
+    def permission_set_tier(self, tier: str) -> str: ...
+
+def register_tool_handler(fn: ToolFn) -> None:
+    """Sets the handler `CarRuntime.submit_proposal` uses."""
+def unregister_tool_handler() -> None: ...
+def execute(proposal_json: JsonArg, tool_names: List[str], tool_fn: ToolFn) -> str:
+    """Executes on a fresh runtime with these tools registered."""
+def verify(
+    proposal_json: JsonArg,
+    initial_state_json: Optional[JsonArg] = None,
+    tool_names: Optional[List[str]] = None,
+    max_actions: Optional[int] = None,
+    tool_schemas_json: Optional[JsonArg] = None,
+) -> str: ...
+def simulate(proposal_json: JsonArg, initial_state_json: Optional[JsonArg] = None) -> str: ...
+def optimize(proposal_json: JsonArg) -> str: ...
+def equivalent(p1_json: JsonArg, p2_json: JsonArg, test_states_json: Optional[JsonArg] = None) -> bool: ...
+def transaction_check(
+    proposal_json: JsonArg, versions_json: Optional[JsonArg] = None, state_json: Optional[JsonArg] = None
+) -> str: ...
+def permission_classify(proposal_json: JsonArg) -> str: ...
+def permission_evaluate(proposal_json: JsonArg, granted_tier: str, ledger_path: Optional[str] = None) -> str: ...
+def match_shell_command(command: str, rules_json: JsonArg) -> str:
+    """"allow", "ask" or "deny"."""
+def evaluate_permission(chain_json: JsonArg, tool_json: JsonArg, input_json: JsonArg) -> str: ...
+def toolset_hash(tools_json: JsonArg) -> str: ...
+def compile_permission_preset(name: str) -> str: ...
+def plan_build(calls_json: JsonArg, operations_json: JsonArg, options_json: Optional[JsonArg] = None) -> str: ...
+def plan_decide(plan_json: JsonArg, item_id: str, decision_json: JsonArg, options_json: Optional[JsonArg] = None) -> str: ...
+def approvals_pending(state_dir: str) -> str: ...
+def approval_resolve(state_dir: str, key: str, decision: str, reason: str = "") -> str: ...
+def normalize_proposal(proposal_json: JsonArg) -> str: ...
+def protocol_version() -> int: ...
+def client_version() -> str: ...
