@@ -8,6 +8,9 @@ cd "$(dirname "$0")"
 bash ./generate.sh
 GEN=$PWD/generated
 
+echo "--> uniffi: the generated Swift surface matches the expectation"
+python3 tests/swift_surface.py
+
 echo "--> uniffi: python through the generated bindings"
 PYTHONPATH="$GEN/python" python3 tests/python/test_uniffi.py
 

@@ -61,5 +61,19 @@ fun main() {
     } catch (e: CarException.Failed) {
         check(e.code.isNotEmpty(), "error code")
     }
+    // The cost of a foreign ToolHandler round trip (a figure, not an assertion).
+    class Noop : ToolHandler {
+        override fun call(callJson: String): String = "{}"
+    }
+    rt.registerTool("noop")
+    val n = 2000
+    val actions = (0 until n).joinToString(",") { "{\"id\":\"n$it\",\"type\":\"tool_call\",\"tool\":\"noop\"}" }
+    val big = "{\"id\":\"bench\",\"actions\":[$actions]}"
+    rt.executeProposal(big, Noop(), null, null) // warm-up
+    val t0 = System.nanoTime()
+    val outBench = rt.executeProposal(big, Noop(), null, null)
+    val perCall = (System.nanoTime() - t0) / 1000.0 / n
+    check(outBench.contains("\"actions_executed\":$n"), "all $n callbacks ran")
+    println("uniffi kotlin: ToolHandler round trip %.1f us per call (%d calls in one proposal)".format(perCall, n))
     println("uniffi kotlin: ok")
 }
