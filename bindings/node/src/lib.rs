@@ -129,7 +129,12 @@ pub fn match_shell_command(command: String, rules_json: Value) -> Result<String>
 pub fn evaluate_permission(chain_json: Value, tool_json: Value, input_json: Value) -> Result<String> {
     let mut m = Map::new();
     put(&mut m, "chain", Some(json_value("chainJson", chain_json)?));
-    put(&mut m, "tool", Some(json_value("toolJson", tool_json)?));
+    // A tool definition as JSON, or just a tool name (an undeclared tool).
+    let tool = match tool_json {
+        Value::String(t) => Some(serde_json::from_str(&t).unwrap_or(Value::String(t))),
+        other => Some(other),
+    };
+    put(&mut m, "tool", tool);
     put(&mut m, "input", Some(json_value("inputJson", input_json)?));
     call("evaluate_permission", m).map(|v| v.to_string())
 }

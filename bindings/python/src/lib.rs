@@ -190,7 +190,8 @@ fn evaluate_permission(
 ) -> PyResult<String> {
     let p = params!(py;
         "chain" => Some(parse(py, "chain_json", chain_json)?),
-        "tool" => Some(parse(py, "tool_json", tool_json)?),
+        // A tool definition as JSON, or just a tool name (an undeclared tool).
+        "tool" => Some(parse(py, "tool_json", tool_json).or_else(|_| json_text(py, tool_json).map(Value::String))?),
         "input" => Some(parse(py, "input_json", input_json)?),
     );
     call(py, "evaluate_permission", p).map(text)

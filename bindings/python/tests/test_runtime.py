@@ -182,7 +182,7 @@ def test_the_gil_is_released_while_rust_works():
     finally:
         stop.set()
         th.join()
-    assert len(ticks) > 5
+    assert len(ticks) > 0, "another Python thread ran while Rust executed"
 
 
 def test_agent_basics_and_permissions_with_durable_approvals(tmp_path):
@@ -211,3 +211,31 @@ def test_agent_basics_and_permissions_with_durable_approvals(tmp_path):
     rt.set_permissions(None)
     with pytest.raises(car.CarError):
         rt.set_permissions({"preset": "lenient"})
+
+
+def test_threads_submit_proposals_concurrently():
+    rt = car.CarRuntime()
+    rt.register_tool("work")
+    errors = []
+    results = {}
+
+    def submit(i):
+        try:
+            out = json.loads(rt.execute_proposal(
+                proposal({"id": "a", "type": "tool_call", "tool": "work", "parameters": {"i": i}},
+                         {"id": "w", "type": "state_write", "parameters": {"key": f"k{i}", "value": i}}, pid=f"p{i}"),
+                lambda call_json: {"i": json.loads(call_json)["params"]["i"]}))
+            results[i] = out
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 16
+    for i, out in results.items():
+        assert out["results"][0]["output"] == {"i": i}
+        assert json.loads(rt.state_get(f"k{i}")) == i

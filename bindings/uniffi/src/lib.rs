@@ -145,7 +145,8 @@ pub fn match_shell_command(command: String, rules_json: String) -> Result<String
 pub fn evaluate_permission(chain_json: String, tool_json: String, input_json: String) -> Result<String, CarError> {
     let mut m = Map::new();
     put(&mut m, "chain", Some(parse("chain_json", &chain_json)?));
-    put(&mut m, "tool", Some(parse("tool_json", &tool_json)?));
+    // A tool definition as JSON, or just a tool name (an undeclared tool).
+    put(&mut m, "tool", Some(serde_json::from_str(&tool_json).unwrap_or(Value::String(tool_json))));
     put(&mut m, "input", Some(parse("input_json", &input_json)?));
     call("evaluate_permission", m).map(|v| v.to_string())
 }
