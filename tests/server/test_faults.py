@@ -11,7 +11,11 @@ the shared daemon runs with CAR_TOOL_TIMEOUT=2). Every test is bounded by
 import asyncio
 import json
 import os
+import re
 import socket
+import subprocess
+import tempfile
+import time
 
 import websockets
 
@@ -19,14 +23,15 @@ from client import Client
 
 URL = os.environ["CAR_SERVER_URL"]
 TOKEN = os.environ["CAR_SERVER_TOKEN"]
+BIN = os.environ["CAR_SERVER_BIN"]
 
 
 def run(coro, timeout=120):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def authed():
-    c = await Client.connect(URL)
+async def authed(url=None):
+    c = await Client.connect(url or URL)
     assert (await c.call("session.auth", {"token": TOKEN}))["ok"] is True
     await c.call("tools.register", [{"name": "echo"}, {"name": "slow"}])
     return c
@@ -42,8 +47,8 @@ def call(aid, tool="echo", **kw):
     return a
 
 
-async def steady_client():
-    c = await authed()
+async def steady_client(url=None):
+    c = await authed(url)
 
     async def execute(params):
         return {"echo": params["parameters"]}
@@ -194,35 +199,76 @@ def test_garbage_and_invalid_utf8_are_answered_and_the_connection_survives():
     run(go())
 
 
-def test_a_thousand_connections_then_everyone_is_still_served():
+class OwnDaemon:
+    """A daemon of this test's own (auth off), so its open files can be counted."""
+
+    def __init__(self):
+        self.home = tempfile.mkdtemp(prefix="car-faults-")
+        env = dict(os.environ, CAR_HOME=self.home)
+        env.pop("CAR_AUTH_TOKEN", None)
+        self.log = tempfile.NamedTemporaryFile(prefix="car-faults-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([BIN, "--port", "0", "--no-auth"], env=env, stderr=self.log, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            m = re.search(r"listening on (ws://\S+)", open(self.log.name).read())
+            if m:
+                self.url = m.group(1).rstrip("/")
+                return
+            assert self.proc.poll() is None, open(self.log.name).read()
+            time.sleep(0.05)
+        raise RuntimeError("daemon did not start")
+
+    def open_files(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_a_thousand_connections_then_everyone_is_still_served_and_all_is_freed():
+    d = OwnDaemon()
+
     async def go():
-        steady = await steady_client()
+        steady = await steady_client(d.url)
+        await assert_served_and_logged(steady, "before-crowd")
+        baseline = d.open_files()
         conns = []
         # Open in batches (the listener's backlog is finite); keep them all open.
-        for start in range(0, 1000, 100):
-            batch = await asyncio.gather(*[websockets.connect(URL, max_size=None, open_timeout=30) for _ in range(100)])
+        for _ in range(10):
+            batch = await asyncio.gather(*[websockets.connect(d.url, max_size=None, open_timeout=30) for _ in range(100)])
             conns.extend(batch)
         assert len(conns) == 1000
+        assert d.open_files() >= baseline + 1000
         await assert_served_and_logged(steady, "crowded")
-        # A sample of the crowd authenticates and is answered.
+
+        # A sample of the crowd is answered.
         async def ping(ws, i):
-            await ws.send(json.dumps({"jsonrpc": "2.0", "id": i, "method": "session.auth", "params": {"token": TOKEN}}))
+            await ws.send(json.dumps({"jsonrpc": "2.0", "id": i, "method": "state.set", "params": {"key": "k", "value": i}}))
             return json.loads(await ws.recv())
 
         answers = await asyncio.gather(*[ping(ws, i) for i, ws in enumerate(conns[::50])])
-        assert all(a.get("result", {}).get("ok") is True for a in answers), answers[:3]
-        # Half vanish abruptly, half close politely.
+        assert all(a.get("result") == "ok" for a in answers), answers[:3]
+        # Half vanish abruptly, half close politely; the daemon frees them all.
         for i, ws in enumerate(conns):
             if i % 2:
                 ws.transport.abort()
         await asyncio.gather(*[ws.close() for i, ws in enumerate(conns) if not i % 2])
+        for _ in range(200):
+            if d.open_files() <= baseline + 10:
+                break
+            await asyncio.sleep(0.1)
+        assert d.open_files() <= baseline + 10, (baseline, d.open_files())
         await assert_served_and_logged(steady, "after-crowd")
-        fresh = await steady_client()
+        fresh = await steady_client(d.url)
         await assert_served_and_logged(fresh, "fresh")
         await fresh.close()
         await steady.close()
 
-    run(go(), timeout=300)
+    try:
+        run(go(), timeout=300)
+    finally:
+        d.close()
 
 
 def test_a_flooded_connection_does_not_starve_the_others():
