@@ -377,3 +377,77 @@ proptest! {
         prop_assert_eq!(got, want, "command {:?} allow {:?} ask {:?} deny {:?}", cmd, allow, ask, deny);
     }
 }
+
+// ---------------------------------------------------------------------------
+// The same differential on generated (not listed) words: a tiny alphabet so
+// patterns and commands collide often, each word bare, single-quoted,
+// double-quoted, partly quoted or escaped, and paths before command names.
+
+fn spelled(w: String, how: u8) -> String {
+    match how % 6 {
+        0 | 1 => w,
+        2 => format!("'{w}'"),
+        3 => format!("\"{w}\""),
+        4 => format!("\\{w}"),
+        _ => {
+            let (a, b) = w.split_at(1);
+            format!("{a}'{b}'")
+        }
+    }
+}
+
+fn gen_word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => ("[ab]{1,2}", any::<u8>()).prop_map(|(w, how)| spelled(w, how)),
+        1 => "[ab]{1,2}".prop_map(|w| format!("/usr/bin/{w}")),
+        1 => "[A-B]=[ab]{0,1}",
+        1 => prop::sample::select(vec![">/dev/null", "2>&1", "> o"]).prop_map(str::to_string),
+    ]
+}
+
+fn gen_pattern() -> impl Strategy<Value = String> {
+    let tok = prop_oneof![4 => "[ab]{1,2}", 1 => Just("*".to_string())];
+    (prop::collection::vec(tok, 1..4), any::<bool>()).prop_map(|(mut toks, rest)| {
+        if rest {
+            toks.push("**".to_string());
+        }
+        toks.join(" ")
+    })
+}
+
+fn gen_command() -> impl Strategy<Value = String> {
+    let sep = prop::sample::select(vec![" ; ", " && ", " || ", " | ", " & ", "\n"]);
+    (prop::collection::vec(prop::collection::vec(gen_word(), 1..5), 1..4), prop::collection::vec(sep, 3)).prop_map(
+        |(segs, seps)| {
+            let mut out = String::new();
+            for (i, s) in segs.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(seps[i - 1]);
+                }
+                out.push_str(&s.join(" "));
+            }
+            out
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn agrees_with_the_reference_on_generated_words(
+        cmd in gen_command(),
+        allow in prop::collection::vec(gen_pattern(), 0..4),
+        ask in prop::collection::vec(gen_pattern(), 0..2),
+        deny in prop::collection::vec(gen_pattern(), 0..2),
+    ) {
+        let rules = ShellRules::new(&allow, &ask, &deny).unwrap();
+        let got = rules.check(&cmd);
+        let want = match reference::check(&cmd, &allow, &ask, &deny) {
+            reference::V::Allow => Verdict::Allow,
+            reference::V::Ask => Verdict::Ask,
+            reference::V::Deny => Verdict::Deny,
+        };
+        prop_assert_eq!(got, want, "command {:?} allow {:?} ask {:?} deny {:?}", cmd, allow, ask, deny);
+    }
+}

@@ -304,7 +304,14 @@ impl ApprovalStore {
                 Ok(r) => r,
                 // A torn write of a crashed writer (completed by the next
                 // append's newline) never committed: skip it.
-                Err(e) if matches!(e.classify(), Category::Syntax | Category::Eof) => continue,
+                Err(e) if matches!(e.classify(), Category::Syntax | Category::Eof) => {
+                    eprintln!(
+                        "car-runtime: warning: approval store `{}`: ignoring an incomplete record \
+                         (an interrupted write): {e}",
+                        self.path.display()
+                    );
+                    continue;
+                }
                 Err(e) => {
                     return Err(Error::runtime(
                         "approval_store_corrupt",

@@ -13,7 +13,7 @@
 //! The embedded ledger is an append-only JSONL file of [`ApprovalRecord`]s.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -99,13 +99,27 @@ impl JsonlLedger {
             if line.trim().is_empty() {
                 continue;
             }
-            let rec: ApprovalRecord = serde_json::from_str(line).map_err(|e| {
-                Error::config(
-                    "invalid_ledger",
-                    format!("approvals ledger `{shown}`: line {} is not an approval record: {e}", i + 1),
-                    json!({"file": shown, "line": i + 1}),
-                )
-            })?;
+            let rec: ApprovalRecord = match serde_json::from_str(line) {
+                Ok(r) => r,
+                // A record cut short (a writer killed mid-write) never
+                // committed: it is skipped with a warning. Any other bad line
+                // is an error, so no earlier record is ever lost silently.
+                Err(e) if e.classify() == serde_json::error::Category::Eof => {
+                    eprintln!(
+                        "car-runtime: warning: approvals ledger `{shown}`: ignoring line {}, an incomplete record \
+                         (an interrupted write): {e}",
+                        i + 1
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Error::config(
+                        "invalid_ledger",
+                        format!("approvals ledger `{shown}`: line {} is not an approval record: {e}", i + 1),
+                        json!({"file": shown, "line": i + 1}),
+                    ));
+                }
+            };
             out.push(rec);
         }
         Ok(out)
@@ -133,7 +147,18 @@ impl ApprovalLedger for JsonlLedger {
         }
         let mut line = serde_json::to_string(record).map_err(|e| Error::runtime("ledger_io_error", e.to_string()))?;
         line.push('\n');
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).map_err(io)?;
+        let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(&self.path).map_err(io)?;
+        // Complete a torn last line first, so the new record stays a line of
+        // its own instead of being glued to the fragment.
+        let len = f.metadata().map_err(io)?.len();
+        if len > 0 {
+            let mut last = [0u8; 1];
+            f.seek(SeekFrom::Start(len - 1)).map_err(io)?;
+            f.read_exact(&mut last).map_err(io)?;
+            if last[0] != b'\n' {
+                line.insert(0, '\n');
+            }
+        }
         f.write_all(line.as_bytes()).map_err(io)?;
         f.flush().map_err(io)
     }

@@ -226,8 +226,9 @@ impl ShellRules {
             o.uncertain = true;
             o.verdict = o.verdict.max(Verdict::Ask);
         }
-        if parsed.segments.is_empty() {
-            // Empty, blank or comment-only: nothing is allowed by nothing.
+        if parsed.segments.iter().all(|s| matches!(s.kind, SegKind::GroupTail)) {
+            // Empty, blank or comment-only, or only the redirections of an
+            // empty group (`( ) < f`): nothing is allowed by nothing.
             o.verdict = o.verdict.max(Verdict::Ask);
         }
         o
