@@ -89,7 +89,7 @@ async def main(args):
         env = dict(os.environ, CAR_HOME=tempfile.mkdtemp(), CAR_AUTH_TOKEN=token)
         proc = subprocess.Popen([binary, "--port", "0"], stderr=log, env=env)
         for _ in range(200):
-            m = re.search(r"listening on (ws://\S+)", open(log.name).read())
+            m = re.search(r"listening on (ws://\S+:\d+/) ", open(log.name).read())
             if m:
                 url = m.group(1)
                 break

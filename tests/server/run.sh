@@ -32,7 +32,7 @@ cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm
 trap cleanup EXIT
 
 for _ in $(seq 1 200); do
-  URL=$(sed -n 's/.*listening on \(ws:[^ ]*\).*/\1/p' "$LOG" | head -1)
+  URL=$(sed -n 's/.*listening on \(ws:\/\/[^ ]*:[0-9][0-9]*\/\) .*/\1/p' "$LOG" | head -1)
   [ -n "$URL" ] && break
   kill -0 "$PID" 2>/dev/null || { cat "$LOG"; exit 1; }
   sleep 0.05

@@ -209,7 +209,7 @@ class OwnDaemon:
         self.proc = subprocess.Popen([BIN, "--port", "0", "--no-auth"], env=env, stderr=self.log, stdout=subprocess.DEVNULL)
         deadline = time.time() + 20
         while time.time() < deadline:
-            m = re.search(r"listening on (ws://\S+)", open(self.log.name).read())
+            m = re.search(r"listening on (ws://\S+:\d+/) ", open(self.log.name).read())
             if m:
                 self.url = m.group(1).rstrip("/")
                 return

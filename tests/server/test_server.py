@@ -51,7 +51,7 @@ class Daemon:
         self.proc = subprocess.Popen([BIN, "--port", "0", *args], env=e, stderr=self.log, stdout=subprocess.DEVNULL)
         deadline = time.time() + 20
         while time.time() < deadline:
-            m = re.search(r"listening on (ws://\S+)", self.text())
+            m = re.search(r"listening on (ws://\S+:\d+/) ", self.text())
             if m:
                 self.url = m.group(1)
                 return
