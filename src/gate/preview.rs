@@ -65,7 +65,8 @@ pub enum RenderTree {
 #[async_trait::async_trait]
 pub trait PreviewProvider: Send + Sync {
     /// A dry-run description of `call`'s effect; `Ok(None)` when the provider
-    /// has nothing to show. The default implementation is "not implemented".
+    /// has nothing to show, which is also what a provider without previews
+    /// answers by default.
     async fn preview(&self, call: &Call) -> Result<Option<RenderTree>> {
         let _ = call;
         Ok(None)

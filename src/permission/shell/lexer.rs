@@ -168,7 +168,7 @@ enum Term {
 
 /// Keywords that head or continue a compound command and are followed by a
 /// command in command position.
-fn is_prefix_keyword(t: &[u8]) -> bool {
+pub(super) fn is_prefix_keyword(t: &[u8]) -> bool {
     matches!(
         t,
         b"!" | b"time"

@@ -136,32 +136,11 @@ pub struct ShellOutcome {
 /// Shells whose `-c` script deny matching looks into.
 const SHELLS: &[&[u8]] = &[b"sh", b"bash", b"dash", b"zsh", b"ksh", b"mksh", b"ash", b"posh", b"yash"];
 
-/// Words that are never an argv0 an allow pattern can match.
+/// Words that are never an argv0 an allow pattern can match: the keywords
+/// that head a command, plus the other reserved words and grouping tokens.
 fn is_reserved(t: &[u8]) -> bool {
-    matches!(
-        t,
-        b"!" | b"time"
-            | b"if"
-            | b"then"
-            | b"else"
-            | b"elif"
-            | b"fi"
-            | b"do"
-            | b"done"
-            | b"while"
-            | b"until"
-            | b"coproc"
-            | b"in"
-            | b"for"
-            | b"select"
-            | b"function"
-            | b"case"
-            | b"esac"
-            | b"[["
-            | b"]]"
-            | b"{"
-            | b"}"
-    )
+    lexer::is_prefix_keyword(t)
+        || matches!(t, b"for" | b"select" | b"function" | b"case" | b"esac" | b"[[" | b"]]" | b"{" | b"}")
 }
 
 impl ShellRules {
