@@ -30,24 +30,9 @@ impl ToolKind {
     }
 }
 
-/// Declared risk class of an operation (`tools-and-permissions.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RiskClass {
-    /// Reads only.
-    Read,
-    /// Writes local state.
-    Write,
-    /// Talks to the network.
-    Network,
-    /// Runs code or commands.
-    Execute,
-    /// Destroys data.
-    Destructive,
-    /// No declared risk (the default).
-    #[default]
-    Undeclared,
-}
+/// Declared risk class of an operation (`tools-and-permissions.md`): the
+/// permission chain's own type, so the gate and the rules cannot drift.
+pub use crate::permission::RiskClass;
 
 /// Which producer built a plan item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

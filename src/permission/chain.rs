@@ -51,8 +51,9 @@ impl<T: PartialEq> OneOrMany<T> {
     }
 }
 
-/// A risk class as rules name it: the five risks plus `undeclared`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A risk class as rules (and the plan/apply gate) name it: the five risks
+/// plus `undeclared`, the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RiskClass {
     /// `read`
@@ -66,6 +67,7 @@ pub enum RiskClass {
     /// `destructive`
     Destructive,
     /// A tool with no declared risk.
+    #[default]
     Undeclared,
 }
 
