@@ -6,13 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::executor::{CancelToken, ToolCall, ToolExecutor};
 use super::registry::RegisteredTool;
-use super::{ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
+use super::{AdmissionVerdict, ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
 use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
@@ -81,6 +84,10 @@ struct Ctx {
     tenant: Option<Arc<str>>,
     tool_calls: AtomicU64,
     retries: AtomicU64,
+    /// Actions the admission hook put on hold, by index (empty: none).
+    holds: std::sync::Mutex<HashMap<usize, BoxFuture<'static, Option<String>>>>,
+    /// True when `holds` was ever non-empty (skips its lock otherwise).
+    any_hold: bool,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -130,6 +137,8 @@ impl Runtime {
             tenant: opts.tenant.as_deref().map(Arc::from),
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            holds: std::sync::Mutex::new(HashMap::new()),
+            any_hold: false,
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
@@ -327,10 +336,17 @@ impl Runtime {
         if let Some(check) = check {
             for (i, a) in actions.iter().enumerate() {
                 let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
-                    .unwrap_or_else(|_| Some("the admission check panicked; refused".to_string()));
-                if let Some(reason) = verdict {
-                    permission_refused[i] = true;
-                    refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                    .unwrap_or_else(|_| AdmissionVerdict::Refuse("the admission check panicked; refused".to_string()));
+                match verdict {
+                    AdmissionVerdict::Admit => {}
+                    AdmissionVerdict::Refuse(reason) => {
+                        permission_refused[i] = true;
+                        refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                    }
+                    AdmissionVerdict::Hold(wait) => {
+                        ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, wait);
+                        ctx.any_hold = true;
+                    }
                 }
             }
         }
@@ -386,10 +402,35 @@ fn dispatch_check(ctx: &Ctx, a: &Action) -> Option<String> {
     None
 }
 
+/// Awaits the admission hold of action `i`, if any: `Some(reason)` refuses it.
+async fn await_hold(ctx: &Ctx, i: usize) -> Option<String> {
+    if !ctx.any_hold {
+        return None;
+    }
+    let hold = ctx.holds.lock().unwrap_or_else(PoisonError::into_inner).remove(&i)?;
+    // A panicking hold refuses (fail closed).
+    AssertUnwindSafe(hold)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Some("the admission hold panicked; refused".to_string()))
+}
+
 async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
     let a = &ctx.proposal.actions[i];
     let events = &ctx.rt.inner.events;
     let t0 = Instant::now();
+    if let Some(reason) = await_hold(ctx, i).await {
+        let reason = format!("permission: {reason}");
+        events.record(
+            EventKind::ActionRejected,
+            Some(&ctx.pid),
+            Some(&a.id),
+            json!({"tool": a.tool, "reason": reason, "policy": false, "permission": true, "stage": "approval"}),
+        );
+        let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+        r.error = Some(reason);
+        return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+    }
     if let Some(reason) = dispatch_check(ctx, a) {
         events.record(
             EventKind::ActionRejected,

@@ -34,6 +34,14 @@ use serde_json::error::Category;
 /// The file name of the store under the state directory.
 pub const APPROVALS_FILE: &str = "approvals.jsonl";
 
+/// How often [`ApprovalStore::wait`] re-reads the file for resolutions
+/// recorded by another store of the same directory.
+pub const FILE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The default deadline of an approval a live approver is asked for: five
+/// minutes (`approval_timeout_ms` of `CarRuntime::set_permissions`).
+pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 300_000;
+
 /// The decision an approval resolves to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -568,13 +576,30 @@ impl ApprovalStore {
             }
             (tx.subscribe(), entry.pending.deadline)
         };
-        let closed = async { rx.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) };
+        // Woken by this store's own folds at once; resolutions another store
+        // of the same file records (another process, or the stateless
+        // `approval_resolve(state_dir, ..)`) are folded in by re-reading the
+        // file every `FILE_POLL`.
+        let closed = async {
+            loop {
+                match tokio::time::timeout(FILE_POLL, rx.wait_for(Option::is_some)).await {
+                    Ok(r) => return Ok::<_, Error>(r.ok().and_then(|r| r.clone())),
+                    Err(_) => {
+                        let folded = {
+                            let mut inner = self.lock()?;
+                            self.refresh(&mut inner)?
+                        };
+                        self.emit(folded.into_iter().map(ApprovalEvent::Resolved).collect());
+                    }
+                }
+            }
+        };
         let resolution = match deadline {
-            None => closed.await,
+            None => closed.await?,
             Some(d) => {
                 let left = (d - (self.clock)()).to_std().unwrap_or_default();
                 match tokio::time::timeout(left, closed).await {
-                    Ok(r) => r,
+                    Ok(r) => r?,
                     Err(_) => Some(self.close_by_timeout(key)?),
                 }
             }
