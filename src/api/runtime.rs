@@ -491,7 +491,10 @@ impl CarRuntime {
         let timeout_ms = match config.as_object_mut().and_then(|o| o.remove("approval_timeout_ms")) {
             None => DEFAULT_APPROVAL_TIMEOUT_MS,
             Some(v) => v.as_u64().filter(|ms| *ms >= 1).ok_or_else(|| {
-                Error::invalid_argument("approval_timeout_ms", format!("must be a whole number of milliseconds >= 1, got {v}"))
+                Error::invalid_argument(
+                    "approval_timeout_ms",
+                    format!("must be a whole number of milliseconds >= 1, got {v}"),
+                )
             })?,
         };
         let timeout = chrono::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
@@ -601,7 +604,9 @@ impl CarRuntime {
     /// or `{"event": "resolved", key, decision, reason, by, at}`. The
     /// callback the bindings attach.
     pub fn on_approval_json(&self, callback: Arc<dyn Fn(String) + Send + Sync>) -> u64 {
-        self.on_approval(Arc::new(move |ev: &ApprovalEvent| callback(to_text(&serde_json::to_value(ev).unwrap_or(Value::Null)))))
+        self.on_approval(Arc::new(move |ev: &ApprovalEvent| {
+            callback(to_text(&serde_json::to_value(ev).unwrap_or(Value::Null)))
+        }))
     }
 
     /// Detaches an approver; false when the id is unknown.
@@ -640,7 +645,8 @@ impl CarRuntime {
     /// approval first. An unknown key is `approval_not_found`.
     pub fn approval_resolve(&self, key: &str, decision: &str, reason: &str) -> Result<String> {
         let store = self.approvals_store()?;
-        let v = crate::api::gate::store_resolve_value(&store, key, &crate::api::gate::decision_value(decision), reason)?;
+        let v =
+            crate::api::gate::store_resolve_value(&store, key, &crate::api::gate::decision_value(decision), reason)?;
         Ok(v.to_string())
     }
 
