@@ -381,3 +381,40 @@ fn approvals_configuration_errors_name_the_input_and_change_nothing() {
     assert_eq!(rt.approval_resolve("deploy:nope", "allow", "").unwrap_err().code(), "approval_not_found");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn three_actions_of_one_proposal_get_three_independent_decisions() {
+    let dir = tmpdir("three");
+    let rt = CarRuntime::new();
+    for t in ["deploy", "b", "rm_tree"] {
+        rt.register_tool(t).unwrap();
+    }
+    rt.set_permissions(Some(r#"{"ask":[{"tool":"deploy"}],"deny":[{"tool":"rm_tree"}]}"#), Some(dir.to_str().unwrap()))
+        .unwrap();
+    let (_, rx) = approver(&rt);
+    let host = rt.clone();
+    let answer = std::thread::spawn(move || {
+        let key = next_pending(&rx)["key"].as_str().unwrap().to_string();
+        host.approval_resolve(&key, "allow", "ok").unwrap();
+        // Only the ask item asked.
+        rx.recv_timeout(Duration::from_millis(300)).ok().filter(|e| e["event"] == "pending")
+    });
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let out = run(
+        &rt,
+        &executor(log.clone()),
+        json!([
+            {"id": "b", "type": "tool_call", "tool": "b"},
+            deploy(json!({})),
+            {"id": "r", "type": "tool_call", "tool": "rm_tree", "failure_behavior": "skip"},
+        ]),
+    );
+    assert!(answer.join().unwrap().is_none(), "one approval for the one ask item");
+    let status: Vec<&str> = out["results"].as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["succeeded", "succeeded", "rejected"], "{out}");
+    assert!(out["results"][2]["error"].as_str().unwrap().contains("denied by deny-rule"));
+    let mut ran = log.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["b", "d"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -31,7 +31,8 @@ pub(crate) type JsToolFn = ThreadsafeFunction<String, Promise<String>, String, n
 
 /// An approver callback `(eventJson) => void`, weak: it does not keep the
 /// event loop alive.
-pub(crate) type JsApprovalFn = ThreadsafeFunction<String, napi::bindgen_prelude::Unknown<'static>, String, napi::Status, false, true>;
+pub(crate) type JsApprovalFn =
+    ThreadsafeFunction<String, napi::bindgen_prelude::Unknown<'static>, String, napi::Status, false, true>;
 
 struct JsExecutor {
     f: Arc<JsToolFn>,
@@ -125,7 +126,12 @@ impl JsCarRuntime {
     /// waiting action learns it at once. The resolution in force (JSON text,
     /// with `applied`).
     #[napi]
-    pub async fn approval_resolve(&self, key: String, decision: String, reason: Option<String>) -> napi::Result<String> {
+    pub async fn approval_resolve(
+        &self,
+        key: String,
+        decision: String,
+        reason: Option<String>,
+    ) -> napi::Result<String> {
         self.core.approval_resolve(&key, &decision, reason.as_deref().unwrap_or_default()).map_err(aerr)
     }
 
