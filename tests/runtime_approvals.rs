@@ -418,3 +418,24 @@ fn three_actions_of_one_proposal_get_three_independent_decisions() {
     assert_eq!(ran, ["b", "d"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_approval_first_recorded_without_an_approver_still_has_a_deadline_once_one_waits() {
+    let dir = tmpdir("late-approver");
+    let rt = runtime(&dir, r#","approval_timeout_ms":150"#);
+    let call = json!([deploy(json!({"same": true}))]);
+    // No approver: rejected, recorded without a deadline.
+    let out = run(&rt, &executor(Arc::default()), call.clone());
+    assert!(out["results"][0]["error"].as_str().unwrap().contains("approval required"));
+    // An approver attaches but never answers: the resubmission joins the
+    // pending approval (announced again) and is denied at the deadline.
+    let (_, rx) = approver(&rt);
+    let out = run(&rt, &executor(Arc::default()), call);
+    let r = &out["results"][0];
+    assert_eq!(r["status"], "rejected", "{r}");
+    assert!(r["error"].as_str().unwrap().contains("deadline passed"), "{r}");
+    let key = next_pending(&rx)["key"].as_str().unwrap().to_string();
+    let late: Value = serde_json::from_str(&rt.approval_resolve(&key, "allow", "late").unwrap()).unwrap();
+    assert_eq!((late["applied"].as_bool(), late["by"].as_str()), (Some(false), Some("timeout")), "{late}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -564,6 +564,15 @@ impl ApprovalStore {
     /// Waits until the approval `key` is closed, by a resolution or by its
     /// deadline (a deny), and uses it up. Needs a tokio runtime.
     pub async fn wait(&self, key: &str) -> Result<Resolution> {
+        self.wait_until(key, None).await
+    }
+
+    /// [`ApprovalStore::wait`], closing the approval as a deny at `deadline`
+    /// when it was recorded without one (it was requested while no approver
+    /// was attached, and an approver now waits for it). A recorded deadline
+    /// is kept. First-closing-wins still decides between that deny and a
+    /// host resolution.
+    pub async fn wait_until(&self, key: &str, deadline: Option<DateTime<Utc>>) -> Result<Resolution> {
         let (mut rx, deadline) = {
             let mut inner = self.lock()?;
             self.refresh(&mut inner)?;
@@ -574,7 +583,7 @@ impl ApprovalStore {
             if let Some(r) = &entry.resolution {
                 tx.send_replace(Some(r.clone()));
             }
-            (tx.subscribe(), entry.pending.deadline)
+            (tx.subscribe(), entry.pending.deadline.or(deadline))
         };
         // Woken by this store's own folds at once; resolutions another store
         // of the same file records (another process, or the stateless
