@@ -439,3 +439,51 @@ fn an_approval_first_recorded_without_an_approver_still_has_a_deadline_once_one_
     assert_eq!((late["applied"].as_bool(), late["by"].as_str()), (Some(false), Some("timeout")), "{late}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn identical_calls_waiting_on_one_approval_share_its_answer() {
+    for answer_inside_the_callback in [true, false] {
+        let dir = tmpdir("identical");
+        let rt = runtime(&dir, "");
+        let host = rt.clone();
+        let (tx, rx) = mpsc::channel::<String>();
+        let tx = Mutex::new(tx);
+        rt.on_approval_json(Arc::new(move |ev: String| {
+            let ev: Value = serde_json::from_str(&ev).unwrap();
+            if ev["event"] != "pending" {
+                return;
+            }
+            let key = ev["key"].as_str().unwrap().to_string();
+            if answer_inside_the_callback {
+                host.approval_resolve(&key, "allow", "at once").unwrap();
+            } else {
+                let _ = tx.lock().unwrap().send(key);
+            }
+        }));
+        let host = rt.clone();
+        let answer = std::thread::spawn(move || {
+            if let Ok(key) = rx.recv_timeout(Duration::from_secs(if answer_inside_the_callback { 1 } else { 30 })) {
+                std::thread::sleep(Duration::from_millis(50));
+                host.approval_resolve(&key, "allow", "later").unwrap();
+            }
+        });
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let same = json!({"env": "prod"});
+        let out = run(
+            &rt,
+            &executor(log.clone()),
+            json!([
+                {"id": "d1", "type": "tool_call", "tool": "deploy", "parameters": same},
+                {"id": "d2", "type": "tool_call", "tool": "deploy", "parameters": same},
+            ]),
+        );
+        answer.join().unwrap();
+        for r in out["results"].as_array().unwrap() {
+            assert_eq!(r["status"], "succeeded", "inside the callback: {answer_inside_the_callback}: {r}");
+        }
+        assert_eq!(log.lock().unwrap().len(), 2);
+        // Used up: the next identical submission asks again.
+        assert_eq!(serde_json::from_str::<Value>(&rt.approvals_pending().unwrap()).unwrap()["pending"], json!([]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

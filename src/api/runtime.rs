@@ -551,7 +551,7 @@ impl CarRuntime {
                             Ok(Ticket::Pending(p)) => {
                                 let store = store.clone();
                                 AdmissionVerdict::Hold(Box::pin(async move {
-                                    match store.wait_until(&p.key, Some(deadline)).await {
+                                    match store.wait_pending(&p, Some(deadline)).await {
                                         Ok(r) if r.decision == ApprovalDecision::Allow => None,
                                         Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
                                         // Fail closed: an approval whose outcome cannot be learnt is a deny.

@@ -564,21 +564,45 @@ impl ApprovalStore {
     /// Waits until the approval `key` is closed, by a resolution or by its
     /// deadline (a deny), and uses it up. Needs a tokio runtime.
     pub async fn wait(&self, key: &str) -> Result<Resolution> {
-        self.wait_until(key, None).await
+        self.wait_inner(key, None, None).await
     }
 
-    /// [`ApprovalStore::wait`], closing the approval as a deny at `deadline`
-    /// when it was recorded without one (it was requested while no approver
-    /// was attached, and an approver now waits for it). A recorded deadline
-    /// is kept. First-closing-wins still decides between that deny and a
-    /// host resolution.
-    pub async fn wait_until(&self, key: &str, deadline: Option<DateTime<Utc>>) -> Result<Resolution> {
+    /// Waits for the approval a [`Ticket::Pending`] names, like
+    /// [`ApprovalStore::wait`], with two differences:
+    /// - every holder of a ticket of the same request gets its resolution,
+    ///   also when another holder (or a request joining it) already used it
+    ///   up: two identical calls waiting on one approval share its answer;
+    /// - an approval recorded without a deadline (requested while no approver
+    ///   was attached, now waited for) is closed as a deny at `deadline`; a
+    ///   recorded deadline is kept. First-closing-wins still decides between
+    ///   that deny and a host resolution.
+    pub async fn wait_pending(&self, pending: &PendingApproval, deadline: Option<DateTime<Utc>>) -> Result<Resolution> {
+        self.wait_inner(&pending.key, Some(pending), deadline).await
+    }
+
+    async fn wait_inner(
+        &self,
+        key: &str,
+        ticket: Option<&PendingApproval>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<Resolution> {
         let (mut rx, deadline) = {
             let mut inner = self.lock()?;
             self.refresh(&mut inner)?;
-            let Some(entry) = inner.entries.get(key).filter(|e| !e.consumed).cloned() else {
-                return Err(Error::not_found("approval_not_found", format!("no open approval `{key}`")));
-            };
+            let not_found = || Error::not_found("approval_not_found", format!("no open approval `{key}`"));
+            let entry = inner.entries.get(key).cloned().ok_or_else(not_found)?;
+            if let Some(p) = ticket
+                && entry.pending != *p
+            {
+                // A later request replaced the one this ticket was for.
+                return Err(not_found());
+            }
+            if entry.consumed {
+                return match (entry.resolution, ticket) {
+                    (Some(r), Some(_)) => Ok(r),
+                    _ => Err(not_found()),
+                };
+            }
             let tx = inner.watchers.entry(key.to_string()).or_insert_with(|| watch::channel(None).0);
             if let Some(r) = &entry.resolution {
                 tx.send_replace(Some(r.clone()));
