@@ -487,3 +487,28 @@ fn identical_calls_waiting_on_one_approval_share_its_answer() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn a_held_action_is_skipped_when_its_proposal_aborts_meanwhile() {
+    let dir = tmpdir("abort");
+    let rt = runtime(&dir, r#","approval_timeout_ms":5000"#);
+    let (_, rx) = approver(&rt); // attached, never answers
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let seen = log.clone();
+    let exec: Arc<dyn ToolExecutor> = Arc::new(FnExecutor(move |call: ToolCall| {
+        seen.lock().unwrap().push(call.action_id.clone());
+        if call.tool == "b" { Err(car_runtime::ir::ToolFailure::ordinary("b broke")) } else { Ok(json!({})) }
+    }));
+    let out = run(&rt, &exec, json!([deploy(json!({})), {"id": "b", "type": "tool_call", "tool": "b"}]));
+    let by_id = |id: &str| out["results"].as_array().unwrap().iter().find(|r| r["action_id"] == id).unwrap().clone();
+    assert_eq!(by_id("b")["status"], "failed");
+    let d = by_id("d");
+    assert_eq!(d["status"], "skipped", "not started after the abort, not left to its deadline: {d}");
+    assert_eq!(d["error"], "skipped due to abort");
+    assert_eq!(*log.lock().unwrap(), vec!["b".to_string()]);
+    // The approval stays open: an answer applies to the next identical submission.
+    let key = next_pending(&rx)["key"].as_str().unwrap().to_string();
+    let pending: Value = serde_json::from_str(&rt.approvals_pending().unwrap()).unwrap();
+    assert_eq!(pending["pending"][0]["key"], key.as_str());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -86,8 +86,10 @@ struct Ctx {
     retries: AtomicU64,
     /// Actions the admission hook put on hold, by index (empty: none).
     holds: std::sync::Mutex<HashMap<usize, BoxFuture<'static, Option<String>>>>,
-    /// True when `holds` was ever non-empty (skips its lock otherwise).
-    any_hold: bool,
+    /// Set when `holds` was ever non-empty (nothing to do otherwise): turns
+    /// true when an action's outcome aborts the proposal, so an action still
+    /// waiting on its hold is skipped instead of starting after the abort.
+    abort_tx: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -138,7 +140,7 @@ impl Runtime {
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             holds: std::sync::Mutex::new(HashMap::new()),
-            any_hold: false,
+            abort_tx: None,
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
@@ -345,7 +347,7 @@ impl Runtime {
                     }
                     AdmissionVerdict::Hold(wait) => {
                         ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, wait);
-                        ctx.any_hold = true;
+                        ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
                     }
                 }
             }
@@ -402,34 +404,73 @@ fn dispatch_check(ctx: &Ctx, a: &Action) -> Option<String> {
     None
 }
 
-/// Awaits the admission hold of action `i`, if any: `Some(reason)` refuses it.
-async fn await_hold(ctx: &Ctx, i: usize) -> Option<String> {
-    if !ctx.any_hold {
-        return None;
-    }
-    let hold = ctx.holds.lock().unwrap_or_else(PoisonError::into_inner).remove(&i)?;
+/// How the admission hold of an action ended.
+enum HoldEnd {
+    /// No hold, or the hold admitted the action.
+    Admitted,
+    /// The hold refused it.
+    Refused(String),
+    /// The proposal aborted while the action was held.
+    Aborted,
+}
+
+/// Awaits the admission hold of action `i`, if any.
+async fn await_hold(ctx: &Ctx, i: usize) -> HoldEnd {
+    let Some(abort_tx) = &ctx.abort_tx else {
+        return HoldEnd::Admitted;
+    };
+    let Some(hold) = ctx.holds.lock().unwrap_or_else(PoisonError::into_inner).remove(&i) else {
+        return HoldEnd::Admitted;
+    };
+    let mut aborted = abort_tx.subscribe();
     // A panicking hold refuses (fail closed).
-    AssertUnwindSafe(hold)
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|_| Some("the admission hold panicked; refused".to_string()))
+    let hold = AssertUnwindSafe(hold).catch_unwind();
+    tokio::select! {
+        biased;
+        _ = aborted.wait_for(|a| *a) => HoldEnd::Aborted,
+        r = hold => match r {
+            Ok(None) => HoldEnd::Admitted,
+            Ok(Some(reason)) => HoldEnd::Refused(reason),
+            Err(_) => HoldEnd::Refused("the admission hold panicked; refused".to_string()),
+        },
+    }
 }
 
 async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
+    let o = run_held_action(ctx, i).await;
+    if o.abort
+        && let Some(tx) = &ctx.abort_tx
+    {
+        tx.send_replace(true);
+    }
+    o
+}
+
+async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     let a = &ctx.proposal.actions[i];
     let events = &ctx.rt.inner.events;
     let t0 = Instant::now();
-    if let Some(reason) = await_hold(ctx, i).await {
-        let reason = format!("permission: {reason}");
-        events.record(
-            EventKind::ActionRejected,
-            Some(&ctx.pid),
-            Some(&a.id),
-            json!({"tool": a.tool, "reason": reason, "policy": false, "permission": true, "stage": "approval"}),
-        );
-        let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
-        r.error = Some(reason);
-        return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+    match await_hold(ctx, i).await {
+        HoldEnd::Admitted => {}
+        HoldEnd::Refused(reason) => {
+            let reason = format!("permission: {reason}");
+            events.record(
+                EventKind::ActionRejected,
+                Some(&ctx.pid),
+                Some(&a.id),
+                json!({"tool": a.tool, "reason": reason, "policy": false, "permission": true, "stage": "approval"}),
+            );
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+            r.error = Some(reason);
+            return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+        }
+        HoldEnd::Aborted => {
+            let reason = "skipped due to abort";
+            events.record(EventKind::ActionSkipped, Some(&ctx.pid), Some(&a.id), json!({"reason": reason}));
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Skipped);
+            r.error = Some(reason.to_string());
+            return Outcome { result: r, abort: false };
+        }
     }
     if let Some(reason) = dispatch_check(ctx, a) {
         events.record(
