@@ -112,8 +112,9 @@ pub enum AdmissionVerdict {
     /// The action is held until the future settles: `None` admits it,
     /// `Some(reason)` refuses it. The future is awaited when the action's
     /// turn to dispatch comes, on the engine's async runtime (no worker
-    /// thread blocks), while the proposal's other actions go on; an action
-    /// the proposal never reaches (it aborted first) drops its hold.
+    /// thread blocks), while the proposal's other actions go on. When the
+    /// proposal aborts while the action is held, the hold is dropped and the
+    /// action is skipped; an action the proposal never reaches drops it too.
     Hold(futures::future::BoxFuture<'static, Option<String>>),
 }
 
