@@ -718,3 +718,64 @@ async fn built_in_file_tools_are_planned_with_a_diff_of_the_write() {
     assert_eq!(plan.items[2].decision, Decision::Ask);
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[tokio::test]
+async fn every_precheck_outcome_of_reads_and_interactive_calls_from_both_producers() {
+    // The same rule set for both kinds and both producer categories: allow
+    // (no rule), plain deny, and ask downgraded to a flagged deny.
+    let policy = |item: &PlanItem| match item.input["mode"].as_str() {
+        Some("ask") => PolicyDecision::new(Decision::Ask, "ask-rule", "wants a human"),
+        Some("deny") => PolicyDecision::new(Decision::Deny, "deny-rule", "blocked read"),
+        _ => PolicyDecision::new(Decision::Allow, "default", ""),
+    };
+    // The breaker off: eight denials in one turn would trip it otherwise.
+    let off = BreakerConfig { max_consecutive_denials: 0, max_window_denials: 0, window_secs: 60 };
+    let mut session = GateSession::new("s", t0()).with_breaker(off);
+    let mut calls = Vec::new();
+    for (provider, op) in [("fs", "read_file"), ("ui", "ask_user")] {
+        for category in [ProducerCategory::Tool, ProducerCategory::SlashCommand] {
+            for mode in ["allow", "deny", "ask"] {
+                let mut c = call(&format!("{op}-{category:?}-{mode}"), provider, op, json!({"mode": mode}));
+                c.producer_category = category;
+                calls.push(c);
+            }
+        }
+    }
+    let plan = Gate::new(&policy).build_plan("t", &calls, &catalog(), &mut session, t0());
+    for item in &plan.items {
+        let mode = item.input["mode"].as_str().unwrap();
+        let expected = match mode {
+            "allow" => (Decision::Allow, false),
+            "deny" => (Decision::Deny, false),
+            _ => (Decision::Deny, true),
+        };
+        assert_eq!((item.decision, item.downgraded_from_ask), expected, "{}", item.call_id);
+        assert!(item.preview.is_none(), "{}: no preview outside resources", item.call_id);
+        // Every denial, plain or downgraded, is surfaced as a tool result.
+        match denial_result(item) {
+            None => assert_eq!(mode, "allow"),
+            Some(r) => {
+                assert_eq!(
+                    (r["type"].as_str(), r["tool_use_id"].as_str()),
+                    (Some("tool_result"), Some(&*item.call_id))
+                );
+                assert_eq!(r["downgraded_from_ask"], expected.1, "{r}");
+                assert_eq!(r["is_error"], true);
+            }
+        }
+    }
+    // Only the allowed ones execute; the denied ones answer with their denial.
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let r2 = ran.clone();
+    let outcomes = execute_plan(&plan, move |item| {
+        r2.lock().unwrap().push(item.call_id.clone());
+        async move { json!({"ok": true}) }
+    })
+    .await;
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran.len(), 4, "{ran:?}");
+    assert!(ran.iter().all(|id| id.ends_with("-allow")), "{ran:?}");
+    let denied = outcomes.iter().filter(|o| matches!(o, ItemOutcome::Denied { .. })).count();
+    assert_eq!(denied, 8);
+}

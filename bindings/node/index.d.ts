@@ -24,6 +24,28 @@ export declare class CarRuntime {
    * store under `approvalsDir`.
    */
   setPermissions(configJson?: any | undefined | null, approvalsDir?: string | undefined | null): Promise<void>
+  /**
+   * Attaches an approver: `callback(eventJson)` is called on the JS thread
+   * with every approval event (`{"event": "pending", key, tool, ...}` /
+   * `{"event": "resolved", ...}`). While one is attached an ask waits for
+   * `approvalResolve` (or its deadline) instead of being rejected. The
+   * callback does not keep the process alive. Returns an id for
+   * `removeApprovalCallback`.
+   */
+  onApproval(callback: (eventJson: string) => void): number
+  /** Detaches an approver; false for an unknown id. */
+  removeApprovalCallback(id: number): boolean
+  /**
+   * The pending approvals of the runtime's approvals store, as JSON text
+   * `{"pending": [...]}`.
+   */
+  approvalsPending(): Promise<string>
+  /**
+   * Resolves an approval: anything but an explicit `allow` is a deny; a
+   * waiting action learns it at once. The resolution in force (JSON text,
+   * with `applied`).
+   */
+  approvalResolve(key: string, decision: string, reason?: string | undefined | null): Promise<string>
   /** Registers a tool with no parameter schema. */
   registerTool(name: string): Promise<void>
   /** Registers a ToolSchema (JSON text or object); parameters are validated before dispatch. */

@@ -131,12 +131,25 @@ fn plan_decide_value(plan: Value, item_id: &str, decision: Value, options: Optio
 }
 
 fn approvals_pending_value(state_dir: &str) -> Result<Value> {
-    let store = ApprovalStore::open(state_dir)?;
+    store_pending_value(&ApprovalStore::open(state_dir)?)
+}
+
+/// `{pending: [...]}` of a store.
+pub(crate) fn store_pending_value(store: &ApprovalStore) -> Result<Value> {
     Ok(json!({"pending": to_value(&store.pending()?)}))
 }
 
 fn approval_resolve_value(state_dir: &str, key: &str, decision: &Value, reason: &str) -> Result<Value> {
-    let store = ApprovalStore::open(state_dir)?;
+    store_resolve_value(&ApprovalStore::open(state_dir)?, key, decision, reason)
+}
+
+/// Parses the `decision` text of `approval_resolve`: JSON, else the string itself.
+pub(crate) fn decision_value(decision: &str) -> Value {
+    serde_json::from_str::<Value>(decision).unwrap_or_else(|_| Value::String(decision.to_string()))
+}
+
+/// Resolves `key` in a store: the resolution in force plus `applied`.
+pub(crate) fn store_resolve_value(store: &ApprovalStore, key: &str, decision: &Value, reason: &str) -> Result<Value> {
     let outcome = store.resolve(key, ApprovalDecision::normalize(decision), reason)?;
     let mut v = to_value(&outcome.resolution);
     if let Value::Object(m) = &mut v {
@@ -182,8 +195,7 @@ pub fn approvals_pending(state_dir: &str) -> Result<String> {
 /// Returns the resolution in force and `applied` (false when something
 /// closed the approval first).
 pub fn approval_resolve(state_dir: &str, key: &str, decision: &str, reason: &str) -> Result<String> {
-    let value = serde_json::from_str::<Value>(decision).unwrap_or_else(|_| Value::String(decision.to_string()));
-    Ok(approval_resolve_value(state_dir, key, &value, reason)?.to_string())
+    Ok(approval_resolve_value(state_dir, key, &decision_value(decision), reason)?.to_string())
 }
 
 fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str> {

@@ -9,16 +9,19 @@
 //! ```
 
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::engine::{
-    AdmissionCheck, CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall, ToolExecutor,
+    AdmissionHook, AdmissionVerdict, CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall,
+    ToolExecutor,
 };
 use crate::events::{EventQuery, RetentionPolicy};
-use crate::gate::{ApprovalDecision, ApprovalStore, Ticket, input_digest};
+use crate::gate::{
+    ApprovalCallback, ApprovalDecision, ApprovalEvent, ApprovalStore, DEFAULT_APPROVAL_TIMEOUT_MS, Ticket, input_digest,
+};
 use crate::ir::{Action, ActionType};
 use crate::ir::{ToolFailure, ToolSource};
 use crate::ir::{ToolSchema, from_json_str};
@@ -37,6 +40,48 @@ pub struct CarRuntime {
     tier: Arc<RwLock<PermissionTier>>,
     /// Where the built-in tools run, once `register_agent_basics` was called.
     builtin_root: Arc<RwLock<Option<Root>>>,
+    /// The approvals store of `set_permissions` and the attached approvers.
+    approvals: Arc<Mutex<Approvals>>,
+}
+
+/// The approvals side of the facade: the store `set_permissions` opened and
+/// the host's approver callbacks, carried over to a store opened later.
+#[derive(Default)]
+struct Approvals {
+    store: Option<Arc<ApprovalStore>>,
+    /// `(facade id, callback, id of its registration on the store)`.
+    approvers: Vec<(u64, ApprovalCallback, Option<u64>)>,
+    next_id: u64,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals")
+            .field("store", &self.store)
+            .field("approvers", &self.approvers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Approvals {
+    /// Installs `store` (or none), moving every approver onto it.
+    fn install(&mut self, store: Option<Arc<ApprovalStore>>) {
+        let same = match (&self.store, &store) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        for (_, cb, reg) in &mut self.approvers {
+            if let (Some(old), Some(id)) = (&self.store, reg.take()) {
+                old.remove_callback(id);
+            }
+            *reg = store.as_ref().map(|s| s.on_event(cb.clone()));
+        }
+        self.store = store;
+    }
 }
 
 /// Sends calls of the registered built-in tools to the in-process
@@ -99,6 +144,7 @@ impl CarRuntime {
             rt: Runtime::new(options),
             tier: Arc::new(RwLock::new(PermissionTier::default())),
             builtin_root: Arc::new(RwLock::new(None)),
+            approvals: Arc::new(Mutex::new(Approvals::default())),
         }
     }
 
@@ -394,20 +440,31 @@ impl CarRuntime {
     /// `docs/permissions.md` (`{preset?, deny?, ask?, hooks?, can_use_tool?}`
     /// or `{engine, profile}`), optionally with `tools`: tool definitions
     /// declaring `risk` / `needs_approval` (the built-in tools declare their
-    /// own; any other tool is `undeclared`).
+    /// own; any other tool is `undeclared`), and `approval_timeout_ms`: how
+    /// long a live approver has to answer (default
+    /// [`DEFAULT_APPROVAL_TIMEOUT_MS`], five minutes; at least 1).
     ///
     /// A deny rejects the action with the chain's reason. An ask consults the
     /// durable approvals store under `approvals_dir` (`approvals.jsonl`): an
     /// approval already resolved for this tool and post-hook input applies
-    /// (allow runs, deny rejects); otherwise the approval is recorded as
-    /// pending and the action is rejected with an error naming its key, so a
-    /// host can resolve it (`approvals_pending` / `approval_resolve`) and
-    /// resubmit. Without `approvals_dir` an ask is a rejection. A chain whose
-    /// hooks substitute the input is refused at admission (the substituted
-    /// input cannot reach the tool yet), never silently bypassed.
+    /// (allow runs, deny rejects). Otherwise a pending approval is recorded
+    /// and announced, and then:
+    /// - with an approver attached ([`CarRuntime::on_approval`] or a live
+    ///   [`CarRuntime::approvals_subscribe`] receiver), the action is held,
+    ///   without blocking a worker thread or the proposal's other actions,
+    ///   until the approval closes: an explicit allow runs it, anything else
+    ///   rejects it with the reason, and an approval unanswered at its
+    ///   deadline is denied (first-closing-wins: never both);
+    /// - with no approver, the action is rejected with an error naming the
+    ///   approval key, so a host can resolve it (`approvals_pending` /
+    ///   `approval_resolve`) and resubmit.
+    ///
+    /// Without `approvals_dir` an ask is a rejection. A chain whose hooks
+    /// substitute the input is refused at admission (the substituted input
+    /// cannot reach the tool yet), never silently bypassed.
     pub fn set_permissions(&self, config_json: Option<&str>, approvals_dir: Option<&str>) -> Result<()> {
         let Some(text) = config_json.filter(|t| !t.trim().is_empty() && t.trim() != "null") else {
-            self.rt.set_admission_check(None);
+            self.rt.set_admission_hook(None);
             return Ok(());
         };
         let mut config: Value = from_json_str(text)?;
@@ -431,11 +488,31 @@ impl CarRuntime {
                 defs.insert(def.name.clone(), def);
             }
         }
+        let timeout_ms = match config.as_object_mut().and_then(|o| o.remove("approval_timeout_ms")) {
+            None => DEFAULT_APPROVAL_TIMEOUT_MS,
+            Some(v) => v.as_u64().filter(|ms| *ms >= 1).ok_or_else(|| {
+                Error::invalid_argument(
+                    "approval_timeout_ms",
+                    format!("must be a whole number of milliseconds >= 1, got {v}"),
+                )
+            })?,
+        };
+        let timeout = chrono::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
         let chain = PermissionChain::from_json(&config)?;
-        let store = approvals_dir.map(ApprovalStore::open).transpose()?.map(Arc::new);
-        let check: AdmissionCheck = Arc::new(move |a: &Action, _session: Option<&str>| {
+        let store = match approvals_dir {
+            None => None,
+            Some(dir) => {
+                let current = self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).store.clone();
+                match current.filter(|s| s.path() == Path::new(dir).join(crate::gate::APPROVALS_FILE)) {
+                    Some(s) => Some(s),
+                    None => Some(Arc::new(ApprovalStore::open(dir)?)),
+                }
+            }
+        };
+        let held = store.clone();
+        let check: AdmissionHook = Arc::new(move |a: &Action, _session: Option<&str>| {
             if a.action_type != ActionType::ToolCall {
-                return None;
+                return AdmissionVerdict::Admit;
             }
             let name = a.tool.as_deref().unwrap_or_default();
             let undeclared;
@@ -449,29 +526,128 @@ impl CarRuntime {
             let input = Value::Object(a.parameters.clone());
             let ev = chain.evaluate(def, &input);
             if ev.verdict != Verdict::Deny && ev.input != input {
-                return Some(format!(
+                return AdmissionVerdict::Refuse(format!(
                     "the permission chain substituted the input of `{name}` ({}); input substitution at admission is not supported, so the call is refused",
                     ev.decided_by.as_str()
                 ));
             }
             match ev.verdict {
-                Verdict::Allow => None,
-                Verdict::Deny => Some(format!("denied by {}: {}", ev.decided_by.as_str(), ev.reason)),
-                Verdict::Ask => Some(match &store {
-                    None => format!("approval required for `{name}` ({}); no approvals store is configured", ev.reason),
-                    Some(store) => match input_digest(&ev.input).and_then(|d| store.request(name, &d, None)) {
-                        Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => return None,
-                        Ok(Ticket::Resolved(r)) => format!("approval `{}` was denied: {}", r.key, r.reason),
-                        Ok(Ticket::Pending(p)) => {
-                            format!("approval required: approval `{}` is pending; resolve it and resubmit", p.key)
+                Verdict::Allow => AdmissionVerdict::Admit,
+                Verdict::Deny => {
+                    AdmissionVerdict::Refuse(format!("denied by {}: {}", ev.decided_by.as_str(), ev.reason))
+                }
+                Verdict::Ask => match &held {
+                    None => AdmissionVerdict::Refuse(format!(
+                        "approval required for `{name}` ({}); no approvals store is configured",
+                        ev.reason
+                    )),
+                    Some(store) => {
+                        let deadline = chrono::Utc::now() + timeout;
+                        match input_digest(&ev.input).and_then(|d| store.request(name, &d, Some(deadline))) {
+                            Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => AdmissionVerdict::Admit,
+                            Ok(Ticket::Resolved(r)) => {
+                                AdmissionVerdict::Refuse(format!("approval `{}` was denied: {}", r.key, r.reason))
+                            }
+                            Ok(Ticket::Pending(p)) => {
+                                let store = store.clone();
+                                AdmissionVerdict::Hold(Box::pin(async move {
+                                    match store.wait_pending(&p, Some(deadline)).await {
+                                        Ok(r) if r.decision == ApprovalDecision::Allow => None,
+                                        Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
+                                        // Fail closed: an approval whose outcome cannot be learnt is a deny.
+                                        Err(e) => Some(format!("approval `{}` was denied: {e}", p.key)),
+                                    }
+                                }))
+                            }
+                            Err(e) => AdmissionVerdict::Refuse(e.to_string()),
                         }
-                        Err(e) => e.to_string(),
-                    },
-                }),
+                    }
+                },
             }
         });
-        self.rt.set_admission_check(Some(check));
+        if let Some(store) = &store {
+            self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).install(Some(store.clone()));
+        }
+        self.rt.set_admission_hook(Some(check));
         Ok(())
+    }
+
+    fn approvals_store(&self) -> Result<Arc<ApprovalStore>> {
+        self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).store.clone().ok_or_else(|| {
+            Error::runtime(
+                "approvals_not_configured",
+                "no approvals store: call set_permissions with an `approvals_dir` first",
+            )
+        })
+    }
+
+    /// Attaches an approver: `callback` is notified of every approval event
+    /// of this runtime's approvals store (`pending` when an action waits for
+    /// it, `resolved` when it closes), on the thread that caused it and
+    /// outside every lock, so it may call [`CarRuntime::approval_resolve`]
+    /// (or hand the key to another thread that does). While at least one
+    /// approver is attached, an `ask` holds its action until the approval
+    /// closes instead of rejecting it. Approvers attached before
+    /// `set_permissions` (or before its `approvals_dir` changes) move to the
+    /// store it opens. Returns an id for [`CarRuntime::remove_approval_callback`].
+    pub fn on_approval(&self, callback: ApprovalCallback) -> u64 {
+        let mut a = self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.next_id += 1;
+        let id = a.next_id;
+        let reg = a.store.as_ref().map(|s| s.on_event(callback.clone()));
+        a.approvers.push((id, callback, reg));
+        id
+    }
+
+    /// [`CarRuntime::on_approval`] with the event as JSON text:
+    /// `{"event": "pending", key, tool, input_digest, requested_at, deadline?}`
+    /// or `{"event": "resolved", key, decision, reason, by, at}`. The
+    /// callback the bindings attach.
+    pub fn on_approval_json(&self, callback: Arc<dyn Fn(String) + Send + Sync>) -> u64 {
+        self.on_approval(Arc::new(move |ev: &ApprovalEvent| {
+            callback(to_text(&serde_json::to_value(ev).unwrap_or(Value::Null)))
+        }))
+    }
+
+    /// Detaches an approver; false when the id is unknown.
+    pub fn remove_approval_callback(&self, id: u64) -> bool {
+        let mut a = self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(pos) = a.approvers.iter().position(|(i, _, _)| *i == id) else {
+            return false;
+        };
+        let (_, _, reg) = a.approvers.remove(pos);
+        if let (Some(store), Some(reg)) = (&a.store, reg) {
+            store.remove_callback(reg);
+        }
+        true
+    }
+
+    /// A subscription to the approval events of the current approvals store
+    /// (the daemon-style alternative to a callback); a live receiver counts
+    /// as an attached approver. Fails with `approvals_not_configured` before
+    /// `set_permissions` gave an `approvals_dir`.
+    pub fn approvals_subscribe(&self) -> Result<tokio::sync::broadcast::Receiver<ApprovalEvent>> {
+        Ok(self.approvals_store()?.subscribe())
+    }
+
+    /// The pending approvals of this runtime's approvals store, oldest first,
+    /// as JSON text `{pending: [{key, tool, input_digest, requested_at,
+    /// deadline?}]}` (overdue ones are denied first).
+    pub fn approvals_pending(&self) -> Result<String> {
+        Ok(crate::api::gate::store_pending_value(&*self.approvals_store()?)?.to_string())
+    }
+
+    /// Resolves an approval of this runtime's approvals store: `decision` is
+    /// `allow`, `deny` or a JSON resolution value, and anything but an
+    /// explicit allow is a deny. A waiting action learns the outcome at
+    /// once. Returns the resolution in force as JSON text, with `applied`
+    /// false when something (an earlier resolution, the deadline) closed the
+    /// approval first. An unknown key is `approval_not_found`.
+    pub fn approval_resolve(&self, key: &str, decision: &str, reason: &str) -> Result<String> {
+        let store = self.approvals_store()?;
+        let v =
+            crate::api::gate::store_resolve_value(&store, key, &crate::api::gate::decision_value(decision), reason)?;
+        Ok(v.to_string())
     }
 
     /// The granted permission tier (`sandbox_edit` by default).

@@ -103,6 +103,35 @@ impl RuntimeOptions {
 /// the execution's policy session.
 pub type AdmissionCheck = Arc<dyn Fn(&crate::ir::Action, Option<&str>) -> Option<String> + Send + Sync>;
 
+/// What an [`AdmissionHook`] decides for one action.
+pub enum AdmissionVerdict {
+    /// The action is admitted.
+    Admit,
+    /// The action is refused (`rejected`, then its failure behavior).
+    Refuse(String),
+    /// The action is held until the future settles: `None` admits it,
+    /// `Some(reason)` refuses it. The future is awaited when the action's
+    /// turn to dispatch comes, on the engine's async runtime (no worker
+    /// thread blocks), while the proposal's other actions go on. When the
+    /// proposal aborts while the action is held, the hold is dropped and the
+    /// action is skipped; an action the proposal never reaches drops it too.
+    Hold(futures::future::BoxFuture<'static, Option<String>>),
+}
+
+impl std::fmt::Debug for AdmissionVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdmissionVerdict::Admit => f.write_str("Admit"),
+            AdmissionVerdict::Refuse(r) => f.debug_tuple("Refuse").field(r).finish(),
+            AdmissionVerdict::Hold(_) => f.write_str("Hold(..)"),
+        }
+    }
+}
+
+/// The admission hook with holds: like [`AdmissionCheck`], but an action may
+/// be put on hold (an `ask` waiting for a live approver).
+pub type AdmissionHook = Arc<dyn Fn(&crate::ir::Action, Option<&str>) -> AdmissionVerdict + Send + Sync>;
+
 /// Per-execution options.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
@@ -123,7 +152,7 @@ pub(crate) struct Inner {
     pub(crate) rate: RateLimiter,
     pub(crate) detached: Arc<DetachedTools>,
     pub(crate) request_seq: AtomicU64,
-    pub(crate) admission: RwLock<Option<AdmissionCheck>>,
+    pub(crate) admission: RwLock<Option<AdmissionHook>>,
 }
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
@@ -170,10 +199,21 @@ impl Runtime {
         }
     }
 
-    /// Installs (or removes) the admission verdict hook.
+    /// Installs (or removes) the admission verdict hook. It shares one slot
+    /// with [`Runtime::set_admission_hook`]: the last one set is in force.
     pub fn set_admission_check(&self, check: Option<AdmissionCheck>) {
+        self.set_admission_hook(check.map(|c| -> AdmissionHook {
+            Arc::new(move |a, s| match c(a, s) {
+                Some(reason) => AdmissionVerdict::Refuse(reason),
+                None => AdmissionVerdict::Admit,
+            })
+        }));
+    }
+
+    /// Installs (or removes) an admission hook that may hold actions.
+    pub fn set_admission_hook(&self, hook: Option<AdmissionHook>) {
         if let Ok(mut a) = self.inner.admission.write() {
-            *a = check;
+            *a = hook;
         }
     }
 

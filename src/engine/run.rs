@@ -6,13 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::executor::{CancelToken, ToolCall, ToolExecutor};
 use super::registry::RegisteredTool;
-use super::{ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
+use super::{AdmissionVerdict, ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
 use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
@@ -81,6 +84,12 @@ struct Ctx {
     tenant: Option<Arc<str>>,
     tool_calls: AtomicU64,
     retries: AtomicU64,
+    /// Actions the admission hook put on hold, by index (empty: none).
+    holds: std::sync::Mutex<HashMap<usize, BoxFuture<'static, Option<String>>>>,
+    /// Set when `holds` was ever non-empty (nothing to do otherwise): turns
+    /// true when an action's outcome aborts the proposal, so an action still
+    /// waiting on its hold is skipped instead of starting after the abort.
+    abort_tx: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -130,6 +139,8 @@ impl Runtime {
             tenant: opts.tenant.as_deref().map(Arc::from),
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            holds: std::sync::Mutex::new(HashMap::new()),
+            abort_tx: None,
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
@@ -327,10 +338,17 @@ impl Runtime {
         if let Some(check) = check {
             for (i, a) in actions.iter().enumerate() {
                 let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
-                    .unwrap_or_else(|_| Some("the admission check panicked; refused".to_string()));
-                if let Some(reason) = verdict {
-                    permission_refused[i] = true;
-                    refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                    .unwrap_or_else(|_| AdmissionVerdict::Refuse("the admission check panicked; refused".to_string()));
+                match verdict {
+                    AdmissionVerdict::Admit => {}
+                    AdmissionVerdict::Refuse(reason) => {
+                        permission_refused[i] = true;
+                        refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                    }
+                    AdmissionVerdict::Hold(wait) => {
+                        ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, wait);
+                        ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
+                    }
                 }
             }
         }
@@ -386,10 +404,74 @@ fn dispatch_check(ctx: &Ctx, a: &Action) -> Option<String> {
     None
 }
 
+/// How the admission hold of an action ended.
+enum HoldEnd {
+    /// No hold, or the hold admitted the action.
+    Admitted,
+    /// The hold refused it.
+    Refused(String),
+    /// The proposal aborted while the action was held.
+    Aborted,
+}
+
+/// Awaits the admission hold of action `i`, if any.
+async fn await_hold(ctx: &Ctx, i: usize) -> HoldEnd {
+    let Some(abort_tx) = &ctx.abort_tx else {
+        return HoldEnd::Admitted;
+    };
+    let Some(hold) = ctx.holds.lock().unwrap_or_else(PoisonError::into_inner).remove(&i) else {
+        return HoldEnd::Admitted;
+    };
+    let mut aborted = abort_tx.subscribe();
+    // A panicking hold refuses (fail closed).
+    let hold = AssertUnwindSafe(hold).catch_unwind();
+    tokio::select! {
+        biased;
+        _ = aborted.wait_for(|a| *a) => HoldEnd::Aborted,
+        r = hold => match r {
+            Ok(None) => HoldEnd::Admitted,
+            Ok(Some(reason)) => HoldEnd::Refused(reason),
+            Err(_) => HoldEnd::Refused("the admission hold panicked; refused".to_string()),
+        },
+    }
+}
+
 async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
+    let o = run_held_action(ctx, i).await;
+    if o.abort
+        && let Some(tx) = &ctx.abort_tx
+    {
+        tx.send_replace(true);
+    }
+    o
+}
+
+async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     let a = &ctx.proposal.actions[i];
     let events = &ctx.rt.inner.events;
     let t0 = Instant::now();
+    match await_hold(ctx, i).await {
+        HoldEnd::Admitted => {}
+        HoldEnd::Refused(reason) => {
+            let reason = format!("permission: {reason}");
+            events.record(
+                EventKind::ActionRejected,
+                Some(&ctx.pid),
+                Some(&a.id),
+                json!({"tool": a.tool, "reason": reason, "policy": false, "permission": true, "stage": "approval"}),
+            );
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+            r.error = Some(reason);
+            return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+        }
+        HoldEnd::Aborted => {
+            let reason = "skipped due to abort";
+            events.record(EventKind::ActionSkipped, Some(&ctx.pid), Some(&a.id), json!({"reason": reason}));
+            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Skipped);
+            r.error = Some(reason.to_string());
+            return Outcome { result: r, abort: false };
+        }
+    }
     if let Some(reason) = dispatch_check(ctx, a) {
         events.record(
             EventKind::ActionRejected,

@@ -34,6 +34,14 @@ use serde_json::error::Category;
 /// The file name of the store under the state directory.
 pub const APPROVALS_FILE: &str = "approvals.jsonl";
 
+/// How often [`ApprovalStore::wait`] re-reads the file for resolutions
+/// recorded by another store of the same directory.
+pub const FILE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The default deadline of an approval a live approver is asked for: five
+/// minutes (`approval_timeout_ms` of `CarRuntime::set_permissions`).
+pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 300_000;
+
 /// The decision an approval resolves to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -556,25 +564,75 @@ impl ApprovalStore {
     /// Waits until the approval `key` is closed, by a resolution or by its
     /// deadline (a deny), and uses it up. Needs a tokio runtime.
     pub async fn wait(&self, key: &str) -> Result<Resolution> {
+        self.wait_inner(key, None, None).await
+    }
+
+    /// Waits for the approval a [`Ticket::Pending`] names, like
+    /// [`ApprovalStore::wait`], with two differences:
+    /// - every holder of a ticket of the same request gets its resolution,
+    ///   also when another holder (or a request joining it) already used it
+    ///   up: two identical calls waiting on one approval share its answer;
+    /// - an approval recorded without a deadline (requested while no approver
+    ///   was attached, now waited for) is closed as a deny at `deadline`; a
+    ///   recorded deadline is kept. First-closing-wins still decides between
+    ///   that deny and a host resolution.
+    pub async fn wait_pending(&self, pending: &PendingApproval, deadline: Option<DateTime<Utc>>) -> Result<Resolution> {
+        self.wait_inner(&pending.key, Some(pending), deadline).await
+    }
+
+    async fn wait_inner(
+        &self,
+        key: &str,
+        ticket: Option<&PendingApproval>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<Resolution> {
         let (mut rx, deadline) = {
             let mut inner = self.lock()?;
             self.refresh(&mut inner)?;
-            let Some(entry) = inner.entries.get(key).filter(|e| !e.consumed).cloned() else {
-                return Err(Error::not_found("approval_not_found", format!("no open approval `{key}`")));
-            };
+            let not_found = || Error::not_found("approval_not_found", format!("no open approval `{key}`"));
+            let entry = inner.entries.get(key).cloned().ok_or_else(not_found)?;
+            if let Some(p) = ticket
+                && entry.pending != *p
+            {
+                // A later request replaced the one this ticket was for.
+                return Err(not_found());
+            }
+            if entry.consumed {
+                return match (entry.resolution, ticket) {
+                    (Some(r), Some(_)) => Ok(r),
+                    _ => Err(not_found()),
+                };
+            }
             let tx = inner.watchers.entry(key.to_string()).or_insert_with(|| watch::channel(None).0);
             if let Some(r) = &entry.resolution {
                 tx.send_replace(Some(r.clone()));
             }
-            (tx.subscribe(), entry.pending.deadline)
+            (tx.subscribe(), entry.pending.deadline.or(deadline))
         };
-        let closed = async { rx.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) };
+        // Woken by this store's own folds at once; resolutions another store
+        // of the same file records (another process, or the stateless
+        // `approval_resolve(state_dir, ..)`) are folded in by re-reading the
+        // file every `FILE_POLL`.
+        let closed = async {
+            loop {
+                match tokio::time::timeout(FILE_POLL, rx.wait_for(Option::is_some)).await {
+                    Ok(r) => return Ok::<_, Error>(r.ok().and_then(|r| r.clone())),
+                    Err(_) => {
+                        let folded = {
+                            let mut inner = self.lock()?;
+                            self.refresh(&mut inner)?
+                        };
+                        self.emit(folded.into_iter().map(ApprovalEvent::Resolved).collect());
+                    }
+                }
+            }
+        };
         let resolution = match deadline {
-            None => closed.await,
+            None => closed.await?,
             Some(d) => {
                 let left = (d - (self.clock)()).to_std().unwrap_or_default();
                 match tokio::time::timeout(left, closed).await {
-                    Ok(r) => r,
+                    Ok(r) => r?,
                     Err(_) => Some(self.close_by_timeout(key)?),
                 }
             }

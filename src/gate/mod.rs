@@ -37,8 +37,8 @@ pub mod session;
 pub mod supervision;
 
 pub use approval::{
-    ApprovalDecision, ApprovalEvent, ApprovalStore, PendingApproval, Resolution, ResolveOutcome, ResolvedBy, Ticket,
-    approval_key, input_digest,
+    APPROVALS_FILE, ApprovalCallback, ApprovalDecision, ApprovalEvent, ApprovalStore, DEFAULT_APPROVAL_TIMEOUT_MS,
+    PendingApproval, Resolution, ResolveOutcome, ResolvedBy, Ticket, approval_key, input_digest,
 };
 pub use breaker::{BREAKER_STATUS, BreakerConfig, CircuitBreaker};
 pub use builtin::{BuiltinPreviews, builtin_operations};

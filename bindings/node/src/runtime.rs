@@ -12,7 +12,7 @@ use car_runtime::api::runtime::CarRuntime as Core;
 use car_runtime::engine::{ToolCall, ToolExecutor};
 use car_runtime::ir::ToolFailure;
 use napi::bindgen_prelude::Promise;
-use napi::threadsafe_function::ThreadsafeFunction;
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use serde_json::Value;
 
@@ -28,6 +28,11 @@ fn aerr(e: car_runtime::Error) -> napi::Error {
 /// A JS tool function wrapped by `index.js`'s shim: it takes the call JSON
 /// and resolves to an envelope `{"ok": text}` / `{"error", "terminal"}`.
 pub(crate) type JsToolFn = ThreadsafeFunction<String, Promise<String>, String, napi::Status, false>;
+
+/// An approver callback `(eventJson) => void`, weak: it does not keep the
+/// event loop alive.
+pub(crate) type JsApprovalFn =
+    ThreadsafeFunction<String, napi::bindgen_prelude::Unknown<'static>, String, napi::Status, false, true>;
 
 struct JsExecutor {
     f: Arc<JsToolFn>,
@@ -87,6 +92,47 @@ impl JsCarRuntime {
     pub async fn set_permissions(&self, config_json: Option<Value>, approvals_dir: Option<String>) -> napi::Result<()> {
         let config = config_json.filter(|v| !v.is_null()).map(text);
         self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(aerr)
+    }
+
+    /// Attaches an approver: `callback(eventJson)` is called on the JS thread
+    /// with every approval event (`{"event": "pending", key, tool, ...}` /
+    /// `{"event": "resolved", ...}`). While one is attached an ask waits for
+    /// `approvalResolve` (or its deadline) instead of being rejected. The
+    /// callback does not keep the process alive. Returns an id for
+    /// `removeApprovalCallback`.
+    #[napi(ts_args_type = "callback: (eventJson: string) => void")]
+    pub fn on_approval(&self, callback: JsApprovalFn) -> u32 {
+        let f = Arc::new(callback);
+        let id = self.core.on_approval_json(Arc::new(move |ev: String| {
+            let _ = f.call(ev, ThreadsafeFunctionCallMode::NonBlocking);
+        }));
+        u32::try_from(id).unwrap_or(u32::MAX)
+    }
+
+    /// Detaches an approver; false for an unknown id.
+    #[napi]
+    pub fn remove_approval_callback(&self, id: u32) -> bool {
+        self.core.remove_approval_callback(u64::from(id))
+    }
+
+    /// The pending approvals of the runtime's approvals store, as JSON text
+    /// `{"pending": [...]}`.
+    #[napi]
+    pub async fn approvals_pending(&self) -> napi::Result<String> {
+        self.core.approvals_pending().map_err(aerr)
+    }
+
+    /// Resolves an approval: anything but an explicit `allow` is a deny; a
+    /// waiting action learns it at once. The resolution in force (JSON text,
+    /// with `applied`).
+    #[napi]
+    pub async fn approval_resolve(
+        &self,
+        key: String,
+        decision: String,
+        reason: Option<String>,
+    ) -> napi::Result<String> {
+        self.core.approval_resolve(&key, &decision, reason.as_deref().unwrap_or_default()).map_err(aerr)
     }
 
     /// Registers a tool with no parameter schema.

@@ -154,6 +154,58 @@ impl PyCarRuntime {
         self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
+    /// Attaches an approver: `callback(event_json)` is called with every
+    /// approval event (`{"event": "pending", "key", "tool", ...}` /
+    /// `{"event": "resolved", ...}`) on a thread of its own, in order. While
+    /// one is attached an `ask` waits for `approval_resolve` (or its
+    /// deadline) instead of being rejected. Returns an id for
+    /// `remove_approval_callback`. Exceptions it raises are reported as
+    /// unraisable and change nothing.
+    fn on_approval(&self, callback: Py<PyAny>) -> u64 {
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::Builder::new()
+            .name("car-approvals".into())
+            .spawn(move || {
+                // Ends when the callback is removed (its sender dropped).
+                while let Ok(ev) = rx.recv() {
+                    Python::attach(|py| {
+                        if let Err(e) = callback.call1(py, (ev,)) {
+                            e.write_unraisable(py, None);
+                        }
+                    });
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| eprintln!("car-runtime: cannot start the approvals callback thread: {e}"));
+        let tx = Mutex::new(tx);
+        self.core.on_approval_json(Arc::new(move |ev: String| {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(ev);
+            }
+        }))
+    }
+
+    /// Detaches an approver; False for an unknown id.
+    fn remove_approval_callback(&self, id: u64) -> bool {
+        self.core.remove_approval_callback(id)
+    }
+
+    /// The pending approvals of the runtime's approvals store, as JSON text
+    /// `{"pending": [...]}`.
+    fn approvals_pending(&self, py: Python<'_>) -> PyResult<String> {
+        let core = self.core.clone();
+        py.detach(move || core.approvals_pending()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Resolves an approval: anything but an explicit `allow` is a deny; a
+    /// waiting action learns it at once. Returns the resolution in force
+    /// (JSON text, with `applied`).
+    #[pyo3(signature = (key, decision, reason=String::new()))]
+    fn approval_resolve(&self, py: Python<'_>, key: String, decision: String, reason: String) -> PyResult<String> {
+        let core = self.core.clone();
+        py.detach(move || core.approval_resolve(&key, &decision, &reason)).map_err(|e| to_py_err(py, e))
+    }
+
     /// Registers a tool with no parameter schema.
     fn register_tool(&self, py: Python<'_>, name: String) -> PyResult<()> {
         self.core.register_tool(&name).map_err(|e| to_py_err(py, e))

@@ -218,6 +218,15 @@ pub trait ToolHandler: Send + Sync {
     fn call(&self, call_json: String) -> Result<String, ToolError>;
 }
 
+/// An approver implemented by the host: told of every approval event as JSON
+/// text (`{"event": "pending", "key", "tool", ...}` / `{"event": "resolved", ...}`),
+/// in order, on a thread of its own.
+#[uniffi::export(with_foreign)]
+pub trait ApprovalListener: Send + Sync {
+    /// One approval event.
+    fn on_event(&self, event_json: String);
+}
+
 fn tokio_rt() -> Result<&'static tokio::runtime::Runtime, CarError> {
     static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     if let Some(rt) = RT.get() {
@@ -261,6 +270,45 @@ impl CarRuntime {
     #[uniffi::method(default(config_json = None, approvals_dir = None))]
     pub fn set_permissions(&self, config_json: Option<String>, approvals_dir: Option<String>) -> Result<(), CarError> {
         Ok(self.core.set_permissions(config_json.as_deref(), approvals_dir.as_deref())?)
+    }
+
+    /// Attaches an approver: while one is attached an ask waits for
+    /// `approval_resolve` (or its deadline) instead of being rejected.
+    /// Returns an id for `remove_approval_callback`.
+    pub fn on_approval(&self, listener: std::sync::Arc<dyn ApprovalListener>) -> u64 {
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let spawned = std::thread::Builder::new().name("car-approvals".into()).spawn(move || {
+            // Ends when the approver is removed (its sender dropped).
+            while let Ok(ev) = rx.recv() {
+                listener.on_event(ev);
+            }
+        });
+        if let Err(e) = spawned {
+            eprintln!("car-runtime: cannot start the approvals listener thread: {e}");
+        }
+        let tx = std::sync::Mutex::new(tx);
+        self.core.on_approval_json(std::sync::Arc::new(move |ev: String| {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(ev);
+            }
+        }))
+    }
+
+    /// Detaches an approver; false for an unknown id.
+    pub fn remove_approval_callback(&self, id: u64) -> bool {
+        self.core.remove_approval_callback(id)
+    }
+
+    /// The pending approvals of the runtime's approvals store, as JSON text.
+    pub fn approvals_pending(&self) -> Result<String, CarError> {
+        Ok(self.core.approvals_pending()?)
+    }
+
+    /// Resolves an approval: anything but an explicit `allow` is a deny. The
+    /// resolution in force (JSON text, with `applied`).
+    #[uniffi::method(default(reason = ""))]
+    pub fn approval_resolve(&self, key: String, decision: String, reason: String) -> Result<String, CarError> {
+        Ok(self.core.approval_resolve(&key, &decision, &reason)?)
     }
 
     /// Registers a tool with no parameter schema.

@@ -51,6 +51,13 @@ class CarRuntime:
         """Registers the built-in tools, run in-process and confined to `root`."""
     def set_permissions(self, config_json: Optional[JsonArg] = None, approvals_dir: Optional[str] = None) -> None:
         """Evaluates a permission chain at admission; asks go through the approvals store."""
+    def on_approval(self, callback: Callable[[str], Any]) -> int:
+        """Attaches an approver notified of every approval event (JSON text); an ask then waits for it."""
+    def remove_approval_callback(self, id: int) -> bool: ...
+    def approvals_pending(self) -> str:
+        """`{"pending": [...]}` of the runtime's approvals store."""
+    def approval_resolve(self, key: str, decision: str, reason: str = "") -> str:
+        """Resolves an approval; anything but `allow` is a deny. The resolution in force, with `applied`."""
     def register_policy(
         self,
         name: str,
