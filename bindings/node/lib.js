@@ -28,23 +28,243 @@ function withCode(err) {
   return err;
 }
 
-function wrapToolFn(fn) {
+function checkToolFn(fn) {
   if (typeof fn !== 'function') {
     const e = new TypeError('toolFn must be a function');
     e.code = 'invalid_argument';
     throw e;
   }
-  return async (callJson) => {
-    try {
-      const out = await fn(callJson);
-      const text = typeof out === 'string' ? out : JSON.stringify(out === undefined ? null : out);
-      return JSON.stringify({ ok: text });
-    } catch (e) {
-      const terminal = !!(e && (e instanceof TerminalToolError || e.terminal === true || e.name === 'TerminalToolError'));
-      const message = e && e.message !== undefined ? String(e.message) : String(e);
-      return JSON.stringify({ error: message, terminal });
+  return fn;
+}
+
+function isTerminal(e) {
+  return !!(e && (e instanceof TerminalToolError || e.terminal === true || e.name === 'TerminalToolError'));
+}
+
+function errorText(e) {
+  return e && e.message !== undefined ? String(e.message) : String(e);
+}
+
+function codedError(text) {
+  return withCode(new Error(text));
+}
+
+// ---------------------------------------------------------------------------
+// Tool calls (see src/port.rs). A proposal runs on a *port*: the engine is
+// polled on this thread and hands over the tool calls it dispatched as one
+// text, one call JSON per line (`s<stream id> ` prefixes a detached call).
+// Answers go back in one `_answer(port, '[[id, kind, payload], ...]')`:
+// kind 0 a JSON value, 1 JSON text (or plain text), 2 a failure, 3 a terminal
+// failure, 4 a detached call's stream started.
+
+const ports = new Map(); // port id -> { fn, resolve, reject, answers }
+const work = []; // steps still to handle (kept iterative: a chain of 10,000 calls must not recurse)
+let working = false;
+let flushQueued = false;
+const toFlush = new Set();
+
+function encode(id, out) {
+  if (typeof out === 'string') return `[${id},1,${JSON.stringify(out)}]`;
+  const text = JSON.stringify(out === undefined ? null : out);
+  return `[${id},0,${text === undefined ? 'null' : text}]`;
+}
+
+function encodeError(id, e) {
+  return `[${id},${isTerminal(e) ? 3 : 2},${JSON.stringify(errorText(e))}]`;
+}
+
+function encodeSafe(id, out) {
+  try {
+    return encode(id, out);
+  } catch (e) {
+    return encodeError(id, e);
+  }
+}
+
+function flushAnswers() {
+  flushQueued = false;
+  for (const id of toFlush) {
+    const p = ports.get(id);
+    if (p && p.answers) {
+      const text = `[${p.answers}]`;
+      p.answers = '';
+      handle(native._answer(id, text));
     }
-  };
+  }
+  toFlush.clear();
+}
+
+function answerLater(id, p, text) {
+  if (ports.get(id) !== p) return; // the proposal already finished
+  p.answers = p.answers ? `${p.answers},${text}` : text;
+  toFlush.add(id);
+  if (!flushQueued) {
+    flushQueued = true;
+    queueMicrotask(flushAnswers);
+  }
+}
+
+function runCalls(id, p, first, text) {
+  let out = '';
+  let start = 0;
+  for (let callId = first; start < text.length; callId += 1) {
+    let end = text.indexOf('\n', start);
+    if (end < 0) end = text.length;
+    let line = text.slice(start, end);
+    start = end + 1;
+    let answer;
+    if (line.charCodeAt(0) === 115 /* s */) {
+      const sp = line.indexOf(' ');
+      const sid = Number(line.slice(1, sp));
+      line = line.slice(sp + 1);
+      answer = startStream(id, p, callId, sid, line);
+    } else {
+      let r;
+      try {
+        r = p.fn(line);
+      } catch (e) {
+        answer = encodeError(callId, e);
+      }
+      if (answer === undefined) {
+        if (r !== null && typeof r === 'object' && typeof r.then === 'function') {
+          const cid = callId;
+          r.then((v) => answerLater(id, p, encodeSafe(cid, v)), (e) => answerLater(id, p, encodeError(cid, e)));
+        } else {
+          answer = encodeSafe(callId, r);
+        }
+      }
+    }
+    if (answer !== undefined) out = out ? `${out},${answer}` : answer;
+  }
+  if (out) handle(native._answer(id, `[${out}]`));
+}
+
+function handleOne(step) {
+  if (step.cancel != null) {
+    cancelStream(step.cancel);
+    return;
+  }
+  const p = ports.get(step.port);
+  if (!p) return;
+  if (step.result != null) {
+    ports.delete(step.port);
+    p.resolve(step.result);
+  } else if (step.error != null) {
+    ports.delete(step.port);
+    p.reject(codedError(step.error));
+  } else if (step.calls != null) {
+    runCalls(step.port, p, step.first, step.calls);
+  }
+}
+
+function handle(step) {
+  if (step == null) return;
+  work.push(step);
+  if (working) return;
+  working = true;
+  try {
+    while (work.length) handleOne(work.shift());
+  } finally {
+    working = false;
+  }
+}
+
+native._init(handle);
+
+// Detached (streaming / long_running) calls: `toolFn(callJson, {detached, signal})`
+// returns (or resolves to) an async iterable or an iterator of chunks, or a
+// plain value (the whole result).
+const streams = new Map(); // stream id -> { controller, iterator }
+
+function cancelStream(sid) {
+  const s = streams.get(sid);
+  if (!s) return;
+  s.controller.abort();
+  if (s.iterator && typeof s.iterator.return === 'function') {
+    try {
+      const r = s.iterator.return();
+      if (r && typeof r.then === 'function') r.then(undefined, () => {});
+    } catch (_) { /* the iterator is being cancelled anyway */ }
+  }
+}
+
+function iteratorOf(v) {
+  if (v === null || (typeof v !== 'object' && typeof v !== 'function')) return null;
+  if (typeof v[Symbol.asyncIterator] === 'function') return v[Symbol.asyncIterator]();
+  if (typeof v.next === 'function') return v;
+  return null;
+}
+
+const CHUNK_KINDS = new Set(['text', 'data', 'progress', 'done', 'error']);
+
+function chunkJson(v) {
+  if (typeof v === 'string') return JSON.stringify({ kind: 'text', text: v });
+  if (v !== null && typeof v === 'object' && CHUNK_KINDS.has(v.kind)) return JSON.stringify(v);
+  return JSON.stringify({ kind: 'data', data: v === undefined ? null : v });
+}
+
+async function pump(sid, s) {
+  const it = s.iterator;
+  try {
+    for (;;) {
+      const { value, done } = await it.next();
+      if (s.controller.signal.aborted) return;
+      if (done) {
+        native._streamPush(sid, JSON.stringify(value === undefined ? { kind: 'done' } : { kind: 'done', result: value }));
+        return;
+      }
+      if (!native._streamPush(sid, chunkJson(value))) {
+        cancelStream(sid);
+        return;
+      }
+    }
+  } catch (e) {
+    if (!s.controller.signal.aborted) native._streamPush(sid, JSON.stringify({ kind: 'error', message: errorText(e) }));
+  } finally {
+    streams.delete(sid);
+    native._streamEnd(sid);
+  }
+}
+
+function begin(sid, s, v, callId) {
+  const it = iteratorOf(v);
+  if (!it) return encodeSafe(callId, v);
+  s.iterator = it;
+  pump(sid, s);
+  return `[${callId},4,null]`;
+}
+
+function startStream(id, p, callId, sid, line) {
+  const s = { controller: new AbortController(), iterator: null };
+  streams.set(sid, s);
+  let r;
+  try {
+    r = p.fn(line, { detached: true, signal: s.controller.signal });
+  } catch (e) {
+    streams.delete(sid);
+    return encodeError(callId, e);
+  }
+  if (r !== null && typeof r === 'object' && typeof r.then === 'function' && !iteratorOf(r)) {
+    r.then((v) => {
+      if (s.controller.signal.aborted) return answerLater(id, p, encodeError(callId, new Error('cancelled before it started')));
+      answerLater(id, p, begin(sid, s, v, callId));
+    }, (e) => {
+      streams.delete(sid);
+      answerLater(id, p, encodeError(callId, e));
+    });
+    return undefined;
+  }
+  return begin(sid, s, r, callId);
+}
+
+function run(rt, proposalJson, fn, sessionId, scopeJson) {
+  return new Promise((resolve, reject) => {
+    // JSON.stringify is much cheaper than napi walking an object tree.
+    const text = proposalJson !== null && typeof proposalJson === 'object' ? JSON.stringify(proposalJson) : proposalJson;
+    const step = rt._start(text, sessionId ?? null, scopeJson ?? null);
+    ports.set(step.port, { fn, resolve, reject, answers: '' });
+    handle(step);
+  });
 }
 
 const { CarRuntime } = native;
@@ -68,7 +288,7 @@ let handler = null;
 
 /** Sets the handler `submitProposal` uses. */
 function registerToolHandler(fn) {
-  handler = wrapToolFn(fn);
+  handler = checkToolFn(fn);
 }
 
 /** Removes the handler. */
@@ -83,22 +303,24 @@ CarRuntime.prototype.submitProposal = function submitProposal(proposalJson, sess
     e.code = 'no_tool_handler';
     return Promise.reject(e);
   }
-  return this._execute(proposalJson, handler, sessionId ?? null, null);
+  return run(this, proposalJson, handler, sessionId, null);
 };
 
 /** Executes a proposal; `toolFn(callJson)` returns (or resolves to) the result. */
 function executeProposal(rt, proposalJson, toolFn, sessionId, scopeJson) {
-  let wrapped;
   try {
-    wrapped = wrapToolFn(toolFn);
+    checkToolFn(toolFn);
   } catch (e) {
     return Promise.reject(e);
   }
-  return rt._execute(proposalJson, wrapped, sessionId ?? null, scopeJson ?? null);
+  return run(rt, proposalJson, toolFn, sessionId, scopeJson);
 }
 
+// The native helpers of the shims (`_init`, `_answer`, `_stream*`) stay private.
+const publicNative = Object.fromEntries(Object.entries(native).filter(([k]) => !k.startsWith('_')));
+
 module.exports = {
-  ...native,
+  ...publicNative,
   CarRuntime,
   TerminalToolError,
   executeProposal,

@@ -1,0 +1,124 @@
+'use strict';
+// Tool calls travel to JS and back in batches (src/port.rs): answers must
+// reach the right action whatever mix of sync values, JSON text, Promises and
+// throws a batch holds; long chains must not recurse; per-attempt timeouts
+// still apply (and keep Node alive while only the engine's timer is pending);
+// a tool may run a whole nested proposal on the same runtime.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const car = require('..');
+
+const byId = (out) => Object.fromEntries(out.results.map((r) => [r.action_id, r]));
+
+test('a batch of mixed answers reaches the right actions', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('t');
+  const n = 400;
+  const actions = Array.from({ length: n }, (_, i) => ({ id: `a${i}`, type: 'tool_call', tool: 't', parameters: { i }, failure_behavior: 'skip' }));
+  let batches = 0;
+  let last = -1;
+  const out = JSON.parse(await car.executeProposal(rt, { actions }, (callJson) => {
+    const { i } = JSON.parse(callJson).params;
+    if (i <= last) batches += 1;
+    last = i;
+    switch (i % 5) {
+      case 0: return { i };
+      case 1: return JSON.stringify({ i });
+      case 2: return new Promise((r) => setTimeout(() => r({ i }), i % 7));
+      case 3: throw new Error(`boom ${i}`);
+      default: return Promise.reject(new Error(`late boom ${i}`));
+    }
+  }));
+  const r = byId(out);
+  for (let i = 0; i < n; i += 1) {
+    if (i % 5 < 3) assert.deepEqual(r[`a${i}`].output, { i }, `a${i}`);
+    else assert.match(r[`a${i}`].error, new RegExp(`boom ${i}$`), `a${i}`);
+  }
+  assert.equal(out.cost.tool_calls, n);
+  assert.equal(batches, 0, 'calls arrive in dispatch order');
+});
+
+test('a 5,000-action chain of synchronous tools completes with each output', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('inc');
+  const n = 5000;
+  const actions = Array.from({ length: n }, (_, i) => ({ id: `c${i}`, type: 'tool_call', tool: 'inc', parameters: { i }, dependencies: i ? [`c${i - 1}`] : [] }));
+  const order = [];
+  const out = JSON.parse(await car.executeProposal(rt, { actions }, (c) => { const { i } = JSON.parse(c).params; order.push(i); return i + 1; }));
+  assert.equal(out.results.length, n);
+  assert.ok(out.results.every((x) => x.status === 'succeeded'));
+  assert.equal(byId(out)[`c${n - 1}`].output, n);
+  assert.deepEqual(order, Array.from({ length: n }, (_, i) => i));
+});
+
+test('timeout_ms applies per attempt to a JS tool that never answers', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('hang');
+  const attempts = [];
+  // Nothing but the engine's timer is pending during the first attempt: the
+  // runtime must keep Node alive until it fires.
+  const out = JSON.parse(await car.executeProposal(rt, {
+    actions: [{ id: 'h', type: 'tool_call', tool: 'hang', timeout_ms: 50, failure_behavior: 'retry', max_retries: 2 }],
+  }, (c) => {
+    const { attempt, timeout_ms: t } = JSON.parse(c);
+    attempts.push([attempt, t]);
+    return attempt === 1 ? new Promise(() => {}) : { attempt };
+  }));
+  assert.deepEqual(attempts, [[1, 50], [2, 50]]);
+  assert.equal(out.results[0].status, 'succeeded');
+  assert.deepEqual(out.results[0].output, { attempt: 2 });
+  assert.equal(out.cost.retries, 1);
+
+  const failed = JSON.parse(await car.executeProposal(rt, {
+    actions: [{ id: 'h', type: 'tool_call', tool: 'hang', timeout_ms: 20 }],
+  }, () => new Promise(() => {})));
+  assert.equal(failed.results[0].status, 'failed');
+  assert.match(failed.results[0].error, /timed out after 20 ms/);
+});
+
+test('a tool runs a nested proposal on the same runtime', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('outer');
+  await rt.registerTool('inner');
+  const tool = async (c) => {
+    const call = JSON.parse(c);
+    if (call.tool === 'inner') return { depth: call.params.depth };
+    const nested = JSON.parse(await car.executeProposal(rt, {
+      actions: [{ id: 'n', type: 'tool_call', tool: 'inner', parameters: { depth: 2 } }],
+    }, tool));
+    rt.stateSet('nested_ran', 'true');
+    return { inner: nested.results[0].output };
+  };
+  const out = JSON.parse(await car.executeProposal(rt, { actions: [{ id: 'o', type: 'tool_call', tool: 'outer' }] }, tool));
+  assert.deepEqual(out.results[0].output, { inner: { depth: 2 } });
+  assert.equal(rt.stateGet('nested_ran'), 'true');
+});
+
+test('an answer JSON cannot carry fails only its own action', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('t');
+  const out = JSON.parse(await car.executeProposal(rt, {
+    actions: [
+      { id: 'big', type: 'tool_call', tool: 't', parameters: { k: 'big' }, failure_behavior: 'skip' },
+      { id: 'ok', type: 'tool_call', tool: 't', parameters: { k: 'ok' } },
+      { id: 'nothing', type: 'tool_call', tool: 't', parameters: { k: 'nothing' } },
+    ],
+  }, (c) => {
+    const { k } = JSON.parse(c).params;
+    if (k === 'big') return { n: 10n };
+    if (k === 'nothing') return undefined;
+    return 'plain words, not JSON';
+  }));
+  const r = byId(out);
+  assert.equal(r.big.status, 'skipped');
+  assert.match(r.big.error, /BigInt/);
+  assert.equal(r.ok.output, 'plain words, not JSON');
+  assert.equal(r.nothing.output, null);
+});
+
+test('a proposal error rejects with its code; a bad toolFn is refused', async () => {
+  const rt = new car.CarRuntime();
+  await assert.rejects(car.executeProposal(rt, '{"actions": 3}', () => 1), (e) => typeof e.code === 'string' && !e.message.startsWith('['));
+  await assert.rejects(car.executeProposal(rt, { actions: [] }, 'not a function'), (e) => e.code === 'invalid_argument');
+  assert.equal(JSON.parse(await car.executeProposal(rt, { actions: [] }, () => 1)).results.length, 0);
+});
