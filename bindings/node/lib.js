@@ -228,7 +228,10 @@ async function pump(sid, s) {
 
 function begin(sid, s, v, callId) {
   const it = iteratorOf(v);
-  if (!it) return encodeSafe(callId, v);
+  if (!it) {
+    streams.delete(sid); // a plain value is the whole result
+    return encodeSafe(callId, v);
+  }
   s.iterator = it;
   pump(sid, s);
   return `[${callId},4,null]`;

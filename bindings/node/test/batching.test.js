@@ -122,3 +122,30 @@ test('a proposal error rejects with its code; a bad toolFn is refused', async ()
   await assert.rejects(car.executeProposal(rt, { actions: [] }, 'not a function'), (e) => e.code === 'invalid_argument');
   assert.equal(JSON.parse(await car.executeProposal(rt, { actions: [] }, () => 1)).results.length, 0);
 });
+
+test('built-in tools finish on the blocking pool while the event loop runs; JS tools follow them', async () => {
+  const fs = require('node:fs');
+  const os = require('node:os');
+  const path = require('node:path');
+  const rt = new car.CarRuntime();
+  await rt.registerAgentBasics(fs.mkdtempSync(path.join(os.tmpdir(), 'car-node-batch-')));
+  await rt.registerTool('after');
+  let ticks = 0;
+  const timer = setInterval(() => { ticks += 1; }, 5);
+  const out = JSON.parse(await car.executeProposal(rt, {
+    actions: [
+      { id: 's', type: 'tool_call', tool: 'shell', parameters: { command: 'sleep 0.2; echo slept' } },
+      { id: 'j', type: 'tool_call', tool: 'after', dependencies: ['s'] },
+    ],
+  }, (c) => ({ saw: JSON.parse(c).action_id })));
+  clearInterval(timer);
+  const r = byId(out);
+  assert.equal(r.s.output.stdout, 'slept\n');
+  assert.deepEqual(r.j.output, { saw: 'j' });
+  assert.ok(ticks >= 5, `the event loop ran while the shell slept (${ticks} ticks)`);
+  // Nothing but the blocking pool is pending here: the proposal keeps Node alive.
+  const again = JSON.parse(await car.executeProposal(rt, {
+    actions: [{ id: 's', type: 'tool_call', tool: 'shell', parameters: { command: 'sleep 0.1; echo again' } }],
+  }, () => '{}'));
+  assert.equal(again.results[0].output.stdout, 'again\n');
+});
