@@ -1,8 +1,9 @@
 //! `CarRuntime` for Node: every method forwards to
 //! `car_runtime::api::runtime::CarRuntime`. Async methods run on napi's tokio
-//! runtime and never block the event loop; tool callbacks are called on the
-//! JS thread through thread-safe functions, so a callback may call back into
-//! the same runtime (e.g. `stateSet`) without deadlock.
+//! runtime and never block the event loop. Executing a proposal with JS tools
+//! goes through `port.rs`: the engine is polled on the JS thread between
+//! batches of tool calls, so a callback may call back into the same runtime
+//! (e.g. `stateSet`) without deadlock.
 
 use car_runtime::api::runtime::CarRuntime as Core;
 use napi_derive::napi;

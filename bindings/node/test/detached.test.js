@@ -135,3 +135,13 @@ test('toolCancel cooperatively stops a streaming JS tool', async () => {
   await sleep(30);
   assert.equal(produced, stoppedAt, 'the tool produced nothing after the cancel');
 });
+
+test('a stream returned for a one_shot call fails that action with a clear message', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('gen');
+  const out = JSON.parse(await car.executeProposal(rt, {
+    actions: [{ id: 'o', type: 'tool_call', tool: 'gen' }],
+  }, async function* () { yield 'x'; }));
+  assert.equal(out.results[0].status, 'failed');
+  assert.match(out.results[0].error, /returned a stream for a one_shot call/);
+});
