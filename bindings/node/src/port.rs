@@ -29,6 +29,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -280,7 +281,17 @@ fn drive(id: u32) -> Option<Step> {
     port.driving.store(true, Ordering::SeqCst);
     let done = loop {
         port.woken.store(false, Ordering::SeqCst);
-        if let Poll::Ready(r) = task.fut.as_mut().poll(&mut cx) {
+        // A panic must not unwind into Node: it ends this proposal instead.
+        let polled =
+            std::panic::catch_unwind(AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx))).unwrap_or_else(|p| {
+                let what = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_string());
+                Poll::Ready(Err(car_runtime::Error::runtime("internal_error", format!("the engine panicked: {what}"))))
+            });
+        if let Poll::Ready(r) = polled {
             port.driving.store(false, Ordering::SeqCst);
             break Some(r);
         }
