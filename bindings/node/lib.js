@@ -161,16 +161,41 @@ function handleOne(step) {
   }
 }
 
-function handle(step) {
-  if (step == null) return;
-  work.push(step);
+// A run of synchronous tools (a long chain answered at once) would otherwise
+// hold the event loop until the proposal ends: after SLICE_MS the rest waits
+// for the next turn of the loop.
+const SLICE_MS = 4;
+let resumeQueued = false;
+
+function resume() {
+  resumeQueued = false;
+  drain();
+}
+
+function drain() {
   if (working) return;
   working = true;
+  const began = performance.now();
   try {
-    while (work.length) handleOne(work.shift());
+    while (work.length) {
+      if (performance.now() - began > SLICE_MS) {
+        if (!resumeQueued) {
+          resumeQueued = true;
+          setImmediate(resume);
+        }
+        return;
+      }
+      handleOne(work.shift());
+    }
   } finally {
     working = false;
   }
+}
+
+function handle(step) {
+  if (step == null) return;
+  work.push(step);
+  drain();
 }
 
 native._init(handle);

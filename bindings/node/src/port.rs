@@ -19,7 +19,12 @@
 //! through one threadsafe function per JS environment (the *dispatcher*),
 //! which is referenced (keeps Node alive) only while some port is pending.
 //! Waiting never holds the event loop; a poll that keeps being woken yields
-//! to the event loop after [`SLICE`].
+//! to the event loop after [`SLICE`] (and the shim yields after a few
+//! milliseconds of answering synchronous tools). A proposal whose text is
+//! larger than [`WORKER_ABOVE_BYTES`] is polled on a tokio worker instead, so
+//! parsing and running thousands of actions never holds the event loop; its
+//! calls reach JS in batches through the dispatcher and its answers wake the
+//! worker directly.
 //!
 //! Detached (streaming / long-running) calls use the same queue: the tool
 //! function gets a second argument `{detached: true, signal}` and may return
@@ -40,6 +45,7 @@ use async_trait::async_trait;
 use car_runtime::api::callback::parse_tool_output;
 use car_runtime::engine::{CancelToken, ChunkStream, ToolCall, ToolExecutor};
 use car_runtime::ir::{ToolFailure, ToolStreamChunk};
+use futures::FutureExt;
 use futures::channel::{mpsc, oneshot};
 use futures::stream::Stream;
 use napi::bindgen_prelude::{Function, within_runtime_if_available};
@@ -73,10 +79,12 @@ pub struct Step {
 }
 
 enum Msg {
-    /// A port was woken off the JS thread.
+    /// A port was woken off the JS thread, or a worker-driven port queued calls.
     Wake(u32),
     /// A detached call's stream is gone: tell its JS iterator to stop.
     Cancel(u32),
+    /// A worker-driven port finished.
+    Done(u32, Result<String, car_runtime::Error>),
 }
 
 type DispatchFn = ThreadsafeFunction<Msg, (), Option<Step>, napi::Status, false, true>;
@@ -171,7 +179,14 @@ impl Wake for Port {
     }
 }
 
-type ResultFuture = Pin<Box<dyn Future<Output = Result<String, car_runtime::Error>>>>;
+/// The proposal's future (`Send`: a large proposal runs on a tokio worker).
+pub(crate) type ResultFuture = Pin<Box<dyn Future<Output = Result<String, car_runtime::Error>> + Send>>;
+
+/// Proposals whose JSON text is larger than this run on a tokio worker
+/// instead of the JS thread: parsing and running thousands of actions would
+/// hold the event loop for tens of milliseconds. Their tool calls still reach
+/// JS in batches, at the price of two thread hops per round trip.
+pub(crate) const WORKER_ABOVE_BYTES: usize = 32 * 1024;
 
 struct Task {
     port: Arc<Port>,
@@ -183,6 +198,14 @@ struct Local {
     env: sys::napi_env,
     dispatcher: Arc<Dispatcher>,
     tasks: HashMap<u32, Task>,
+    /// Ports whose future runs on a tokio worker.
+    remote: HashMap<u32, Arc<Port>>,
+}
+
+impl Local {
+    fn pending(&self) -> bool {
+        !self.tasks.is_empty() || !self.remote.is_empty()
+    }
 }
 
 thread_local! {
@@ -209,22 +232,38 @@ pub fn init(env: Env, dispatch: Function<'_, Option<Step>, ()>) -> crate::Result
         .weak::<true>()
         .build_callback(|ctx: napi::threadsafe_function::ThreadsafeCallContext<Msg>| {
             Ok(match ctx.value {
-                Msg::Wake(port) => {
-                    let p =
-                        LOCAL.with(|l| l.borrow().as_ref().and_then(|l| l.tasks.get(&port).map(|t| t.port.clone())));
-                    match p {
-                        Some(p) => {
-                            p.posted.store(false, Ordering::SeqCst);
-                            drive(port)
-                        }
-                        None => None,
+                Msg::Wake(port) => match find(port) {
+                    Some((p, false)) => {
+                        p.posted.store(false, Ordering::SeqCst);
+                        drive(port)
                     }
-                }
+                    Some((p, true)) => {
+                        p.posted.store(false, Ordering::SeqCst);
+                        p.take_calls().map(|(first, text)| Step { port, first, calls: Some(text), ..Step::default() })
+                    }
+                    None => None,
+                },
                 Msg::Cancel(sid) => Some(Step { cancel: Some(sid), ..Step::default() }),
+                Msg::Done(port, r) => {
+                    LOCAL.with(|l| {
+                        if let Some(l) = l.borrow_mut().as_mut()
+                            && l.remote.remove(&port).is_some()
+                            && !l.pending()
+                        {
+                            set_ref(l, false);
+                        }
+                    });
+                    Some(finished(port, r))
+                }
             })
         })
         .map_err(|e| js_err(format!("cannot create the tool dispatcher: {e}")))?;
-    let local = Local { env: env.raw(), dispatcher: Arc::new(Dispatcher { tsfn }), tasks: HashMap::new() };
+    let local = Local {
+        env: env.raw(),
+        dispatcher: Arc::new(Dispatcher { tsfn }),
+        tasks: HashMap::new(),
+        remote: HashMap::new(),
+    };
     LOCAL.with(|l| *l.borrow_mut() = Some(local));
     Ok(())
 }
@@ -243,8 +282,39 @@ fn set_ref(local: &Local, on: bool) {
     }
 }
 
-/// Starts a proposal on a new port and polls it once.
-pub(crate) fn start(make: impl FnOnce(Arc<dyn ToolExecutor>) -> ResultFuture) -> crate::Result<Step> {
+/// A port of this thread, and whether its future runs on a worker.
+fn find(port: u32) -> Option<(Arc<Port>, bool)> {
+    LOCAL.with(|l| {
+        let l = l.borrow();
+        let l = l.as_ref()?;
+        match l.tasks.get(&port) {
+            Some(t) => Some((t.port.clone(), false)),
+            None => l.remote.get(&port).map(|p| (p.clone(), true)),
+        }
+    })
+}
+
+fn panic_error(p: Box<dyn std::any::Any + Send>) -> car_runtime::Error {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    car_runtime::Error::runtime("internal_error", format!("the engine panicked: {what}"))
+}
+
+fn finished(port: u32, r: Result<String, car_runtime::Error>) -> Step {
+    let mut step = Step { port, ..Step::default() };
+    match r {
+        Ok(text) => step.result = Some(text),
+        Err(e) => step.error = Some(format!("[{}] {}", e.code(), e)),
+    }
+    step
+}
+
+/// Starts a proposal on a new port: polled on the JS thread (and once right
+/// away), or on a tokio worker when `on_worker`.
+pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) -> ResultFuture) -> crate::Result<Step> {
     let dispatcher = LOCAL
         .with(|l| l.borrow().as_ref().map(|l| l.dispatcher.clone()))
         .ok_or_else(|| js_err("the tool dispatcher is not installed; load the package through its main module"))?;
@@ -258,14 +328,28 @@ pub(crate) fn start(make: impl FnOnce(Arc<dyn ToolExecutor>) -> ResultFuture) ->
         dispatcher,
     });
     let fut = make(Arc::new(JsExecutor { port: port.clone() }));
-    LOCAL.with(|l| {
-        if let Some(l) = l.borrow_mut().as_mut() {
-            if l.tasks.is_empty() {
-                set_ref(l, true);
-            }
+    let dispatcher = port.dispatcher.clone();
+    let fut = LOCAL.with(|l| {
+        let mut l = l.borrow_mut();
+        let Some(l) = l.as_mut() else { return Some(fut) };
+        if !l.pending() {
+            set_ref(l, true);
+        }
+        if on_worker {
+            l.remote.insert(id, port);
+            Some(fut)
+        } else {
             l.tasks.insert(id, Task { port, fut });
+            None
         }
     });
+    if let Some(fut) = fut {
+        tokio_handle().spawn(async move {
+            let r = AssertUnwindSafe(fut).catch_unwind().await.unwrap_or_else(|p| Err(panic_error(p)));
+            dispatcher.post(Msg::Done(id, r));
+        });
+        return Ok(Step { port: id, ..Step::default() });
+    }
     Ok(drive(id).unwrap_or(Step { port: id, ..Step::default() }))
 }
 
@@ -282,15 +366,8 @@ fn drive(id: u32) -> Option<Step> {
     let done = loop {
         port.woken.store(false, Ordering::SeqCst);
         // A panic must not unwind into Node: it ends this proposal instead.
-        let polled =
-            std::panic::catch_unwind(AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx))).unwrap_or_else(|p| {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_string());
-                Poll::Ready(Err(car_runtime::Error::runtime("internal_error", format!("the engine panicked: {what}"))))
-            });
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx)))
+            .unwrap_or_else(|p| Poll::Ready(Err(panic_error(p))));
         if let Poll::Ready(r) = polled {
             port.driving.store(false, Ordering::SeqCst);
             break Some(r);
@@ -313,17 +390,12 @@ fn drive(id: u32) -> Option<Step> {
         Some(r) => {
             LOCAL.with(|l| {
                 if let Some(l) = l.borrow_mut().as_mut()
-                    && l.tasks.is_empty()
+                    && !l.pending()
                 {
                     set_ref(l, false);
                 }
             });
-            let mut step = Step { port: id, ..Step::default() };
-            match r {
-                Ok(text) => step.result = Some(text),
-                Err(e) => step.error = Some(format!("[{}] {}", e.code(), e)),
-            }
-            Some(step)
+            Some(finished(id, r))
         }
         None => {
             let calls = port.take_calls();
@@ -344,10 +416,11 @@ fn drive(id: u32) -> Option<Step> {
 pub fn answer(port: u32, answers: String) -> crate::Result<Option<Step>> {
     let list: Vec<(u32, u8, Value)> =
         serde_json::from_str(&answers).map_err(|e| js_err(format!("malformed tool answers from the JS shim: {e}")))?;
-    let p = LOCAL.with(|l| l.borrow().as_ref().and_then(|l| l.tasks.get(&port).map(|t| t.port.clone())));
-    let Some(p) = p else { return Ok(None) };
-    // The port is polled right below: answering must not post a wake-up too.
-    p.driving.store(true, Ordering::SeqCst);
+    let Some((p, on_worker)) = find(port) else { return Ok(None) };
+    if !on_worker {
+        // The port is polled right below: answering must not post a wake-up too.
+        p.driving.store(true, Ordering::SeqCst);
+    }
     {
         let mut q = p.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (id, kind, payload) in list {
@@ -370,7 +443,8 @@ pub fn answer(port: u32, answers: String) -> crate::Result<Option<Step>> {
             let _ = tx.send(a);
         }
     }
-    Ok(drive(port))
+    // A worker-driven port's task was woken by the answers themselves.
+    Ok(if on_worker { None } else { drive(port) })
 }
 
 /// The JS half of a detached call, while its iterator may still push chunks.

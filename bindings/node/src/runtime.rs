@@ -190,7 +190,8 @@ impl JsCarRuntime {
         let core = self.core.clone();
         let proposal = text(proposal_json);
         let scope = scope_json.filter(|v| !v.is_null()).map(text);
-        crate::port::start(move |exec| {
+        let on_worker = proposal.len() > crate::port::WORKER_ABOVE_BYTES;
+        crate::port::start(on_worker, move |exec| {
             Box::pin(
                 async move { core.execute_proposal(&proposal, exec, session_id.as_deref(), scope.as_deref()).await },
             )

@@ -10,14 +10,21 @@ const car = require('..');
 
 const byId = (out) => Object.fromEntries(out.results.map((r) => [r.action_id, r]));
 
-test('a batch of mixed answers reaches the right actions', async () => {
+// A proposal runs on the JS thread, or on a tokio worker when its text is
+// larger than 32 KiB (unknown fields are ignored, so padding moves it there).
+const MODES = {
+  'JS thread': (p) => p,
+  worker: (p) => ({ ...p, padding: 'x'.repeat(40 * 1024) }),
+};
+
+for (const [mode, wrap] of Object.entries(MODES)) test(`a batch of mixed answers reaches the right actions (${mode})`, async () => {
   const rt = new car.CarRuntime();
   await rt.registerTool('t');
-  const n = 400;
+  const n = 200;
   const actions = Array.from({ length: n }, (_, i) => ({ id: `a${i}`, type: 'tool_call', tool: 't', parameters: { i }, failure_behavior: 'skip' }));
   let batches = 0;
   let last = -1;
-  const out = JSON.parse(await car.executeProposal(rt, { actions }, (callJson) => {
+  const out = JSON.parse(await car.executeProposal(rt, wrap({ actions }), (callJson) => {
     const { i } = JSON.parse(callJson).params;
     if (i <= last) batches += 1;
     last = i;
@@ -51,15 +58,15 @@ test('a 5,000-action chain of synchronous tools completes with each output', asy
   assert.deepEqual(order, Array.from({ length: n }, (_, i) => i));
 });
 
-test('timeout_ms applies per attempt to a JS tool that never answers', async () => {
+for (const [mode, wrap] of Object.entries(MODES)) test(`timeout_ms applies per attempt to a JS tool that never answers (${mode})`, async () => {
   const rt = new car.CarRuntime();
   await rt.registerTool('hang');
   const attempts = [];
   // Nothing but the engine's timer is pending during the first attempt: the
   // runtime must keep Node alive until it fires.
-  const out = JSON.parse(await car.executeProposal(rt, {
+  const out = JSON.parse(await car.executeProposal(rt, wrap({
     actions: [{ id: 'h', type: 'tool_call', tool: 'hang', timeout_ms: 50, failure_behavior: 'retry', max_retries: 2 }],
-  }, (c) => {
+  }), (c) => {
     const { attempt, timeout_ms: t } = JSON.parse(c);
     attempts.push([attempt, t]);
     return attempt === 1 ? new Promise(() => {}) : { attempt };
@@ -69,41 +76,41 @@ test('timeout_ms applies per attempt to a JS tool that never answers', async () 
   assert.deepEqual(out.results[0].output, { attempt: 2 });
   assert.equal(out.cost.retries, 1);
 
-  const failed = JSON.parse(await car.executeProposal(rt, {
+  const failed = JSON.parse(await car.executeProposal(rt, wrap({
     actions: [{ id: 'h', type: 'tool_call', tool: 'hang', timeout_ms: 20 }],
-  }, () => new Promise(() => {})));
+  }), () => new Promise(() => {})));
   assert.equal(failed.results[0].status, 'failed');
   assert.match(failed.results[0].error, /timed out after 20 ms/);
 });
 
-test('a tool runs a nested proposal on the same runtime', async () => {
+for (const [mode, wrap] of Object.entries(MODES)) test(`a tool runs a nested proposal on the same runtime (${mode})`, async () => {
   const rt = new car.CarRuntime();
   await rt.registerTool('outer');
   await rt.registerTool('inner');
   const tool = async (c) => {
     const call = JSON.parse(c);
     if (call.tool === 'inner') return { depth: call.params.depth };
-    const nested = JSON.parse(await car.executeProposal(rt, {
+    const nested = JSON.parse(await car.executeProposal(rt, wrap({
       actions: [{ id: 'n', type: 'tool_call', tool: 'inner', parameters: { depth: 2 } }],
-    }, tool));
+    }), tool));
     rt.stateSet('nested_ran', 'true');
     return { inner: nested.results[0].output };
   };
-  const out = JSON.parse(await car.executeProposal(rt, { actions: [{ id: 'o', type: 'tool_call', tool: 'outer' }] }, tool));
+  const out = JSON.parse(await car.executeProposal(rt, wrap({ actions: [{ id: 'o', type: 'tool_call', tool: 'outer' }] }), tool));
   assert.deepEqual(out.results[0].output, { inner: { depth: 2 } });
   assert.equal(rt.stateGet('nested_ran'), 'true');
 });
 
-test('an answer JSON cannot carry fails only its own action', async () => {
+for (const [mode, wrap] of Object.entries(MODES)) test(`an answer JSON cannot carry fails only its own action (${mode})`, async () => {
   const rt = new car.CarRuntime();
   await rt.registerTool('t');
-  const out = JSON.parse(await car.executeProposal(rt, {
+  const out = JSON.parse(await car.executeProposal(rt, wrap({
     actions: [
       { id: 'big', type: 'tool_call', tool: 't', parameters: { k: 'big' }, failure_behavior: 'skip' },
       { id: 'ok', type: 'tool_call', tool: 't', parameters: { k: 'ok' } },
       { id: 'nothing', type: 'tool_call', tool: 't', parameters: { k: 'nothing' } },
     ],
-  }, (c) => {
+  }), (c) => {
     const { k } = JSON.parse(c).params;
     if (k === 'big') return { n: 10n };
     if (k === 'nothing') return undefined;
@@ -123,7 +130,7 @@ test('a proposal error rejects with its code; a bad toolFn is refused', async ()
   assert.equal(JSON.parse(await car.executeProposal(rt, { actions: [] }, () => 1)).results.length, 0);
 });
 
-test('built-in tools finish on the blocking pool while the event loop runs; JS tools follow them', async () => {
+for (const [mode, wrap] of Object.entries(MODES)) test(`built-in tools finish on the blocking pool while the event loop runs; JS tools follow them (${mode})`, async () => {
   const fs = require('node:fs');
   const os = require('node:os');
   const path = require('node:path');
@@ -132,20 +139,33 @@ test('built-in tools finish on the blocking pool while the event loop runs; JS t
   await rt.registerTool('after');
   let ticks = 0;
   const timer = setInterval(() => { ticks += 1; }, 5);
-  const out = JSON.parse(await car.executeProposal(rt, {
+  const out = JSON.parse(await car.executeProposal(rt, wrap({
     actions: [
       { id: 's', type: 'tool_call', tool: 'shell', parameters: { command: 'sleep 0.2; echo slept' } },
       { id: 'j', type: 'tool_call', tool: 'after', dependencies: ['s'] },
     ],
-  }, (c) => ({ saw: JSON.parse(c).action_id })));
+  }), (c) => ({ saw: JSON.parse(c).action_id })));
   clearInterval(timer);
   const r = byId(out);
   assert.equal(r.s.output.stdout, 'slept\n');
   assert.deepEqual(r.j.output, { saw: 'j' });
   assert.ok(ticks >= 5, `the event loop ran while the shell slept (${ticks} ticks)`);
   // Nothing but the blocking pool is pending here: the proposal keeps Node alive.
-  const again = JSON.parse(await car.executeProposal(rt, {
+  const again = JSON.parse(await car.executeProposal(rt, wrap({
     actions: [{ id: 's', type: 'tool_call', tool: 'shell', parameters: { command: 'sleep 0.1; echo again' } }],
-  }, () => '{}'));
+  }), () => '{}'));
   assert.equal(again.results[0].output.stdout, 'again\n');
+});
+
+test('a large proposal runs off the JS thread: the event loop keeps turning', async () => {
+  const rt = new car.CarRuntime();
+  const n = 20000;
+  const actions = Array.from({ length: n }, (_, i) => ({ id: `w${i}`, type: 'state_write', parameters: { key: `k${i}`, value: i } }));
+  let ticks = 0;
+  const timer = setInterval(() => { ticks += 1; }, 1);
+  const out = JSON.parse(await car.executeProposal(rt, { actions }, () => '{}'));
+  clearInterval(timer);
+  assert.equal(out.results.length, n);
+  assert.equal(JSON.parse(rt.stateGet(`k${n - 1}`)), n - 1);
+  assert.ok(ticks > 0, `the event loop ran while ${n} actions executed (${ticks} ticks)`);
 });

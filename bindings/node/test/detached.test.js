@@ -8,6 +8,12 @@ const car = require('..');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// On the JS thread, or on a tokio worker (proposal text over 32 KiB).
+const MODES = {
+  'JS thread': (p) => p,
+  worker: (p) => ({ ...p, padding: 'x'.repeat(40 * 1024) }),
+};
+
 async function pollToEnd(rt, handle) {
   const polls = [];
   for (let i = 0; i < 500; i += 1) {
@@ -24,16 +30,16 @@ async function pollToEnd(rt, handle) {
   throw new Error('the detached tool did not finish');
 }
 
-async function startOne(rt, tool, mode, fn, params = {}) {
-  const out = JSON.parse(await car.executeProposal(rt, {
+async function startOne(rt, tool, mode, fn, params = {}, wrap = (p) => p) {
+  const out = JSON.parse(await car.executeProposal(rt, wrap({
     actions: [{ id: 'd', type: 'tool_call', tool, invocation_mode: mode, parameters: params }],
-  }, fn));
+  }), fn));
   assert.equal(out.results[0].status, 'succeeded', JSON.stringify(out.results[0]));
   assert.equal(out.results[0].output.status, 'running');
   return out.results[0].output.tool_handle;
 }
 
-test('a streaming JS tool (async generator) is polled to completion', async () => {
+for (const [where, wrap] of Object.entries(MODES)) test(`a streaming JS tool (async generator) is polled to completion (${where})`, async () => {
   const rt = new car.CarRuntime();
   await rt.registerTool('gen');
   const seen = [];
@@ -44,7 +50,7 @@ test('a streaming JS tool (async generator) is polled to completion', async () =
     yield { kind: 'progress', fraction: 0.5, message: 'half' };
     yield { rows: 2 };
     return { total: 3 };
-  });
+  }, {}, wrap);
   assert.equal(typeof handle, 'string');
   assert.equal(seen[0].call.tool, 'gen');
   assert.equal(seen[0].ctx.detached, true);
@@ -101,7 +107,7 @@ test('a detached tool that throws at start fails its action; TerminalToolError a
   assert.equal(out.results[0].terminal, true);
 });
 
-test('toolCancel cooperatively stops a streaming JS tool', async () => {
+for (const [where, wrap] of Object.entries(MODES)) test(`toolCancel cooperatively stops a streaming JS tool (${where})`, async () => {
   const rt = new car.CarRuntime();
   await rt.registerTool('forever');
   let aborted = false;
@@ -118,7 +124,7 @@ test('toolCancel cooperatively stops a streaming JS tool', async () => {
     } finally {
       cleanedUp = true;
     }
-  });
+  }, {}, wrap);
   await sleep(30);
   const first = JSON.parse(await rt.toolPoll(handle));
   assert.equal(first.status, 'running');
