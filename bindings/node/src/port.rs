@@ -45,7 +45,6 @@ use async_trait::async_trait;
 use car_runtime::api::callback::parse_tool_output;
 use car_runtime::engine::{CancelToken, ChunkStream, ToolCall, ToolExecutor};
 use car_runtime::ir::{ToolFailure, ToolStreamChunk};
-use futures::FutureExt;
 use futures::channel::{mpsc, oneshot};
 use futures::stream::Stream;
 use napi::bindgen_prelude::{Function, within_runtime_if_available};
@@ -79,12 +78,12 @@ pub struct Step {
 }
 
 enum Msg {
-    /// A port was woken off the JS thread, or a worker-driven port queued calls.
+    /// A port was woken off the JS thread.
     Wake(u32),
     /// A detached call's stream is gone: tell its JS iterator to stop.
     Cancel(u32),
-    /// A worker-driven port finished.
-    Done(u32, Result<String, car_runtime::Error>),
+    /// A task polled on a worker comes back: done, or pending with calls queued.
+    Back(Task, Option<Result<String, car_runtime::Error>>),
 }
 
 type DispatchFn = ThreadsafeFunction<Msg, (), Option<Step>, napi::Status, false, true>;
@@ -179,32 +178,39 @@ impl Wake for Port {
     }
 }
 
-/// The proposal's future (`Send`: a large proposal runs on a tokio worker).
+/// The proposal's future (`Send`: heavy polls run on a tokio worker).
 pub(crate) type ResultFuture = Pin<Box<dyn Future<Output = Result<String, car_runtime::Error>> + Send>>;
 
-/// Proposals whose JSON text is larger than this run on a tokio worker
-/// instead of the JS thread: parsing and running thousands of actions would
-/// hold the event loop for tens of milliseconds. Their tool calls still reach
-/// JS in batches, at the price of two thread hops per round trip.
+/// A proposal whose JSON text is larger than this is first polled on a tokio
+/// worker: parsing it and admitting thousands of actions would hold the event
+/// loop for tens of milliseconds.
 pub(crate) const WORKER_ABOVE_BYTES: usize = 32 * 1024;
+
+/// Answers delivered together beyond this many are processed by polling on a
+/// tokio worker: completing thousands of actions at once is heavy too. A
+/// single answer (a chain) is processed right here, with no thread hop.
+const WORKER_ABOVE_ANSWERS: usize = 64;
 
 struct Task {
     port: Arc<Port>,
     fut: ResultFuture,
 }
 
+type Outcome = Result<String, car_runtime::Error>;
+
 /// The JS thread's ports.
 struct Local {
     env: sys::napi_env,
     dispatcher: Arc<Dispatcher>,
+    /// Ports whose future is here.
     tasks: HashMap<u32, Task>,
-    /// Ports whose future runs on a tokio worker.
-    remote: HashMap<u32, Arc<Port>>,
+    /// Ports whose future is being polled on a tokio worker.
+    away: HashMap<u32, Arc<Port>>,
 }
 
 impl Local {
     fn pending(&self) -> bool {
-        !self.tasks.is_empty() || !self.remote.is_empty()
+        !self.tasks.is_empty() || !self.away.is_empty()
     }
 }
 
@@ -233,28 +239,19 @@ pub fn init(env: Env, dispatch: Function<'_, Option<Step>, ()>) -> crate::Result
         .build_callback(|ctx: napi::threadsafe_function::ThreadsafeCallContext<Msg>| {
             Ok(match ctx.value {
                 Msg::Wake(port) => match find(port) {
-                    Some((p, false)) => {
+                    Some((p, true)) => {
                         p.posted.store(false, Ordering::SeqCst);
                         drive(port)
                     }
-                    Some((p, true)) => {
+                    // Away: the worker's loop sees the wake.
+                    Some((p, false)) => {
                         p.posted.store(false, Ordering::SeqCst);
-                        p.take_calls().map(|(first, text)| Step { port, first, calls: Some(text), ..Step::default() })
+                        None
                     }
                     None => None,
                 },
                 Msg::Cancel(sid) => Some(Step { cancel: Some(sid), ..Step::default() }),
-                Msg::Done(port, r) => {
-                    LOCAL.with(|l| {
-                        if let Some(l) = l.borrow_mut().as_mut()
-                            && l.remote.remove(&port).is_some()
-                            && !l.pending()
-                        {
-                            set_ref(l, false);
-                        }
-                    });
-                    Some(finished(port, r))
-                }
+                Msg::Back(task, outcome) => back(task, outcome),
             })
         })
         .map_err(|e| js_err(format!("cannot create the tool dispatcher: {e}")))?;
@@ -262,7 +259,7 @@ pub fn init(env: Env, dispatch: Function<'_, Option<Step>, ()>) -> crate::Result
         env: env.raw(),
         dispatcher: Arc::new(Dispatcher { tsfn }),
         tasks: HashMap::new(),
-        remote: HashMap::new(),
+        away: Default::default(),
     };
     LOCAL.with(|l| *l.borrow_mut() = Some(local));
     Ok(())
@@ -282,14 +279,14 @@ fn set_ref(local: &Local, on: bool) {
     }
 }
 
-/// A port of this thread, and whether its future runs on a worker.
+/// A port of this thread, and whether its future is here (not on a worker).
 fn find(port: u32) -> Option<(Arc<Port>, bool)> {
     LOCAL.with(|l| {
         let l = l.borrow();
         let l = l.as_ref()?;
         match l.tasks.get(&port) {
-            Some(t) => Some((t.port.clone(), false)),
-            None => l.remote.get(&port).map(|p| (p.clone(), true)),
+            Some(t) => Some((t.port.clone(), true)),
+            None => l.away.get(&port).map(|p| (p.clone(), false)),
         }
     })
 }
@@ -303,8 +300,63 @@ fn panic_error(p: Box<dyn std::any::Any + Send>) -> car_runtime::Error {
     car_runtime::Error::runtime("internal_error", format!("the engine panicked: {what}"))
 }
 
-fn finished(port: u32, r: Result<String, car_runtime::Error>) -> Step {
-    let mut step = Step { port, ..Step::default() };
+/// Polls until the future is done, or pending and not woken (or `budget` is spent).
+/// The caller has set `driving`.
+fn poll_task(task: &mut Task, budget: Option<Duration>) -> Option<Outcome> {
+    let waker = Waker::from(task.port.clone());
+    let mut cx = Context::from_waker(&waker);
+    let began = Instant::now();
+    loop {
+        task.port.woken.store(false, Ordering::SeqCst);
+        // A panic must not unwind into Node: it ends this proposal instead.
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx)))
+            .unwrap_or_else(|p| Poll::Ready(Err(panic_error(p))));
+        if let Poll::Ready(r) = polled {
+            return Some(r);
+        }
+        if !task.port.woken.load(Ordering::SeqCst) || budget.is_some_and(|b| began.elapsed() >= b) {
+            return None;
+        }
+    }
+}
+
+/// Hands the task to a tokio worker to poll; it comes back as `Msg::Back`.
+/// The caller has set `driving` and keeps the port in `away`.
+fn ship(mut task: Task) {
+    tokio_handle().spawn(async move {
+        let outcome = poll_task(&mut task, None);
+        let dispatcher = task.port.dispatcher.clone();
+        dispatcher.post(Msg::Back(task, outcome));
+    });
+}
+
+/// A task is back from a worker (on the JS thread).
+fn back(task: Task, outcome: Option<Outcome>) -> Option<Step> {
+    let id = task.port.id;
+    LOCAL.with(|l| {
+        if let Some(l) = l.borrow_mut().as_mut() {
+            l.away.remove(&id);
+            if outcome.is_none() {
+                l.tasks.insert(id, task);
+            }
+        }
+    });
+    match outcome {
+        Some(r) => Some(done(id, r)),
+        // A wake after the worker's last poll is seen here; then the calls go out.
+        None => drive(id),
+    }
+}
+
+fn done(id: u32, r: Outcome) -> Step {
+    LOCAL.with(|l| {
+        if let Some(l) = l.borrow_mut().as_mut()
+            && !l.pending()
+        {
+            set_ref(l, false);
+        }
+    });
+    let mut step = Step { port: id, ..Step::default() };
     match r {
         Ok(text) => step.result = Some(text),
         Err(e) => step.error = Some(format!("[{}] {}", e.code(), e)),
@@ -312,8 +364,8 @@ fn finished(port: u32, r: Result<String, car_runtime::Error>) -> Step {
     step
 }
 
-/// Starts a proposal on a new port: polled on the JS thread (and once right
-/// away), or on a tokio worker when `on_worker`.
+/// Starts a proposal on a new port: polled here right away, or first on a
+/// tokio worker when `on_worker`.
 pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) -> ResultFuture) -> crate::Result<Step> {
     let dispatcher = LOCAL
         .with(|l| l.borrow().as_ref().map(|l| l.dispatcher.clone()))
@@ -323,31 +375,28 @@ pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) ->
         id,
         queue: Mutex::new(Queue::default()),
         woken: AtomicBool::new(false),
-        driving: AtomicBool::new(false),
+        driving: AtomicBool::new(on_worker),
         posted: AtomicBool::new(false),
         dispatcher,
     });
     let fut = make(Arc::new(JsExecutor { port: port.clone() }));
-    let dispatcher = port.dispatcher.clone();
-    let fut = LOCAL.with(|l| {
+    let task = Task { port, fut };
+    let task = LOCAL.with(|l| {
         let mut l = l.borrow_mut();
-        let Some(l) = l.as_mut() else { return Some(fut) };
+        let Some(l) = l.as_mut() else { return Some(task) };
         if !l.pending() {
             set_ref(l, true);
         }
         if on_worker {
-            l.remote.insert(id, port);
-            Some(fut)
+            l.away.insert(id, task.port.clone());
+            Some(task)
         } else {
-            l.tasks.insert(id, Task { port, fut });
+            l.tasks.insert(id, task);
             None
         }
     });
-    if let Some(fut) = fut {
-        tokio_handle().spawn(async move {
-            let r = AssertUnwindSafe(fut).catch_unwind().await.unwrap_or_else(|p| Err(panic_error(p)));
-            dispatcher.post(Msg::Done(id, r));
-        });
+    if let Some(task) = task {
+        ship(task);
         return Ok(Step { port: id, ..Step::default() });
     }
     Ok(drive(id).unwrap_or(Step { port: id, ..Step::default() }))
@@ -357,46 +406,28 @@ pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) ->
 fn drive(id: u32) -> Option<Step> {
     let mut task = LOCAL.with(|l| l.borrow_mut().as_mut().and_then(|l| l.tasks.remove(&id)))?;
     let port = task.port.clone();
-    let waker = Waker::from(port.clone());
-    let mut cx = Context::from_waker(&waker);
     let handle = tokio_handle();
     let _runtime = handle.enter();
     let began = Instant::now();
-    port.driving.store(true, Ordering::SeqCst);
-    let done = loop {
-        port.woken.store(false, Ordering::SeqCst);
-        // A panic must not unwind into Node: it ends this proposal instead.
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx)))
-            .unwrap_or_else(|p| Poll::Ready(Err(panic_error(p))));
-        if let Poll::Ready(r) = polled {
+    let outcome = loop {
+        port.driving.store(true, Ordering::SeqCst);
+        let left = SLICE.saturating_sub(began.elapsed());
+        if let Some(r) = poll_task(&mut task, Some(left)) {
             port.driving.store(false, Ordering::SeqCst);
             break Some(r);
-        }
-        if port.woken.load(Ordering::SeqCst) && began.elapsed() < SLICE {
-            continue;
         }
         port.driving.store(false, Ordering::SeqCst);
         // A wake between the last poll and here saw `driving` and posted nothing.
         if port.woken.load(Ordering::SeqCst) {
             if began.elapsed() < SLICE {
-                port.driving.store(true, Ordering::SeqCst);
                 continue;
             }
             port.schedule();
         }
         break None;
     };
-    match done {
-        Some(r) => {
-            LOCAL.with(|l| {
-                if let Some(l) = l.borrow_mut().as_mut()
-                    && !l.pending()
-                {
-                    set_ref(l, false);
-                }
-            });
-            Some(finished(id, r))
-        }
+    match outcome {
+        Some(r) => Some(done(id, r)),
         None => {
             let calls = port.take_calls();
             LOCAL.with(|l| {
@@ -409,6 +440,29 @@ fn drive(id: u32) -> Option<Step> {
     }
 }
 
+fn deliver(p: &Port, list: Vec<(u32, u8, Value)>) {
+    let mut q = p.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (id, kind, payload) in list {
+        let Some(tx) = q.pending.remove(&id) else { continue };
+        let message = |v: Value| match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let a = match kind {
+            0 => Answer::Value(payload),
+            1 => Answer::Value(match &payload {
+                Value::String(s) => parse_tool_output(s),
+                _ => payload,
+            }),
+            3 => Answer::Fail(ToolFailure::terminal(message(payload))),
+            4 => Answer::Started,
+            _ => Answer::Fail(ToolFailure::ordinary(message(payload))),
+        };
+        // The engine may have stopped waiting (a timeout, an abort).
+        let _ = tx.send(a);
+    }
+}
+
 /// Delivers a batch of answers `[[call id, kind, payload], ...]` and polls the port.
 /// Kinds: 0 a JSON value, 1 JSON text (or plain text), 2 an ordinary failure
 /// message, 3 a terminal failure message, 4 a detached call's stream started.
@@ -416,35 +470,30 @@ fn drive(id: u32) -> Option<Step> {
 pub fn answer(port: u32, answers: String) -> crate::Result<Option<Step>> {
     let list: Vec<(u32, u8, Value)> =
         serde_json::from_str(&answers).map_err(|e| js_err(format!("malformed tool answers from the JS shim: {e}")))?;
-    let Some((p, on_worker)) = find(port) else { return Ok(None) };
-    if !on_worker {
-        // The port is polled right below: answering must not post a wake-up too.
+    let Some((p, here)) = find(port) else { return Ok(None) };
+    if here {
+        // Polled right below (or shipped): answering must not post a wake-up too.
         p.driving.store(true, Ordering::SeqCst);
-    }
-    {
-        let mut q = p.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (id, kind, payload) in list {
-            let Some(tx) = q.pending.remove(&id) else { continue };
-            let message = |v: Value| match v {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            let a = match kind {
-                0 => Answer::Value(payload),
-                1 => Answer::Value(match &payload {
-                    Value::String(s) => parse_tool_output(s),
-                    _ => payload,
-                }),
-                3 => Answer::Fail(ToolFailure::terminal(message(payload))),
-                4 => Answer::Started,
-                _ => Answer::Fail(ToolFailure::ordinary(message(payload))),
-            };
-            // The engine may have stopped waiting (a timeout, an abort).
-            let _ = tx.send(a);
+        let many = list.len() > WORKER_ABOVE_ANSWERS;
+        deliver(&p, list);
+        if many {
+            let task = LOCAL.with(|l| {
+                let mut l = l.borrow_mut();
+                let l = l.as_mut()?;
+                let t = l.tasks.remove(&port)?;
+                l.away.insert(port, t.port.clone());
+                Some(t)
+            });
+            if let Some(task) = task {
+                ship(task);
+            }
+            return Ok(None);
         }
+        return Ok(drive(port));
     }
-    // A worker-driven port's task was woken by the answers themselves.
-    Ok(if on_worker { None } else { drive(port) })
+    // Away: the worker's loop (or the hand-back) sees the wake-ups.
+    deliver(&p, list);
+    Ok(None)
 }
 
 /// The JS half of a detached call, while its iterator may still push chunks.
