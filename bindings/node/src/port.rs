@@ -20,11 +20,17 @@
 //! which is referenced (keeps Node alive) only while some port is pending.
 //! Waiting never holds the event loop; a poll that keeps being woken yields
 //! to the event loop after [`SLICE`] (and the shim yields after a few
-//! milliseconds of answering synchronous tools). A proposal whose text is
-//! larger than [`WORKER_ABOVE_BYTES`] is polled on a tokio worker instead, so
-//! parsing and running thousands of actions never holds the event loop; its
-//! calls reach JS in batches through the dispatcher and its answers wake the
-//! worker directly.
+//! milliseconds of answering synchronous tools).
+//!
+//! Heavy polls go to a tokio worker: the task (future and port) is *shipped*
+//! there and comes back through the dispatcher (`Msg::Back`) when the poll is
+//! pending again or done. A proposal whose text is larger than
+//! [`WORKER_ABOVE_BYTES`] is first polled there (parsing and admitting
+//! thousands of actions), and so is a batch of more than
+//! [`WORKER_ABOVE_ANSWERS`] answers (completing thousands of actions). A
+//! light poll, such as a chain's single answer, runs right on the JS thread
+//! with no thread hop. While a task is away, answers still reach its calls
+//! and its wake-ups are seen by the worker's loop or at the hand-back.
 //!
 //! Detached (streaming / long-running) calls use the same queue: the tool
 //! function gets a second argument `{detached: true, signal}` and may return

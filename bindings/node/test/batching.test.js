@@ -169,3 +169,32 @@ test('a large proposal runs off the JS thread: the event loop keeps turning', as
   assert.equal(JSON.parse(rt.stateGet(`k${n - 1}`)), n - 1);
   assert.ok(ticks > 0, `the event loop ran while ${n} actions executed (${ticks} ticks)`);
 });
+
+test('concurrent proposals in both modes with chains, Promises and timed-out attempts keep every answer with its action', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('t');
+  const runs = [];
+  for (let k = 0; k < 60; k += 1) {
+    const n = k % 2 ? 100 : 5;
+    const actions = Array.from({ length: n }, (_, i) => ({
+      id: `a${i}`, type: 'tool_call', tool: 't', parameters: { i, k },
+      dependencies: i % 3 === 2 ? [`a${i - 1}`] : [],
+      timeout_ms: 1000, failure_behavior: 'retry', max_retries: 2,
+    }));
+    const proposal = { id: `p${k}`, actions };
+    runs.push(car.executeProposal(rt, k % 4 === 1 ? MODES.worker(proposal) : proposal, (c) => {
+      const { params: { i, k: kk }, attempt } = JSON.parse(c);
+      if (i % 17 === 0 && attempt === 1) return new Promise(() => {}); // times out, then retried
+      if (i % 5 === 0) return new Promise((r) => setTimeout(() => r({ i, kk, attempt }), i % 3));
+      return { i, kk, attempt };
+    }).then((text) => ({ k, out: JSON.parse(text) })));
+  }
+  for (const { k, out } of await Promise.all(runs)) {
+    assert.equal(out.proposal_id, `p${k}`);
+    for (const r of out.results) {
+      const i = Number(r.action_id.slice(1));
+      assert.equal(r.status, 'succeeded', `p${k}/${r.action_id}: ${r.error}`);
+      assert.deepEqual(r.output, { i, kk: k, attempt: i % 17 === 0 ? 2 : 1 });
+    }
+  }
+});
