@@ -65,13 +65,13 @@ for (const [mode, wrap] of Object.entries(MODES)) test(`timeout_ms applies per a
   // Nothing but the engine's timer is pending during the first attempt: the
   // runtime must keep Node alive until it fires.
   const out = JSON.parse(await car.executeProposal(rt, wrap({
-    actions: [{ id: 'h', type: 'tool_call', tool: 'hang', timeout_ms: 50, failure_behavior: 'retry', max_retries: 2 }],
+    actions: [{ id: 'h', type: 'tool_call', tool: 'hang', timeout_ms: 250, failure_behavior: 'retry', max_retries: 2 }],
   }), (c) => {
     const { attempt, timeout_ms: t } = JSON.parse(c);
     attempts.push([attempt, t]);
     return attempt === 1 ? new Promise(() => {}) : { attempt };
   }));
-  assert.deepEqual(attempts, [[1, 50], [2, 50]]);
+  assert.deepEqual(attempts, [[1, 250], [2, 250]]);
   assert.equal(out.results[0].status, 'succeeded');
   assert.deepEqual(out.results[0].output, { attempt: 2 });
   assert.equal(out.cost.retries, 1);
