@@ -79,10 +79,10 @@ export declare class CarRuntime {
   /** Verifies a proposal against this runtime's state and tool schemas. */
   verifyProposal(proposalJson: any): Promise<string>
   /**
-   * Executes with a wrapped tool function (see `index.js`: use
-   * `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
+   * Starts executing a proposal whose tool calls go to the JS shim (see
+   * `port.rs`; use `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
    */
-  _execute(proposalJson: any, toolFn: JsToolFn, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): Promise<string>
+  _start(proposalJson: any, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): Step
   /** Number of events held. */
   eventCount(): Promise<number>
   /** `{count, events}` newest first, as JSON text. */
@@ -101,6 +101,26 @@ export declare class CarRuntime {
   permissionSetTier(tier: string): Promise<string>
 }
 export type JsCarRuntime = CarRuntime
+
+/**
+ * Delivers a batch of answers `[[call id, kind, payload], ...]` and polls the port.
+ * Kinds: 0 a JSON value, 1 JSON text (or plain text), 2 an ordinary failure
+ * message, 3 a terminal failure message, 4 a detached call's stream started.
+ */
+export declare function _answer(port: number, answers: string): Step | null
+
+/** Installs the dispatcher of this JS environment (called once by `lib.js`). */
+export declare function _init(dispatch: (arg: Step | undefined | null) => void): void
+
+/** Ends a detached call's stream (its iterator finished). */
+export declare function _streamEnd(stream: number): void
+
+/**
+ * Pushes one chunk (JSON text `{kind, ...}`) of a detached call; false when
+ * its stream is gone (cancelled, finished or never started), so the
+ * iterator should stop. A chunk that is not a valid `ToolStreamChunk` fails the stream.
+ */
+export declare function _streamPush(stream: number, chunkJson: string): boolean
 
 /** Resolves an approval; anything but an explicit `allow` is a deny. */
 export declare function approvalResolve(stateDir: string, key: string, decision: string, reason?: string | undefined | null): string
@@ -146,6 +166,28 @@ export declare function protocolVersion(): number
 
 /** The state a proposal leaves behind, as JSON text. */
 export declare function simulate(proposalJson: any, initialStateJson?: any | undefined | null): string
+
+/**
+ * What the JS side receives: tool calls to run, the end of a proposal, or a
+ * detached tool to cancel.
+ */
+export interface Step {
+  /** The port (one per executing proposal). */
+  port: number
+  /** The id of the first call in `calls`; the next lines count up from it. */
+  first: number
+  /**
+   * Tool calls, one per line: the call JSON, prefixed with `s<stream id> `
+   * for a detached call.
+   */
+  calls?: string
+  /** The ProposalResult JSON text, once done. */
+  result?: string
+  /** The failure, as `[code] message`, once done. */
+  error?: string
+  /** A detached call whose stream was cancelled or dropped. */
+  cancel?: number
+}
 
 /** SHA-256 (hex) of a toolset's contract fields. */
 export declare function toolsetHash(toolsJson: any): string

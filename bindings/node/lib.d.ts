@@ -10,11 +10,34 @@ declare module './index' {
   }
 }
 
+/** The second argument of a tool function called for a detached action
+ * (`invocation_mode` `"streaming"` or `"long_running"`). */
+export interface DetachedCallContext {
+  readonly detached: true;
+  /** Aborted when `toolCancel(handle)` cancels the call (or the start timed out). */
+  readonly signal: AbortSignal;
+}
+
+/** One chunk a detached tool yields: a chunk object, a string (a `text` chunk), or any other value (a `data` chunk). */
+export type ToolStreamChunk =
+  | { kind: 'text'; text: string }
+  | { kind: 'data'; data: unknown }
+  | { kind: 'progress'; fraction: number; message?: string }
+  | { kind: 'done'; result?: unknown }
+  | { kind: 'error'; message: string }
+  | string
+  | unknown;
+
 /** A tool callback: receives the call JSON text
  * `{"tool","params","action_id","request_id","timeout_ms","session_id","attempt"}` and returns
  * (or resolves to) the result as JSON text or a plain value. Throwing fails the action;
- * throwing `TerminalToolError` is a terminal failure. */
-export type ToolFn = (callJson: string) => unknown | Promise<unknown>;
+ * throwing `TerminalToolError` is a terminal failure. For a detached action it also receives
+ * `{detached: true, signal}` and may return an async iterable or an iterator of chunks
+ * (see README: the iterator's return value is the `done` result; a throw is an `error` chunk). */
+export type ToolFn = (
+  callJson: string,
+  detached?: DetachedCallContext,
+) => unknown | Promise<unknown> | AsyncIterable<ToolStreamChunk> | Iterator<ToolStreamChunk>;
 
 /** Thrown by a tool: stop retries, abort and roll back the proposal. */
 export declare class TerminalToolError extends Error {

@@ -4,6 +4,7 @@
 use napi_derive::napi;
 use serde_json::{Map, Value};
 
+pub mod port;
 mod runtime;
 
 /// Results of binding functions: a JS `Error` whose `.code` is the stable

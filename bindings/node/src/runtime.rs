@@ -1,17 +1,13 @@
 //! `CarRuntime` for Node: every method forwards to
 //! `car_runtime::api::runtime::CarRuntime`. Async methods run on napi's tokio
-//! runtime and never block the event loop; tool callbacks are called on the
-//! JS thread through thread-safe functions, so a callback may call back into
-//! the same runtime (e.g. `stateSet`) without deadlock.
+//! runtime and never block the event loop. Executing a proposal with JS tools
+//! goes through `port.rs`: the engine is polled on the JS thread between
+//! batches of tool calls, so a callback may call back into the same runtime
+//! (e.g. `stateSet`) without deadlock.
 
+use car_runtime::api::runtime::CarRuntime as Core;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use car_runtime::api::callback::decode_envelope;
-use car_runtime::api::runtime::CarRuntime as Core;
-use car_runtime::engine::{ToolCall, ToolExecutor};
-use car_runtime::ir::ToolFailure;
-use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use serde_json::Value;
@@ -25,31 +21,10 @@ fn aerr(e: car_runtime::Error) -> napi::Error {
     napi::Error::new(napi::Status::GenericFailure, format!("[{}] {}", e.code(), e))
 }
 
-/// A JS tool function wrapped by `index.js`'s shim: it takes the call JSON
-/// and resolves to an envelope `{"ok": text}` / `{"error", "terminal"}`.
-pub(crate) type JsToolFn = ThreadsafeFunction<String, Promise<String>, String, napi::Status, false>;
-
 /// An approver callback `(eventJson) => void`, weak: it does not keep the
 /// event loop alive.
 pub(crate) type JsApprovalFn =
     ThreadsafeFunction<String, napi::bindgen_prelude::Unknown<'static>, String, napi::Status, false, true>;
-
-struct JsExecutor {
-    f: Arc<JsToolFn>,
-}
-
-#[async_trait]
-impl ToolExecutor for JsExecutor {
-    async fn execute(&self, call: ToolCall) -> std::result::Result<Value, ToolFailure> {
-        let promise = self
-            .f
-            .call_async(call.to_json())
-            .await
-            .map_err(|e| ToolFailure::ordinary(format!("tool callback could not be called: {e}")))?;
-        let envelope = promise.await.map_err(|e| ToolFailure::ordinary(format!("tool callback failed: {e}")))?;
-        decode_envelope(&envelope)
-    }
-}
 
 fn text(v: Value) -> String {
     match v {
@@ -252,22 +227,24 @@ impl JsCarRuntime {
         self.core.verify_proposal(&text(proposal_json)).map_err(aerr)
     }
 
-    /// Executes with a wrapped tool function (see `index.js`: use
-    /// `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
-    #[napi(js_name = "_execute")]
-    pub async fn execute(
+    /// Starts executing a proposal whose tool calls go to the JS shim (see
+    /// `port.rs`; use `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
+    #[napi(js_name = "_start")]
+    pub fn start(
         &self,
         proposal_json: Value,
-        tool_fn: JsToolFn,
         session_id: Option<String>,
         scope_json: Option<Value>,
-    ) -> napi::Result<String> {
-        let exec = Arc::new(JsExecutor { f: Arc::new(tool_fn) });
-        let scope = scope_json.map(text);
-        self.core
-            .execute_proposal(&text(proposal_json), exec, session_id.as_deref(), scope.as_deref())
-            .await
-            .map_err(aerr)
+    ) -> Result<crate::port::Step> {
+        let core = self.core.clone();
+        let proposal = text(proposal_json);
+        let scope = scope_json.filter(|v| !v.is_null()).map(text);
+        let on_worker = proposal.len() > crate::port::WORKER_ABOVE_BYTES;
+        crate::port::start(on_worker, move |exec| {
+            Box::pin(
+                async move { core.execute_proposal(&proposal, exec, session_id.as_deref(), scope.as_deref()).await },
+            )
+        })
     }
 
     /// Number of events held.
