@@ -8,12 +8,21 @@
 //! - a callback failure is an ordinary failure unless the binding says it was
 //!   terminal (never inferred from the message);
 //! - a blocking callback runs on a dedicated blocking thread, never on an
-//!   async worker, so it may call back into the same runtime.
+//!   async worker, so it may call back into the same runtime;
+//! - a [`CallPump`] instead runs the engine on the calling (foreign) thread
+//!   and serves its tool calls there, in batches, between polls: no thread
+//!   hand-off per call, and callbacks still run outside any async context.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use crate::engine::{ToolCall, ToolExecutor};
 use crate::ir::ToolFailure;
@@ -67,6 +76,245 @@ impl ToolExecutor for BlockingCallbackExecutor {
             Ok(Err(failure)) => Err(failure),
             Err(e) => Err(ToolFailure::ordinary(format!("tool callback panicked: {e}"))),
         }
+    }
+}
+
+/// How a queued call's answer reaches the engine.
+enum Reply {
+    /// The callback's result.
+    Done(Result<Value, ToolFailure>),
+    /// The call's `timeout_ms` passed before it finished (or started): the
+    /// engine's own per-attempt timer decides, so the executor never answers.
+    Late,
+}
+
+/// One tool call waiting in a [`CallPump`] for its foreign thread.
+pub struct PumpedCall {
+    call: ToolCall,
+    queued: Instant,
+    reply: oneshot::Sender<Reply>,
+}
+
+impl PumpedCall {
+    /// The call.
+    pub fn call(&self) -> &ToolCall {
+        &self.call
+    }
+
+    /// True when nobody waits for the answer any more (the engine timed the
+    /// attempt out or the run was dropped): the callback need not run.
+    pub fn is_abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+
+    /// True when the call's `timeout_ms` has already passed since it was queued.
+    pub fn is_expired(&self) -> bool {
+        self.call.timeout_ms.is_some_and(|t| self.queued.elapsed() >= Duration::from_millis(t))
+    }
+
+    /// Answers the call. A result that arrives after the call's `timeout_ms`
+    /// is discarded and the engine records the timeout, as it would have if
+    /// it had stopped waiting at the deadline.
+    pub fn finish(self, result: Result<Value, ToolFailure>) {
+        let reply = if self.is_expired() { Reply::Late } else { Reply::Done(result) };
+        let _ = self.reply.send(reply);
+    }
+
+    /// Gives the call up without running it because its deadline passed.
+    pub fn expire(self) {
+        let _ = self.reply.send(Reply::Late);
+    }
+}
+
+/// Runs a queued call on another thread when the pumping thread is stuck.
+pub type SpillFn = dyn Fn(PumpedCall) + Send + Sync;
+
+#[derive(Default)]
+struct PumpState {
+    calls: VecDeque<PumpedCall>,
+    /// The engine future asked to be polled again.
+    woken: bool,
+    /// The pumping thread waits on the condvar.
+    sleeping: bool,
+}
+
+#[derive(Default)]
+struct PumpShared {
+    state: Mutex<PumpState>,
+    cv: Condvar,
+    /// Calls taken off the queue so far (the watchdog's progress measure).
+    taken: AtomicU64,
+    /// The pumping thread is inside `serve` (running callbacks).
+    serving: AtomicBool,
+}
+
+impl PumpShared {
+    fn lock(&self) -> MutexGuard<'_, PumpState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Wake for PumpShared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut s = self.lock();
+        s.woken = true;
+        if s.sleeping {
+            self.cv.notify_one();
+        }
+    }
+}
+
+/// Runs a proposal's engine future on the thread that called it and serves
+/// the tool calls it makes on that same thread.
+///
+/// The thread polls the engine until it waits, then hands every queued call
+/// to `serve` (outside any async context, so a callback may call back into
+/// the runtime, including running a nested proposal), and polls again. A
+/// foreign binding serves a whole batch per lock of its interpreter. Timers
+/// and tasks the engine uses keep running on the shared tokio runtime.
+///
+/// With a spill function, a watchdog moves calls that wait while the thread
+/// has been stuck in one callback for `spill_after` to that function (for
+/// example a blocking-pool thread), so slow tools that wait on I/O or on each
+/// other still overlap as they did with [`BlockingCallbackExecutor`].
+pub struct CallPump {
+    shared: Arc<PumpShared>,
+    spill: Option<(Arc<SpillFn>, Duration)>,
+}
+
+struct PumpExecutor {
+    shared: Arc<PumpShared>,
+}
+
+#[async_trait]
+impl ToolExecutor for PumpExecutor {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut s = self.shared.lock();
+            s.calls.push_back(PumpedCall { call, queued: Instant::now(), reply: tx });
+            if s.sleeping {
+                self.shared.cv.notify_one();
+            }
+        }
+        match rx.await {
+            Ok(Reply::Done(r)) => r,
+            // Past the deadline: the engine's per-attempt timer fires and wins.
+            Ok(Reply::Late) => std::future::pending().await,
+            Err(_) => Err(ToolFailure::ordinary("tool callback was dropped before it answered")),
+        }
+    }
+}
+
+impl Default for CallPump {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CallPump {
+    /// A pump without spilling: every call runs on the pumping thread.
+    pub fn new() -> Self {
+        CallPump { shared: Arc::default(), spill: None }
+    }
+
+    /// A pump that spills waiting calls to `spill` once the pumping thread
+    /// has made no progress for `after`.
+    pub fn with_spill(spill: Arc<SpillFn>, after: Duration) -> Self {
+        CallPump { shared: Arc::default(), spill: Some((spill, after)) }
+    }
+
+    /// The executor to hand the engine: it queues every call for this pump.
+    pub fn executor(&self) -> Arc<dyn ToolExecutor> {
+        Arc::new(PumpExecutor { shared: self.shared.clone() })
+    }
+
+    /// The next queued call, if any (for `serve`).
+    pub fn pop(&self) -> Option<PumpedCall> {
+        let c = self.shared.lock().calls.pop_front();
+        if c.is_some() {
+            self.shared.taken.fetch_add(1, Ordering::Relaxed);
+        }
+        c
+    }
+
+    /// Drives `fut` to completion on this thread within `handle`'s runtime.
+    /// Whenever calls are queued, `serve(self)` runs (outside the runtime
+    /// context) and should `pop` and answer them; while nothing is queued the
+    /// thread sleeps, calling `idle(self)` every `tick` (e.g. to notice a
+    /// signal).
+    pub fn drive<F: Future>(
+        &self,
+        handle: &tokio::runtime::Handle,
+        fut: F,
+        tick: Duration,
+        mut serve: impl FnMut(&Self),
+        mut idle: impl FnMut(&Self),
+    ) -> F::Output {
+        let _watchdog = self.spill.as_ref().map(|(f, after)| {
+            let task = handle.spawn(watchdog(self.shared.clone(), f.clone(), *after, handle.clone()));
+            AbortOnDrop(task)
+        });
+        let waker = Waker::from(self.shared.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            self.shared.lock().woken = false;
+            let polled = {
+                let _in_runtime = handle.enter();
+                fut.as_mut().poll(&mut cx)
+            };
+            if let Poll::Ready(out) = polled {
+                return out;
+            }
+            if !self.shared.lock().calls.is_empty() {
+                self.shared.serving.store(true, Ordering::Relaxed);
+                serve(self);
+                self.shared.serving.store(false, Ordering::Relaxed);
+            }
+            let mut s = self.shared.lock();
+            while !s.woken && s.calls.is_empty() {
+                s.sleeping = true;
+                let (g, waited) = self.shared.cv.wait_timeout(s, tick).unwrap_or_else(PoisonError::into_inner);
+                s = g;
+                s.sleeping = false;
+                if waited.timed_out() {
+                    drop(s);
+                    idle(self);
+                    s = self.shared.lock();
+                }
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Spills the queue when the pumping thread has been inside `serve` without
+/// taking a new call for a whole period.
+async fn watchdog(shared: Arc<PumpShared>, spill: Arc<SpillFn>, after: Duration, handle: tokio::runtime::Handle) {
+    let mut last = shared.taken.load(Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(after).await;
+        let now = shared.taken.load(Ordering::Relaxed);
+        if now == last && shared.serving.load(Ordering::Relaxed) {
+            let stuck: Vec<PumpedCall> = shared.lock().calls.drain(..).collect();
+            for call in stuck {
+                let f = spill.clone();
+                handle.spawn_blocking(move || f(call));
+            }
+        }
+        last = now;
     }
 }
 
