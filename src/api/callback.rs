@@ -178,7 +178,7 @@ impl Wake for PumpShared {
 /// and tasks the engine uses keep running on the shared tokio runtime.
 ///
 /// With a spill function, a watchdog moves calls that wait while the thread
-/// has been stuck in one callback for `spill_after` to that function (for
+/// has been stuck in one callback for two `spill_after` periods to that function (for
 /// example a blocking-pool thread), so slow tools that wait on I/O or on each
 /// other still overlap as they did with [`BlockingCallbackExecutor`].
 pub struct CallPump {
@@ -223,7 +223,7 @@ impl CallPump {
     }
 
     /// A pump that spills waiting calls to `spill` once the pumping thread
-    /// has made no progress for `after`.
+    /// has made no progress for two periods of `after`.
     pub fn with_spill(spill: Arc<SpillFn>, after: Duration) -> Self {
         CallPump { shared: Arc::default(), spill: Some((spill, after)) }
     }
@@ -301,13 +301,18 @@ impl Drop for AbortOnDrop {
 }
 
 /// Spills the queue when the pumping thread has been inside `serve` without
-/// taking a new call for a whole period.
+/// taking a new call for two whole periods.
 async fn watchdog(shared: Arc<PumpShared>, spill: Arc<SpillFn>, after: Duration, handle: tokio::runtime::Handle) {
     let mut last = shared.taken.load(Ordering::Relaxed);
+    // Periods in a row the thread served without taking a call: two, so a
+    // thread that was merely descheduled once does not lose its calls.
+    let mut stalled = 0;
     loop {
         tokio::time::sleep(after).await;
         let now = shared.taken.load(Ordering::Relaxed);
-        if now == last && shared.serving.load(Ordering::Relaxed) {
+        stalled = if now == last && shared.serving.load(Ordering::Relaxed) { stalled + 1 } else { 0 };
+        if stalled >= 2 {
+            stalled = 0;
             let stuck: Vec<PumpedCall> = shared.lock().calls.drain(..).collect();
             for call in stuck {
                 let f = spill.clone();

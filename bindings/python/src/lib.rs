@@ -38,7 +38,7 @@ pub(crate) fn to_py_err(py: Python<'_>, e: car_runtime::Error) -> PyErr {
 /// A `*_json` argument: JSON text as it is, or a dict/list/other value serialised.
 pub(crate) fn json_text(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(s.to_string());
+        return Ok(s.to_cow()?.into_owned());
     }
     static DUMPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let dumps = DUMPS.get_or_try_init(py, || py.import("json")?.getattr("dumps").map(Bound::unbind))?;

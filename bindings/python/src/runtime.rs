@@ -124,8 +124,9 @@ fn takes_two_args(py: Python<'_>, f: &Py<PyAny>) -> PyResult<bool> {
 /// How often a thread waiting for its run looks for signals (Ctrl-C).
 const SIGNAL_TICK: Duration = Duration::from_millis(20);
 
-/// How long the thread may sit in one callback before the calls waiting
-/// behind it move to blocking-pool threads (so slow tools still overlap).
+/// The watchdog period: once the thread has sat in one callback for two
+/// periods, the calls waiting behind it move to blocking-pool threads (so
+/// slow tools still overlap and tools that wait on each other finish).
 const SPILL_AFTER: Duration = Duration::from_millis(5);
 
 /// Runs a proposal with a Python tool function. The engine runs on this
