@@ -339,4 +339,137 @@ mod tests {
         assert!(decode_envelope(r#"{"error":"x","terminal":true}"#).unwrap_err().is_terminal());
         assert!(decode_envelope("garbage").is_err());
     }
+
+    use crate::engine::{ExecOptions, Runtime, RuntimeOptions};
+    use crate::ir::{Action, ActionProposal, ActionStatus};
+
+    fn rt() -> (tokio::runtime::Runtime, Runtime) {
+        let tokio_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let engine = Runtime::new(RuntimeOptions::default());
+        engine.register_tool_name("t").unwrap();
+        (tokio_rt, engine)
+    }
+
+    fn calls(n: usize, chain: bool, timeout_ms: Option<u64>) -> ActionProposal {
+        ActionProposal::new(
+            (0..n)
+                .map(|i| {
+                    let mut a = Action::tool_call("t");
+                    a.id = format!("a{i}");
+                    a.timeout_ms = timeout_ms;
+                    if chain && i > 0 {
+                        a.dependencies.push(format!("a{}", i - 1));
+                    }
+                    a
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn pump_serves_every_call_on_the_driving_thread_in_batches() {
+        let (tokio_rt, engine) = rt();
+        for chain in [false, true] {
+            let pump = CallPump::new();
+            let me = std::thread::current().id();
+            let mut served = 0;
+            let mut batches = 0;
+            let fut = engine.execute(calls(300, chain, None), pump.executor(), ExecOptions::default());
+            let out = pump.drive(
+                tokio_rt.handle(),
+                fut,
+                Duration::from_millis(10),
+                |p| {
+                    batches += 1;
+                    // Outside any runtime context: a callback may block_on a nested run.
+                    assert!(tokio::runtime::Handle::try_current().is_err());
+                    while let Some(c) = p.pop() {
+                        assert_eq!(std::thread::current().id(), me);
+                        served += 1;
+                        let id = c.call().action_id.clone();
+                        c.finish(Ok(json!({ "id": id })));
+                    }
+                },
+                |_| {},
+            );
+            let out = out.unwrap();
+            assert_eq!(served, 300);
+            assert!(out.results.iter().all(|r| r.status == ActionStatus::Succeeded));
+            assert_eq!(out.results[7].output, Some(json!({"id": "a7"})));
+            if chain {
+                assert_eq!(batches, 300);
+            } else {
+                assert!(batches < 300, "independent calls are served in batches ({batches} batches)");
+            }
+        }
+    }
+
+    #[test]
+    fn an_answer_after_the_deadline_is_a_timeout_and_an_expired_call_is_not_run() {
+        let (tokio_rt, engine) = rt();
+        let pump = CallPump::new();
+        let mut ran = 0;
+        let fut = engine.execute(calls(2, false, Some(30)), pump.executor(), ExecOptions::default());
+        let out = pump
+            .drive(
+                tokio_rt.handle(),
+                fut,
+                Duration::from_millis(10),
+                |p| {
+                    while let Some(c) = p.pop() {
+                        if c.is_expired() {
+                            c.expire();
+                            continue;
+                        }
+                        ran += 1;
+                        std::thread::sleep(Duration::from_millis(60));
+                        c.finish(Ok(json!("late")));
+                    }
+                },
+                |_| {},
+            )
+            .unwrap();
+        assert_eq!(ran, 1, "the second call waited past its deadline and never ran");
+        for r in &out.results {
+            assert_eq!(r.status, ActionStatus::Failed);
+            assert!(r.error.as_deref().unwrap_or("").contains("timed out after 30 ms"), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn calls_stuck_behind_a_blocked_callback_spill_to_other_threads() {
+        let (tokio_rt, engine) = rt();
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let g = gate.clone();
+        let spill: Arc<SpillFn> = Arc::new(move |c: PumpedCall| {
+            let (lock, cv) = &*g;
+            *lock.lock().unwrap() = true;
+            cv.notify_all();
+            c.finish(Ok(json!("spilled")));
+        });
+        let pump = CallPump::with_spill(spill, Duration::from_millis(2));
+        let fut = engine.execute(calls(2, false, None), pump.executor(), ExecOptions::default());
+        let out = pump
+            .drive(
+                tokio_rt.handle(),
+                fut,
+                Duration::from_millis(10),
+                |p| {
+                    while let Some(c) = p.pop() {
+                        // Blocks until the other call has run elsewhere.
+                        let (lock, cv) = &*gate;
+                        let mut open = lock.lock().unwrap();
+                        while !*open {
+                            open = cv.wait(open).unwrap();
+                        }
+                        c.finish(Ok(json!("here")));
+                    }
+                },
+                |_| {},
+            )
+            .unwrap();
+        let outputs: Vec<_> = out.results.iter().filter_map(|r| r.output.clone()).collect();
+        assert_eq!(outputs.len(), 2);
+        assert!(outputs.contains(&json!("here")) && outputs.contains(&json!("spilled")));
+    }
 }
