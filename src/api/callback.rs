@@ -32,6 +32,51 @@ pub fn parse_tool_output(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
+/// Appends `s` as a JSON string literal.
+fn push_json_str(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&Value::from(s).to_string());
+    }
+}
+
+/// The callback JSON text of a call, the same text as [`ToolCall::to_json`]
+/// (`{"tool","params","action_id","request_id","timeout_ms","session_id","attempt"}`),
+/// built directly: the keys need no escaping and the values rarely do.
+pub fn call_json(call: &ToolCall) -> String {
+    use std::fmt::Write;
+    let params = call.params.to_string();
+    let mut out = String::with_capacity(
+        112 + call.tool.len() + params.len() + call.action_id.len() + call.request_id.len()
+            + call.session_id.as_ref().map_or(0, String::len),
+    );
+    out.push_str("{\"tool\":");
+    push_json_str(&mut out, &call.tool);
+    out.push_str(",\"params\":");
+    out.push_str(&params);
+    out.push_str(",\"action_id\":");
+    push_json_str(&mut out, &call.action_id);
+    out.push_str(",\"request_id\":");
+    push_json_str(&mut out, &call.request_id);
+    out.push_str(",\"timeout_ms\":");
+    match call.timeout_ms {
+        Some(t) => {
+            let _ = write!(out, "{t}");
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"session_id\":");
+    match &call.session_id {
+        Some(sid) => push_json_str(&mut out, sid),
+        None => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"attempt\":{}}}", call.attempt);
+    out
+}
+
 /// Decodes the envelope the JS and Python shims produce around a callback:
 /// `{"ok": "<result JSON text>"}` or `{"error": "...", "terminal": bool}`.
 pub fn decode_envelope(text: &str) -> Result<Value, ToolFailure> {
@@ -341,6 +386,29 @@ mod tests {
     }
 
     use crate::engine::{ExecOptions, Runtime, RuntimeOptions};
+
+    #[test]
+    fn call_json_is_the_serde_text() {
+        let mut call = ToolCall {
+            tool: "deploy".into(),
+            params: json!({"env": "prod", "n": [1, 2.5, null], "q": "a\"b\\c\n\u{1}é"}),
+            action_id: "a1".into(),
+            request_id: "req-7".into(),
+            timeout_ms: None,
+            session_id: None,
+            attempt: 1,
+        };
+        assert_eq!(call_json(&call), call.to_json());
+        call.timeout_ms = Some(2500);
+        call.session_id = Some("s\"1\t".into());
+        call.tool = "we\\ird\u{7f}\u{1f}".into();
+        call.action_id = "ü".into();
+        call.params = json!({});
+        call.attempt = 4_000_000_000;
+        assert_eq!(call_json(&call), call.to_json());
+        let back: ToolCall = serde_json::from_str(&call_json(&call)).unwrap();
+        assert_eq!(back, call);
+    }
     use crate::ir::{Action, ActionProposal, ActionStatus};
 
     fn rt() -> (tokio::runtime::Runtime, Runtime) {

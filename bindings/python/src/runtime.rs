@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use car_runtime::api::callback::{CallPump, PumpedCall, parse_tool_output};
+use car_runtime::api::callback::{CallPump, PumpedCall, call_json, parse_tool_output};
 use car_runtime::api::runtime::CarRuntime as Core;
 use car_runtime::engine::ToolCall;
 use car_runtime::ir::ToolFailure;
@@ -69,7 +69,7 @@ impl ToolFn {
         let res = if self.two_args {
             self.f.call1(py, (call.tool.as_str(), call.params.to_string()))
         } else {
-            self.f.call1(py, (call.to_json(),))
+            self.f.call1(py, (call_json(call),))
         };
         match res {
             Ok(obj) => {
