@@ -300,10 +300,9 @@ impl CallPump {
         mut serve: impl FnMut(&Self),
         mut idle: impl FnMut(&Self),
     ) -> F::Output {
-        let _watchdog = self.spill.as_ref().map(|(f, after)| {
-            let task = handle.spawn(watchdog(self.shared.clone(), f.clone(), *after, handle.clone()));
-            AbortOnDrop(task)
-        });
+        // Started with the first batch of two or more calls: a lone call has
+        // nothing waiting behind it (the engine is not polled while it runs).
+        let mut _watchdog: Option<AbortOnDrop> = None;
         let waker = Waker::from(self.shared.clone());
         let mut cx = Context::from_waker(&waker);
         let mut fut = std::pin::pin!(fut);
@@ -316,7 +315,15 @@ impl CallPump {
             if let Poll::Ready(out) = polled {
                 return out;
             }
-            if !self.shared.lock().calls.is_empty() {
+            let queued = self.shared.lock().calls.len();
+            if queued > 0 {
+                if queued > 1
+                    && _watchdog.is_none()
+                    && let Some((f, after)) = &self.spill
+                {
+                    let task = handle.spawn(watchdog(self.shared.clone(), f.clone(), *after, handle.clone()));
+                    _watchdog = Some(AbortOnDrop(task));
+                }
                 self.shared.serving.store(true, Ordering::Relaxed);
                 serve(self);
                 self.shared.serving.store(false, Ordering::Relaxed);

@@ -14,6 +14,7 @@ use car_runtime::engine::ToolCall;
 use car_runtime::ir::ToolFailure;
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use serde_json::Value;
 
@@ -100,7 +101,33 @@ impl ToolFn {
     }
 }
 
+/// True when the tool function takes two positional arguments (`tool`,
+/// `params_json`), by `inspect.signature`; for a plain function (no
+/// `__wrapped__` or `__signature__` to follow) read straight from its code
+/// object, with the same answer at a fraction of the cost.
 fn takes_two_args(py: Python<'_>, f: &Py<PyAny>) -> PyResult<bool> {
+    static FUNCTION_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let function_type =
+        FUNCTION_TYPE.get_or_try_init(py, || py.import("types")?.getattr("FunctionType").map(Bound::unbind))?;
+    let f_bound = f.bind(py);
+    // A function's own attributes live in its `__dict__` (a lookup there is
+    // far cheaper than a failing `hasattr`).
+    let plain = f_bound.get_type().is(function_type.bind(py)) && {
+        let attrs = f_bound.getattr("__dict__")?;
+        !attrs.contains("__wrapped__")? && !attrs.contains("__signature__")?
+    };
+    if plain {
+        const CO_VARARGS: u32 = 0x04;
+        let code = f_bound.getattr("__code__")?;
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        if flags & CO_VARARGS != 0 {
+            return Ok(false);
+        }
+        let positional: usize = code.getattr("co_argcount")?.extract()?;
+        let defaults = f_bound.getattr("__defaults__")?;
+        let with_default = if defaults.is_none() { 0 } else { defaults.len()? };
+        return Ok(positional.saturating_sub(with_default) >= 2);
+    }
     let inspect = py.import("inspect")?;
     let sig = match inspect.call_method1("signature", (f.bind(py),)) {
         Ok(s) => s,

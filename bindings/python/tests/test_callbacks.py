@@ -281,3 +281,54 @@ def test_concurrent_callers_each_serve_their_own_calls():
         t.join()
     assert not errors, errors
     assert len(rt.state_keys()) == 800
+
+
+def test_the_callback_arity_is_read_from_the_signature_for_every_kind_of_callable():
+    import functools
+
+    rt = car.CarRuntime()
+    rt.register_tool("t")
+    p = proposal(tool_call("a", parameters={"x": 1}))
+
+    def two(tool, params_json):
+        return {"args": 2, "tool": tool, "params": json.loads(params_json)}
+
+    def one(call_json):
+        return {"args": 1, "action": json.loads(call_json)["action_id"]}
+
+    def one_with_default(call_json, extra=None):
+        return one(call_json)
+
+    def var(*args):
+        return {"args": len(args)}
+
+    def one_then_var(call_json, *rest):
+        return {"args": 1 + len(rest)}
+
+    def two_kwonly(tool, params_json, *, flag=False):
+        return two(tool, params_json)
+
+    @functools.wraps(two)
+    def wrapped(*args, **kwargs):  # inspect follows __wrapped__: two arguments
+        return two(*args, **kwargs)
+
+    class Host:
+        def method(self, tool, params_json):
+            return two(tool, params_json)
+
+        def __call__(self, call_json):
+            return one(call_json)
+
+    cases = [
+        (two, 2), (one, 1), (one_with_default, 1), (var, 1), (one_then_var, 1), (two_kwonly, 2),
+        (wrapped, 2), (Host().method, 2), (Host(), 1), (functools.partial(two, "t"), 1),
+        (lambda tool, params: two(tool, params), 2), (lambda c: one(c), 1),
+    ]
+    for f, expected in cases:
+        out = results(rt.execute_proposal(p, f))["a"]
+        assert out["status"] == "succeeded", (f, out)
+        if isinstance(f, functools.partial):
+            # partial(two, "t") takes the call JSON as params_json.
+            assert out["output"]["tool"] == "t" and out["output"]["params"]["action_id"] == "a"
+            continue
+        assert out["output"]["args"] == expected, (f, out)
