@@ -50,7 +50,10 @@ pub fn call_json(call: &ToolCall) -> String {
     use std::fmt::Write;
     let params = call.params.to_string();
     let mut out = String::with_capacity(
-        112 + call.tool.len() + params.len() + call.action_id.len() + call.request_id.len()
+        112 + call.tool.len()
+            + params.len()
+            + call.action_id.len()
+            + call.request_id.len()
             + call.session_id.as_ref().map_or(0, String::len),
     );
     out.push_str("{\"tool\":");

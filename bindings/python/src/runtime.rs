@@ -173,10 +173,8 @@ fn run_with(
     let two_args = takes_two_args(py, &tool_fn)?;
     let tool = Arc::new(ToolFn { f: tool_fn, two_args, interrupted: AtomicBool::new(false), signal: Mutex::new(None) });
     let spilled = tool.clone();
-    let pump = CallPump::with_spill(
-        Arc::new(move |c: PumpedCall| Python::attach(|py| spilled.serve(py, c))),
-        SPILL_AFTER,
-    );
+    let pump =
+        CallPump::with_spill(Arc::new(move |c: PumpedCall| Python::attach(|py| spilled.serve(py, c))), SPILL_AFTER);
     let exec = pump.executor();
     let out = py.detach(|| {
         let fut = core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref());
