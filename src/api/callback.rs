@@ -293,8 +293,8 @@ impl CallPump {
     /// Drives `fut` to completion on this thread within `handle`'s runtime.
     /// Whenever calls are queued, `serve(self)` runs (outside the runtime
     /// context) and should `pop` and answer them; while nothing is queued the
-    /// thread sleeps, calling `idle(self)` every `tick` (e.g. to notice a
-    /// signal).
+    /// thread sleeps. `idle(self)` runs about every `tick` while the run lasts
+    /// (e.g. to notice a signal).
     pub fn drive<F: Future>(
         &self,
         handle: &tokio::runtime::Handle,
@@ -309,6 +309,7 @@ impl CallPump {
         let waker = Waker::from(self.shared.clone());
         let mut cx = Context::from_waker(&waker);
         let mut fut = std::pin::pin!(fut);
+        let mut last_idle = Instant::now();
         loop {
             self.shared.lock().woken = false;
             let polled = {
@@ -331,6 +332,11 @@ impl CallPump {
                 serve(self);
                 self.shared.serving.store(false, Ordering::Relaxed);
             }
+            // `idle` runs at least every `tick`, also when the run never pauses.
+            if last_idle.elapsed() >= tick {
+                idle(self);
+                last_idle = Instant::now();
+            }
             let mut s = self.shared.lock();
             while !s.woken && s.calls.is_empty() {
                 s.sleeping = true;
@@ -340,6 +346,7 @@ impl CallPump {
                 if waited.timed_out() {
                     drop(s);
                     idle(self);
+                    last_idle = Instant::now();
                     s = self.shared.lock();
                 }
             }
