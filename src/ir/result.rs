@@ -42,6 +42,48 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Writes `n` as `width` decimal digits into `out`.
+fn put_digits(out: &mut [u8], mut n: u32) {
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
+/// A result timestamp exactly as chrono writes it (`2026-11-30T03:38:53.160829285Z`,
+/// the fraction in 0, 3, 6 or 9 digits), without going through `fmt`: every
+/// action result carries one, and chrono's formatter cost more than the rest
+/// of the result together. Years outside 0..=9999 and leap seconds take
+/// chrono's own path.
+fn serialize_timestamp<S: serde::Serializer>(t: &chrono::DateTime<chrono::Utc>, s: S) -> Result<S::Ok, S::Error> {
+    use chrono::{Datelike, Timelike};
+    let (year, nano) = (t.year(), t.nanosecond());
+    if !(0..=9999).contains(&year) || nano >= 1_000_000_000 {
+        return t.serialize(s);
+    }
+    let mut buf = *b"0000-00-00T00:00:00.000000000Z";
+    put_digits(&mut buf[0..4], year as u32);
+    put_digits(&mut buf[5..7], t.month());
+    put_digits(&mut buf[8..10], t.day());
+    put_digits(&mut buf[11..13], t.hour());
+    put_digits(&mut buf[14..16], t.minute());
+    put_digits(&mut buf[17..19], t.second());
+    let end = if nano == 0 {
+        19
+    } else if nano % 1_000_000 == 0 {
+        put_digits(&mut buf[20..23], nano / 1_000_000);
+        23
+    } else if nano % 1_000 == 0 {
+        put_digits(&mut buf[20..26], nano / 1_000);
+        26
+    } else {
+        put_digits(&mut buf[20..29], nano);
+        29
+    };
+    buf[end] = b'Z';
+    s.serialize_str(std::str::from_utf8(&buf[..=end]).map_err(serde::ser::Error::custom)?)
+}
+
 /// The outcome of one action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionResult {
@@ -62,6 +104,7 @@ pub struct ActionResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<f64>,
     /// When the result was recorded.
+    #[serde(serialize_with = "serialize_timestamp")]
     pub timestamp: chrono::DateTime<chrono::Utc>,
     /// The enclosing state transaction was restored. Omitted when false.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -270,5 +313,41 @@ impl From<&str> for ToolFailure {
 impl std::fmt::Display for ToolFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, NaiveDate, Utc};
+
+    fn ours(t: &DateTime<Utc>) -> String {
+        let mut out = Vec::new();
+        serialize_timestamp(t, &mut serde_json::Serializer::new(&mut out)).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn timestamps_are_written_exactly_as_chrono_writes_them() {
+        let mut cases: Vec<DateTime<Utc>> = Vec::new();
+        for secs in [0i64, 1, 59, 86_399, 951_782_400, 1_796_000_000, 253_402_300_799, -62_167_219_200, -1] {
+            for nanos in [0u32, 1, 999, 1_000, 5_000_000, 123_000_000, 123_456_000, 123_456_789, 999_999_999] {
+                cases.push(DateTime::from_timestamp(secs, nanos).unwrap());
+            }
+        }
+        // Outside 0..=9999 and a leap second: chrono's own path.
+        cases.push(DateTime::from_timestamp(253_402_300_800, 7).unwrap());
+        cases.push(DateTime::from_timestamp(-62_167_219_201, 0).unwrap());
+        let leap = NaiveDate::from_ymd_opt(2016, 12, 31).unwrap().and_hms_nano_opt(23, 59, 59, 1_250_000_000).unwrap();
+        cases.push(leap.and_utc());
+        cases.push(Utc::now());
+        for t in &cases {
+            assert_eq!(ours(t), serde_json::to_string(t).unwrap(), "{t:?}");
+        }
+        let r = ActionResult::new("a", ActionStatus::Succeeded);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["timestamp"], serde_json::to_value(r.timestamp).unwrap());
+        let back: ActionResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back.timestamp, r.timestamp);
     }
 }

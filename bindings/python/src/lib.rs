@@ -4,6 +4,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use serde_json::{Map, Value};
 
@@ -37,10 +38,11 @@ pub(crate) fn to_py_err(py: Python<'_>, e: car_runtime::Error) -> PyErr {
 /// A `*_json` argument: JSON text as it is, or a dict/list/other value serialised.
 pub(crate) fn json_text(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(s.to_string());
+        return Ok(s.to_cow()?.into_owned());
     }
-    let json = py.import("json")?;
-    json.call_method1("dumps", (obj,))?.extract()
+    static DUMPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let dumps = DUMPS.get_or_try_init(py, || py.import("json")?.getattr("dumps").map(Bound::unbind))?;
+    dumps.call1(py, (obj,))?.extract(py)
 }
 
 fn parse(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Value> {

@@ -1,17 +1,22 @@
 //! `CarRuntime` for Python: one in-process runtime, every method forwarding
 //! to `car_runtime::api::runtime::CarRuntime`. Every call is synchronous; the
-//! GIL is released while Rust works; tool callbacks run on a dedicated
-//! (blocking-pool) thread, never inside the async runtime, so a tool may call
-//! back into the same `CarRuntime`.
+//! GIL is released while Rust works; tool callbacks run on the calling Python
+//! thread between polls of the engine (see `CallPump`), never inside the async
+//! runtime, so a tool may call back into the same `CarRuntime`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
-use car_runtime::api::callback::BlockingCallbackExecutor;
+use car_runtime::api::callback::{CallPump, PumpedCall, call_json, parse_tool_output};
 use car_runtime::api::runtime::CarRuntime as Core;
+use car_runtime::engine::ToolCall;
 use car_runtime::ir::ToolFailure;
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyString;
+use serde_json::Value;
 
 use crate::{TerminalToolError, json_text, to_py_err};
 
@@ -31,35 +36,61 @@ pub(crate) fn tokio_rt() -> &'static tokio::runtime::Runtime {
 /// The handler `submit_proposal` uses (`register_tool_handler`).
 static HANDLER: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
-/// Calls a Python tool function: one argument (the call JSON) or two
-/// (`tool`, `params_json`), decided by its signature.
-fn call_tool(
-    f: &Py<PyAny>,
+/// What a run's callbacks share: the tool function, its arity, and whether
+/// the run was interrupted (every later call then fails terminally unrun).
+struct ToolFn {
+    f: Py<PyAny>,
     two_args: bool,
-    call_json: String,
-    interrupted: &AtomicBool,
-) -> Result<String, ToolFailure> {
-    Python::attach(|py| {
-        let res = if two_args {
-            let v: serde_json::Value = serde_json::from_str(&call_json).unwrap_or_default();
-            let tool = v.get("tool").and_then(|t| t.as_str()).unwrap_or_default().to_string();
-            let params = v.get("params").map(|p| p.to_string()).unwrap_or_else(|| "{}".into());
-            f.call1(py, (tool, params))
+    interrupted: AtomicBool,
+    /// The exception a signal handler raised while the thread waited.
+    signal: Mutex<Option<PyErr>>,
+}
+
+const INTERRUPTED: &str = "interrupted (KeyboardInterrupt)";
+
+impl ToolFn {
+    /// Answers one queued call with the GIL held.
+    fn serve(&self, py: Python<'_>, pumped: PumpedCall) {
+        if pumped.is_abandoned() {
+            return;
+        }
+        if pumped.is_expired() {
+            return pumped.expire();
+        }
+        if self.interrupted.load(Ordering::SeqCst) {
+            return pumped.finish(Err(ToolFailure::terminal(INTERRUPTED)));
+        }
+        let result = self.call(py, pumped.call());
+        pumped.finish(result);
+    }
+
+    /// Calls the Python tool function: one argument (the call JSON) or two
+    /// (`tool`, `params_json`).
+    fn call(&self, py: Python<'_>, call: &ToolCall) -> Result<Value, ToolFailure> {
+        let res = if self.two_args {
+            self.f.call1(py, (call.tool.as_str(), call.params.to_string()))
         } else {
-            f.call1(py, (call_json,))
+            self.f.call1(py, (call_json(call),))
         };
         match res {
             Ok(obj) => {
                 let obj = obj.bind(py);
                 if obj.is_none() {
-                    return Ok("null".to_string());
+                    return Ok(Value::Null);
+                }
+                if let Ok(s) = obj.cast::<PyString>() {
+                    return s
+                        .to_cow()
+                        .map(|t| parse_tool_output(&t))
+                        .map_err(|e| ToolFailure::ordinary(format!("tool result is not valid text: {e}")));
                 }
                 json_text(py, obj)
+                    .map(|t| parse_tool_output(&t))
                     .map_err(|e| ToolFailure::ordinary(format!("tool result is not JSON-serialisable: {e}")))
             }
             Err(e) if e.is_instance_of::<PyKeyboardInterrupt>(py) => {
-                interrupted.store(true, Ordering::SeqCst);
-                Err(ToolFailure::terminal("interrupted (KeyboardInterrupt)"))
+                self.interrupted.store(true, Ordering::SeqCst);
+                Err(ToolFailure::terminal(INTERRUPTED))
             }
             Err(e) if e.is_instance_of::<TerminalToolError>(py) => Err(ToolFailure::terminal(e.value(py).to_string())),
             Err(e) => {
@@ -67,10 +98,36 @@ fn call_tool(
                 Err(ToolFailure::ordinary(format!("{name}: {}", e.value(py))))
             }
         }
-    })
+    }
 }
 
+/// True when the tool function takes two positional arguments (`tool`,
+/// `params_json`), by `inspect.signature`; for a plain function (no
+/// `__wrapped__` or `__signature__` to follow) read straight from its code
+/// object, with the same answer at a fraction of the cost.
 fn takes_two_args(py: Python<'_>, f: &Py<PyAny>) -> PyResult<bool> {
+    static FUNCTION_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let function_type =
+        FUNCTION_TYPE.get_or_try_init(py, || py.import("types")?.getattr("FunctionType").map(Bound::unbind))?;
+    let f_bound = f.bind(py);
+    // A function's own attributes live in its `__dict__` (a lookup there is
+    // far cheaper than a failing `hasattr`).
+    let plain = f_bound.get_type().is(function_type.bind(py)) && {
+        let attrs = f_bound.getattr("__dict__")?;
+        !attrs.contains("__wrapped__")? && !attrs.contains("__signature__")?
+    };
+    if plain {
+        const CO_VARARGS: u32 = 0x04;
+        let code = f_bound.getattr("__code__")?;
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        if flags & CO_VARARGS != 0 {
+            return Ok(false);
+        }
+        let positional: usize = code.getattr("co_argcount")?.extract()?;
+        let defaults = f_bound.getattr("__defaults__")?;
+        let with_default = if defaults.is_none() { 0 } else { defaults.len()? };
+        return Ok(positional.saturating_sub(with_default) >= 2);
+    }
     let inspect = py.import("inspect")?;
     let sig = match inspect.call_method1("signature", (f.bind(py),)) {
         Ok(s) => s,
@@ -91,8 +148,20 @@ fn takes_two_args(py: Python<'_>, f: &Py<PyAny>) -> PyResult<bool> {
     Ok(positional >= 2)
 }
 
-/// Runs a proposal with a Python tool function; re-raises KeyboardInterrupt
-/// after the run has been aborted and rolled back cleanly.
+/// How often a thread waiting for its run looks for signals (Ctrl-C).
+const SIGNAL_TICK: Duration = Duration::from_millis(20);
+
+/// The watchdog period: once the thread has sat in one callback for two
+/// periods, the calls waiting behind it move to blocking-pool threads (so
+/// slow tools still overlap and tools that wait on each other finish).
+const SPILL_AFTER: Duration = Duration::from_millis(5);
+
+/// Runs a proposal with a Python tool function. The engine runs on this
+/// thread with the GIL released; the tool calls it queues are answered here
+/// in batches, one GIL acquisition per batch, outside any async context. A
+/// signal while waiting (Ctrl-C) or a `KeyboardInterrupt` from a tool makes
+/// every later call fail terminally, so the proposal aborts and rolls back;
+/// then the interrupt is raised.
 fn run_with(
     py: Python<'_>,
     core: &Core,
@@ -101,16 +170,42 @@ fn run_with(
     session_id: Option<String>,
     scope_json: Option<String>,
 ) -> PyResult<String> {
-    let two = takes_two_args(py, &tool_fn)?;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let flag = interrupted.clone();
-    let f = Arc::new(tool_fn);
-    let exec = Arc::new(BlockingCallbackExecutor::new(Arc::new(move |call: String| call_tool(&f, two, call, &flag))));
-    let core = core.clone();
-    let out = py.detach(move || {
-        tokio_rt().block_on(core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref()))
+    let two_args = takes_two_args(py, &tool_fn)?;
+    let tool = Arc::new(ToolFn { f: tool_fn, two_args, interrupted: AtomicBool::new(false), signal: Mutex::new(None) });
+    let spilled = tool.clone();
+    let pump =
+        CallPump::with_spill(Arc::new(move |c: PumpedCall| Python::attach(|py| spilled.serve(py, c))), SPILL_AFTER);
+    let exec = pump.executor();
+    let out = py.detach(|| {
+        let fut = core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref());
+        pump.drive(
+            tokio_rt().handle(),
+            fut,
+            SIGNAL_TICK,
+            |pump| {
+                Python::attach(|py| {
+                    while let Some(c) = pump.pop() {
+                        tool.serve(py, c);
+                    }
+                })
+            },
+            |_| {
+                if tool.interrupted.load(Ordering::SeqCst) {
+                    return;
+                }
+                Python::attach(|py| {
+                    if let Err(e) = py.check_signals() {
+                        tool.interrupted.store(true, Ordering::SeqCst);
+                        *tool.signal.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                    }
+                })
+            },
+        )
     });
-    if interrupted.load(Ordering::SeqCst) {
+    if let Some(e) = tool.signal.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        return Err(e);
+    }
+    if tool.interrupted.load(Ordering::SeqCst) {
         return Err(PyKeyboardInterrupt::new_err("tool interrupted; the proposal was aborted and rolled back"));
     }
     out.map_err(|e| to_py_err(py, e))
