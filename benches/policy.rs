@@ -5,7 +5,9 @@
 use std::hint::black_box;
 
 use car_runtime::ir::Action;
-use car_runtime::policy::{PolicyEngine, classify, evaluate_axes, parse_policy_text};
+use car_runtime::policy::{
+    JsonlLedger, PermissionGate, PermissionTier, PolicyEngine, classify, evaluate_axes, parse_policy_text,
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Map, Value, json};
 
@@ -105,6 +107,16 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             j = (j + 1) % actions.len();
             black_box(evaluate_axes(black_box(&actions[j])))
+        })
+    });
+    // The daemon's tier check at `proposal.submit` for a one-action proposal,
+    // with the approvals ledger path set but no ledger file yet.
+    let dir = std::env::temp_dir().join(format!("car-bench-ledger-{}", std::process::id()));
+    let gate = PermissionGate::new().with_ledger(Box::new(JsonlLedger::new(dir.join("approvals.jsonl"))));
+    c.bench_function("admit_tier_per_one_action_proposal", |b| {
+        b.iter(|| {
+            j = (j + 1) % actions.len();
+            black_box(gate.admit_tier(black_box(std::slice::from_ref(&actions[j])), PermissionTier::SandboxEdit))
         })
     });
 }

@@ -10,7 +10,8 @@ proposal answered and succeeded, every event logged.
 
 usage: benches/server_load.py [--url ws://127.0.0.1:9100] [--token T]
                               [--connections 32] [--proposals 1000]
-       With no --url it starts target/release/car-server (else debug) itself.
+       With no --url it starts target/[$CARGO_BUILD_TARGET/]release/car-server
+       (else debug) itself.
 Target: p50 within 3x of the echo round trip.
 """
 
@@ -80,7 +81,9 @@ async def main(args):
     url, token, proc = args.url, args.token, None
     if not url:
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-        cands = [os.path.join(root, "target", t, "car-server") for t in ("release", "debug")]
+        triple = os.environ.get("CARGO_BUILD_TARGET", "")
+        dirs = [os.path.join(triple, p) for p in ("release", "debug")] if triple else []
+        cands = [os.path.join(root, "target", d, "car-server") for d in dirs + ["release", "debug"]]
         binary = next((b for b in cands if os.path.exists(b)), None)
         if binary is None:
             sys.exit("build car-server first: cargo build --release --features server --bin car-server")

@@ -135,3 +135,61 @@ async fn a_parked_proposal_waits_for_the_decision_or_the_timeout() {
     let deny = SupervisorDecision { kind: SupervisorVerdict::Deny, reason: Some("late".into()) };
     assert_eq!(quick.decide(&id, &deny).unwrap_err().code(), "intent_expired");
 }
+
+#[test]
+fn classified_reversibility_raises_the_declared_one() {
+    let hub = SupervisionHub::default();
+    let f = SupervisionFilter { min_reversibility: Some(Reversibility::Irreversible), ..Default::default() };
+    let (_s, _rx) = hub.subscribe("sup", f.clone()).unwrap();
+    let p = proposal("send_email", "reversible");
+    assert!(!f.matches(&p, None), "declared reversible");
+    assert!(f.matches_contract(&p, None, Reversibility::Irreversible));
+    assert_eq!(hub.admit(&p, None).unwrap(), None, "the declared value alone slips past the filter");
+    let intent = hub
+        .admit_classified(&p, Some("s1"), &[Reversibility::Irreversible, Reversibility::Reversible])
+        .unwrap()
+        .expect("the classifier's verdict parks it");
+    assert_eq!(intent.reversibility, Reversibility::Irreversible);
+    assert_eq!(
+        intent.actions.iter().map(|a| a.reversibility).collect::<Vec<_>>(),
+        [Reversibility::Irreversible, Reversibility::Reversible]
+    );
+    // A classifier never lowers a declared value; a missing entry keeps it.
+    let worse = proposal("send_email", "irreversible");
+    let i2 = hub.admit_classified(&worse, None, &[Reversibility::Reversible]).unwrap().unwrap();
+    assert_eq!(i2.actions[0].reversibility, Reversibility::Irreversible);
+    assert_eq!(i2.actions[1].reversibility, Reversibility::Reversible);
+}
+
+#[test]
+fn subscribers_withdrawal_and_bounded_retention() {
+    let hub = SupervisionHub::new(Duration::from_secs(60));
+    assert_eq!(hub.decision_timeout(), Duration::from_secs(60));
+    assert!(!hub.has_subscribers());
+    assert!(!hub.is_subscribed("sup").unwrap());
+    let (_s, rx) = hub.subscribe("sup", SupervisionFilter::default()).unwrap();
+    assert!(hub.has_subscribers() && hub.is_subscribed("sup").unwrap());
+    let ids: Vec<String> =
+        (0..3).map(|_| hub.admit(&proposal("deploy", "irreversible"), None).unwrap().unwrap().id).collect();
+    // The submitter leaves: withdrawn as expired; a decided intent keeps its outcome.
+    assert!(hub.withdraw(&ids[0]).unwrap());
+    assert!(!hub.withdraw(&ids[0]).unwrap());
+    assert!(!hub.withdraw("intent-nope").unwrap());
+    assert_eq!(hub.outcome(&ids[0]).unwrap(), Some(IntentOutcome::Expired));
+    let allow = SupervisorDecision { kind: SupervisorVerdict::Allow, reason: None };
+    assert_eq!(hub.decide(&ids[0], &allow).unwrap_err().code(), "intent_expired");
+    hub.decide(&ids[1], &allow).unwrap();
+    assert!(!hub.withdraw(&ids[1]).unwrap());
+    assert_eq!(hub.outcome(&ids[1]).unwrap(), Some(IntentOutcome::Allowed { reason: None }));
+    assert_eq!(hub.pending(None).unwrap().iter().map(|i| i.id.clone()).collect::<Vec<_>>(), [ids[2].clone()]);
+    // Keep the newest decided one: the oldest is forgotten, the undecided stays.
+    assert_eq!(hub.prune_decided_keep(1).unwrap(), 1);
+    assert_eq!(hub.decide(&ids[0], &allow).unwrap_err().code(), "intent_not_found");
+    assert_eq!(hub.decide(&ids[1], &allow).unwrap_err().code(), "intent_already_decided");
+    assert_eq!(hub.prune_decided_keep(1).unwrap(), 0);
+    assert_eq!(hub.pending(None).unwrap().len(), 1);
+    // A supervisor whose receiver is gone no longer counts.
+    drop(rx);
+    assert!(!hub.has_subscribers() && !hub.is_subscribed("sup").unwrap());
+    assert_eq!(hub.admit(&proposal("deploy", "irreversible"), None).unwrap(), None);
+}

@@ -44,11 +44,22 @@ pub struct SupervisionFilter {
 impl SupervisionFilter {
     /// True when `proposal`, submitted in `session_id`, matches.
     pub fn matches(&self, proposal: &ActionProposal, session_id: Option<&str>) -> bool {
+        self.matches_contract(proposal, session_id, proposal.rollback_contract())
+    }
+
+    /// [`SupervisionFilter::matches`] judging `min_reversibility` against
+    /// `contract` instead of the proposal's declared rollback contract.
+    pub fn matches_contract(
+        &self,
+        proposal: &ActionProposal,
+        session_id: Option<&str>,
+        contract: Reversibility,
+    ) -> bool {
         self.tools
             .as_ref()
             .is_none_or(|t| proposal.actions.iter().any(|a| a.tool.as_ref().is_some_and(|n| t.contains(n))))
             && self.sessions.as_ref().is_none_or(|s| session_id.is_some_and(|id| s.iter().any(|x| x == id)))
-            && self.min_reversibility.is_none_or(|m| proposal.rollback_contract().severity() >= m.severity())
+            && self.min_reversibility.is_none_or(|m| contract.severity() >= m.severity())
     }
 }
 
@@ -243,27 +254,58 @@ impl SupervisionHub {
     /// announces the intent to every such supervisor; `None` (admit at once)
     /// when none matches.
     pub fn admit(&self, proposal: &ActionProposal, session_id: Option<&str>) -> Result<Option<Intent>> {
+        let declared: Vec<Reversibility> = proposal.actions.iter().map(|a| a.reversibility).collect();
+        self.admit_effective(proposal, session_id, &declared)
+    }
+
+    /// [`SupervisionHub::admit`] where each action counts as the worse of its
+    /// declared reversibility and `classified[i]` (a classifier's verdict;
+    /// a missing entry leaves the declared value). The intent and the
+    /// `min_reversibility` filters see that worse value, so a proposal cannot
+    /// slip past supervision by declaring itself reversible.
+    pub fn admit_classified(
+        &self,
+        proposal: &ActionProposal,
+        session_id: Option<&str>,
+        classified: &[Reversibility],
+    ) -> Result<Option<Intent>> {
+        let effective: Vec<Reversibility> = proposal
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, a)| classified.get(i).map_or(a.reversibility, |c| a.reversibility.worst(*c)))
+            .collect();
+        self.admit_effective(proposal, session_id, &effective)
+    }
+
+    fn admit_effective(
+        &self,
+        proposal: &ActionProposal,
+        session_id: Option<&str>,
+        effective: &[Reversibility],
+    ) -> Result<Option<Intent>> {
+        let contract = effective.iter().fold(Reversibility::Reversible, |acc, r| acc.worst(*r));
         let now = (self.clock)();
         let mut inner = self.lock()?;
         inner.subscribers.retain(|_, (_, tx)| !tx.is_closed());
         let audience: Vec<String> = inner
             .subscribers
             .iter()
-            .filter(|(_, (f, _))| f.matches(proposal, session_id))
+            .filter(|(_, (f, _))| f.matches_contract(proposal, session_id, contract))
             .map(|(id, _)| id.clone())
             .collect();
         if audience.is_empty() {
             return Ok(None);
         }
         let mut actions = Vec::with_capacity(proposal.actions.len());
-        for a in &proposal.actions {
+        for (i, a) in proposal.actions.iter().enumerate() {
             let mut parameter_keys: Vec<String> = a.parameters.keys().cloned().collect();
             parameter_keys.sort();
             actions.push(IntentAction {
                 id: a.id.clone(),
                 action_type: a.action_type,
                 tool: a.tool.clone(),
-                reversibility: a.reversibility,
+                reversibility: effective.get(i).copied().unwrap_or(a.reversibility),
                 parameter_keys,
                 parameters_digest: input_digest(&Value::Object(a.parameters.clone()))?,
             });
@@ -273,7 +315,7 @@ impl SupervisionHub {
             proposal_id: proposal.id.clone(),
             source: proposal.source.clone(),
             session_id: session_id.map(str::to_string),
-            reversibility: proposal.rollback_contract(),
+            reversibility: contract,
             created_at: now,
             actions,
         };
@@ -397,6 +439,62 @@ impl SupervisionHub {
             }
         });
         Ok(outcome)
+    }
+
+    /// The decision timeout.
+    pub fn decision_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// True when at least one supervisor is subscribed (a cheap check before
+    /// classifying a proposal for [`SupervisionHub::admit_classified`]).
+    pub fn has_subscribers(&self) -> bool {
+        self.inner.lock().map(|i| i.subscribers.values().any(|(_, tx)| !tx.is_closed())).unwrap_or(false)
+    }
+
+    /// True when `subscriber` is subscribed (and still receiving).
+    pub fn is_subscribed(&self, subscriber: &str) -> Result<bool> {
+        Ok(self.lock()?.subscribers.get(subscriber).is_some_and(|(_, tx)| !tx.is_closed()))
+    }
+
+    /// Closes an undecided intent as [`IntentOutcome::Expired`] before its
+    /// deadline (its submitter went away); returns whether it was undecided.
+    /// A decided intent keeps its outcome.
+    pub fn withdraw(&self, intent_id: &str) -> Result<bool> {
+        let inner = self.lock()?;
+        Ok(inner.intents.get(intent_id).is_some_and(|p| {
+            p.outcome.send_if_modified(|o| {
+                if o.is_none() {
+                    *o = Some(IntentOutcome::Expired);
+                    true
+                } else {
+                    false
+                }
+            })
+        }))
+    }
+
+    /// Forgets the oldest decided intents beyond the newest `keep` (so a
+    /// late decision on a recent one is still answered precisely); returns
+    /// how many were forgotten.
+    pub fn prune_decided_keep(&self, keep: usize) -> Result<usize> {
+        let now = (self.clock)();
+        let mut inner = self.lock()?;
+        Self::expire_locked(&mut inner, now);
+        let HubInner { intents, order, .. } = &mut *inner;
+        let decided = order.iter().filter(|id| intents.get(*id).is_some_and(|p| p.outcome.borrow().is_some())).count();
+        let mut excess = decided.saturating_sub(keep);
+        let before = intents.len();
+        order.retain(|id| {
+            if excess > 0 && intents.get(id).is_some_and(|p| p.outcome.borrow().is_some()) {
+                intents.remove(id);
+                excess -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        Ok(before - intents.len())
     }
 
     /// Forgets decided intents (their outcomes were delivered).

@@ -353,6 +353,42 @@ impl PermissionGate {
         }
     }
 
+    /// Tier admission of a whole proposal: `Ok(None)` when every action may
+    /// run at `granted`, else the refusal reason naming the actions and tiers.
+    /// An action whose required tier exceeds `granted` is refused unless the
+    /// ledger holds an approval of its operation; a rejected operation is
+    /// refused at any tier. (Unlike [`PermissionGate::evaluate`], a session
+    /// granted `full_access` runs `full_access` actions without a record.)
+    /// A ledger that cannot be read is an error: the caller must not run.
+    pub fn admit_tier(&self, actions: &[Action], granted: PermissionTier) -> crate::Result<Option<String>> {
+        let mut escalated: Vec<String> = Vec::new();
+        let mut rejected: Vec<String> = Vec::new();
+        for d in self.evaluate_all(actions, granted)? {
+            match d.decision {
+                Decision::Allow => {}
+                Decision::Deny => rejected.push(format!(
+                    "action `{}` was {}",
+                    d.action_id,
+                    d.reason.as_deref().unwrap_or("rejected by a reviewer")
+                )),
+                Decision::NeedsApproval if d.required > granted => {
+                    escalated.push(format!("`{}` requires `{}`", d.action_id, d.required));
+                }
+                Decision::NeedsApproval => {}
+            }
+        }
+        if !rejected.is_empty() {
+            return Ok(Some(format!("refused: {}", rejected.join("; "))));
+        }
+        if escalated.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "permission tier escalated: action {} but the session is granted only `{granted}`; raise the tier (permission.set_tier) or approve the action (permission.approve)",
+            escalated.join(", action ")
+        )))
+    }
+
     /// Records a reviewer's verdict for an action's operation.
     pub fn record(
         &self,
@@ -434,6 +470,32 @@ mod tests {
         gate.record(&deploy, true, "al", "ok", None).unwrap();
         assert_eq!(gate.evaluate(&deploy, PermissionTier::ReadOnly).unwrap().decision, Decision::Allow, "latest wins");
         assert!(PermissionGate::new().record(&deploy, true, "x", "y", None).is_err());
+    }
+
+    #[test]
+    fn admit_tier_refuses_above_the_granted_tier_unless_approved() {
+        let gate = PermissionGate::new().with_ledger(Box::<MemoryLedger>::default());
+        let deploy = act("d", "deploy", json!({"target": "prod"}));
+        let read = act("r", "read_file", json!({"path": "x"}));
+        let both = [read.clone(), deploy.clone()];
+        assert_eq!(gate.admit_tier(std::slice::from_ref(&read), PermissionTier::SandboxEdit).unwrap(), None);
+        assert_eq!(
+            gate.admit_tier(&both, PermissionTier::SandboxEdit).unwrap().as_deref(),
+            Some(
+                "permission tier escalated: action `d` requires `full_access` but the session is granted only `sandbox_edit`; raise the tier (permission.set_tier) or approve the action (permission.approve)"
+            )
+        );
+        let r = gate.admit_tier(&both, PermissionTier::ReadOnly).unwrap().unwrap();
+        assert!(r.contains("action `r` requires `sandbox_edit`, action `d` requires `full_access`"), "{r}");
+        assert_eq!(gate.admit_tier(&both, PermissionTier::FullAccess).unwrap(), None, "granted full_access");
+        gate.record(&deploy, true, "al", "ok", None).unwrap();
+        assert_eq!(gate.admit_tier(&both, PermissionTier::SandboxEdit).unwrap(), None, "approved");
+        gate.record(&read, false, "bob", "no reads today", None).unwrap();
+        assert_eq!(
+            gate.admit_tier(&both, PermissionTier::FullAccess).unwrap().as_deref(),
+            Some("refused: action `r` was previously rejected by bob (no reads today)"),
+            "a rejection refuses at any tier"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::conn::Conn;
 use super::executor::WsToolExecutor;
 use super::handshake;
 use super::rpc::RpcError;
-use super::supervision::Verdict;
+use super::supervision::Admission;
 use futures::FutureExt;
 
 use crate::ir::{ActionProposal, ActionResult, ActionStatus, CostSummary, FailureBehavior, ProposalResult};
@@ -23,12 +23,13 @@ type R = Result<Value, RpcError>;
 /// The reason every action of a proposal submitted to a halted session carries.
 pub(crate) const HALTED: &str = "session halted after a terminal tool failure; reconnect or call session.clear_halt";
 
-/// The deadline of `proposal.submit`: the flat deadline, raised to the
-/// proposal's own budgets: the sum over actions of `timeout_ms` (the tool
-/// budget when undeclared) times its attempts, plus the transport grace and
-/// the supervision decision timeout.
+/// The deadline of `proposal.submit`'s execution: the flat deadline, raised
+/// to the proposal's own budgets: the sum over actions of `timeout_ms` (the
+/// tool budget when undeclared) times its attempts, plus the transport grace.
+/// Admission (the tier check and a supervision park, itself bounded by the
+/// decision timeout) runs before this clock starts.
 pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal) -> Duration {
-    let mut total = config.submit_grace.saturating_add(config.supervision_timeout);
+    let mut total = config.submit_grace;
     for a in &p.actions {
         let budget = a.timeout_ms.map(Duration::from_millis).unwrap_or(config.tool_timeout);
         let attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
@@ -38,18 +39,25 @@ pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal) -> Duration {
 }
 
 /// Runs one known method under its deadline, a panic answered as `-32603`.
-/// `proposal.submit` parses its params first (errors answer at once) so its
-/// deadline comes from the parsed proposal.
+/// `proposal.submit` parses its params first (errors answer at once), is
+/// admitted (halt, tier, supervision), then executes under the deadline its
+/// parsed proposal derives.
 pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
     if method == "proposal.submit" {
         let submission = Submission::read(&params)?;
+        if let Some(refused) = guarded(method, admit(conn, &submission)).await? {
+            return Ok(refused);
+        }
         let deadline = submit_deadline(&conn.config, &submission.proposal);
-        return with_deadline(method, deadline, guarded(method, submit(conn, submission))).await;
+        return with_deadline(method, deadline, guarded(method, execute(conn, submission))).await;
     }
     with_deadline(method, conn.config.handler_timeout, guarded(method, dispatch(conn, method, params))).await
 }
 
-async fn guarded(method: &str, handler: impl std::future::Future<Output = R>) -> R {
+async fn guarded<T>(
+    method: &str,
+    handler: impl std::future::Future<Output = Result<T, RpcError>>,
+) -> Result<T, RpcError> {
     std::panic::AssertUnwindSafe(handler)
         .catch_unwind()
         .await
@@ -178,7 +186,13 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             conn.subscribe_tool_stream();
             Ok(json!({"subscribed": true}))
         }
-        "proposal.submit" => submit(conn, Submission::read(p)?).await,
+        "proposal.submit" => {
+            let submission = Submission::read(p)?;
+            match admit(conn, &submission).await? {
+                Some(refused) => Ok(refused),
+                None => execute(conn, submission).await,
+            }
+        }
         "verify" => {
             let proposal = req(p, "proposal")?.clone();
             let state = match obj(p)?.get("initial_state") {
@@ -385,18 +399,6 @@ fn session_init(conn: &Conn, p: &Value) -> R {
     }))
 }
 
-/// Expires a parked intent when its submit ends or is abandoned.
-struct Expire<'a> {
-    sup: &'a super::supervision::Supervisors,
-    id: &'a str,
-}
-
-impl Drop for Expire<'_> {
-    fn drop(&mut self) {
-        self.sup.expire(self.id);
-    }
-}
-
 /// A proposal refused as a whole: every action `rejected` with the reason.
 fn reject_all(proposal: &ActionProposal, reason: &str) -> R {
     let results = proposal
@@ -438,33 +440,47 @@ impl Submission {
     }
 }
 
-async fn submit(conn: &Arc<Conn>, sub: Submission) -> R {
-    let Submission { text, proposal, session, scope } = sub;
-    let session = session.as_deref();
+/// The session's permission tier at admission: the refusal reason when an
+/// action needs a higher tier than the session is granted and no approval of
+/// it is on the ledger, or when its operation was rejected. A ledger that
+/// cannot be read refuses (fail closed).
+fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
+    let granted = match conn.rt.permission_get_tier().parse::<crate::policy::PermissionTier>() {
+        Ok(t) => t,
+        Err(e) => return Some(format!("refused: the session's permission tier is unreadable: {e}")),
+    };
+    let mut gate = crate::policy::PermissionGate::new();
+    if let Some(l) = &conn.config.ledger_path {
+        gate = gate.with_ledger(Box::new(crate::policy::JsonlLedger::new(l.clone())));
+    }
+    match gate.admit_tier(&proposal.actions, granted) {
+        Ok(r) => r,
+        Err(e) => Some(format!("refused: the approvals ledger cannot be read: {e}")),
+    }
+}
+
+/// Admission of a submission: `Some(result)` when it is refused as a whole
+/// (a halted session, an escalated permission tier, a supervisor's refusal or
+/// silence), `None` to execute it.
+async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcError> {
+    let proposal = &sub.proposal;
     if conn.halted.load(Ordering::SeqCst) {
-        return reject_all(&proposal, HALTED);
+        return reject_all(proposal, HALTED).map(Some);
     }
-    if conn.supervisors.any() {
-        let classification =
-            crate::api::call("permission_classify", &json!({"proposal": text})).map_err(in_param("proposal"))?;
-        let stamp = session.unwrap_or(&conn.session_id);
-        if let Some((id, verdict)) = conn.supervisors.park(&proposal, stamp, &classification) {
-            let _expire = Expire { sup: &conn.supervisors, id: &id };
-            let wait = conn.supervisors.decision_timeout;
-            match tokio::time::timeout(wait, verdict).await {
-                Ok(Ok(Verdict::Allow)) => {}
-                Ok(Ok(Verdict::Deny(r))) => return reject_all(&proposal, &format!("denied by supervisor: {r}")),
-                Ok(Ok(Verdict::Escalate(r))) => return reject_all(&proposal, &format!("escalated by supervisor: {r}")),
-                Ok(Err(_)) | Err(_) => {
-                    let why = format!(
-                        "no supervision verdict within {}; refused (fail closed)",
-                        super::executor::human(wait)
-                    );
-                    return reject_all(&proposal, &why);
-                }
-            }
-        }
+    if let Some(reason) = tier_refusal(conn, proposal) {
+        return reject_all(proposal, &reason).map(Some);
     }
+    let stamp = sub.session.as_deref().unwrap_or(&conn.session_id);
+    if let Admission::Refuse(reason) = conn.supervisors.admit(proposal, stamp).await? {
+        return reject_all(proposal, &reason).map(Some);
+    }
+    Ok(None)
+}
+
+/// Executes an admitted submission; a terminal tool failure halts the session.
+async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
+    let Submission { text, session, scope, .. } = sub;
+    let session = session.as_deref();
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
     let out =
         conn.rt.execute_proposal(&text, executor, session, scope.as_deref()).await.map_err(in_param("proposal"))?;
@@ -489,7 +505,6 @@ mod tests {
             handler_timeout: Duration::from_secs(10),
             tool_timeout: Duration::from_secs(300),
             submit_grace: Duration::from_secs(15),
-            supervision_timeout: Duration::ZERO,
             ..Config::default()
         };
         let p = crate::api::parse_proposal(
@@ -507,8 +522,9 @@ mod tests {
         .unwrap();
         let c2 = Config { handler_timeout: Duration::from_secs(1800), ..c.clone() };
         assert_eq!(submit_deadline(&c2, &short), Duration::from_secs(1800));
+        // The supervision decision timeout is not part of it (admission runs first).
         let c3 = Config { supervision_timeout: Duration::from_secs(60), ..c };
-        assert_eq!(submit_deadline(&c3, &p), Duration::from_secs(1800 + 300 + 15 + 60));
+        assert_eq!(submit_deadline(&c3, &p), Duration::from_secs(1800 + 300 + 15));
     }
 
     #[tokio::test]

@@ -1,347 +1,295 @@
-//! Supervision: proposals parked at admission until a subscribed supervisor
-//! (another connection) decides. Daemon-wide, fail closed on timeout.
+//! Supervision on the wire: `supervision.subscribe/unsubscribe/pending/decide`
+//! and the `supervision.intent` notification, translated to and from the
+//! core's [`SupervisionHub`] (one per daemon). Filters, intents (parameter key
+//! names and a digest, never values), decisions and the fail-closed decision
+//! timeout are the hub's; this module only parses params, forwards intents to
+//! the subscribed connection and words the outcome for `proposal.submit`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::rpc::{self, RpcError};
+use crate::gate::{IntentOutcome, SupervisionFilter, SupervisionHub, SupervisorDecision, SupervisorVerdict};
 use crate::ir::{ActionProposal, Reversibility};
 
-/// A supervisor's verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Verdict {
-    /// Run the proposal.
-    Allow,
-    /// Refuse it, with the reason.
-    Deny(String),
-    /// Refuse it here: it needs a higher authority.
-    Escalate(String),
-}
+/// How many decided intents stay known, so a late `supervision.decide` on one
+/// is answered "already decided" or "expired" rather than "unknown".
+const DECIDED_KEPT: usize = 4096;
 
-#[derive(Debug, Default, Clone)]
-struct Filter {
-    tools: Option<Vec<String>>,
-    sessions: Option<Vec<String>>,
-    min_reversibility: Option<Reversibility>,
-}
-
-fn rank(r: Reversibility) -> u8 {
-    match r {
-        Reversibility::Reversible => 0,
-        Reversibility::Compensable => 1,
-        Reversibility::Irreversible => 2,
-    }
-}
-
-impl Filter {
-    fn parse(v: Option<&Value>) -> Result<Filter, RpcError> {
-        let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(Filter::default()) };
-        let o = v.as_object().ok_or_else(|| RpcError::invalid_params("filter must be an object"))?;
-        let list = |k: &str| -> Result<Option<Vec<String>>, RpcError> {
-            match o.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .map(|x| {
-                        x.as_str()
-                            .map(str::to_string)
-                            .ok_or_else(|| RpcError::invalid_params(format!("filter.{k} must be an array of strings")))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Some),
-                Some(_) => Err(RpcError::invalid_params(format!("filter.{k} must be an array of strings"))),
-            }
-        };
-        let min_reversibility = match o.get("min_reversibility") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(serde_json::from_value::<Reversibility>(v.clone()).map_err(|_| {
-                RpcError::invalid_params(
-                    "filter.min_reversibility must be `reversible`, `compensable` or `irreversible`",
-                )
-            })?),
-        };
-        Ok(Filter { tools: list("tools")?, sessions: list("sessions")?, min_reversibility })
-    }
-
-    fn matches(&self, intent: &Value, reversibility: Reversibility) -> bool {
-        if let Some(tools) = &self.tools {
-            let hit = intent["actions"].as_array().is_some_and(|acts| {
-                acts.iter().any(|a| a["tool"].as_str().is_some_and(|t| tools.iter().any(|x| x == t)))
-            });
-            if !hit {
-                return false;
-            }
-        }
-        if let Some(sessions) = &self.sessions
-            && !intent["session_id"].as_str().is_some_and(|s| sessions.iter().any(|x| x == s))
-        {
-            return false;
-        }
-        self.min_reversibility.is_none_or(|m| rank(reversibility) >= rank(m))
-    }
-}
-
-struct Sub {
-    filter: Filter,
-    out: mpsc::UnboundedSender<Message>,
-}
-
-struct Pending {
-    intent: Value,
-    reversibility: Reversibility,
-    tx: oneshot::Sender<Verdict>,
-}
-
-#[derive(Default)]
-struct State {
-    subs: HashMap<String, Sub>,
-    /// Undecided intents, oldest first.
-    pending: Vec<(String, Pending)>,
-    /// What became of recent intents (for precise errors), bounded.
-    finished: VecDeque<(String, &'static str)>,
-}
-
-/// The daemon-wide supervision registry.
+/// The daemon's supervision: the core hub plus, per subscribed connection,
+/// the task forwarding its intents as `supervision.intent` notifications.
 pub(crate) struct Supervisors {
-    state: Mutex<State>,
-    /// How long a parked proposal waits for a verdict before failing closed.
-    pub(crate) decision_timeout: Duration,
+    hub: SupervisionHub,
+    forwarders: Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
 
-const FINISHED_CAP: usize = 4096;
+/// How a supervised submission ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Admission {
+    /// No supervisor matched, or one allowed it: run it.
+    Run,
+    /// Refused: every action is rejected with this reason.
+    Refuse(String),
+}
+
+fn hub_error(e: crate::Error) -> RpcError {
+    e.into()
+}
+
+/// `filter` of `supervision.subscribe`: absent or null is "everything".
+fn parse_filter(v: Option<&Value>) -> Result<SupervisionFilter, RpcError> {
+    let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(SupervisionFilter::default()) };
+    let o = v.as_object().ok_or_else(|| RpcError::invalid_params("filter must be an object"))?;
+    for k in ["tools", "sessions"] {
+        match o.get(k) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+            Some(_) => return Err(RpcError::invalid_params(format!("filter.{k} must be an array of strings"))),
+        }
+    }
+    if let Some(m) = o.get("min_reversibility").filter(|m| !m.is_null())
+        && serde_json::from_value::<Reversibility>(m.clone()).is_err()
+    {
+        return Err(RpcError::invalid_params(
+            "filter.min_reversibility must be `reversible`, `compensable` or `irreversible`",
+        ));
+    }
+    if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "tools" | "sessions" | "min_reversibility")) {
+        return Err(RpcError::invalid_params(format!(
+            "filter.{k} is not a filter field (expected tools, sessions, min_reversibility)"
+        )));
+    }
+    let clean: serde_json::Map<String, Value> =
+        o.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    serde_json::from_value(Value::Object(clean)).map_err(|e| RpcError::invalid_params(format!("filter: {e}")))
+}
+
+/// `decision` of `supervision.decide`.
+fn parse_decision(params: &Value) -> Result<SupervisorDecision, RpcError> {
+    let d = params
+        .get("decision")
+        .filter(|d| d.is_object())
+        .ok_or_else(|| RpcError::invalid_params("decision is required (an object {kind, reason?})"))?;
+    let kind = match d.get("kind").and_then(Value::as_str) {
+        Some("allow") => SupervisorVerdict::Allow,
+        Some("deny") => SupervisorVerdict::Deny,
+        Some("escalate") => SupervisorVerdict::Escalate,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "decision.kind must be `allow`, `deny` or `escalate`, not `{other}`"
+            )));
+        }
+        None => return Err(RpcError::invalid_params("decision.kind is required")),
+    };
+    let reason = match d.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.clone()),
+        Some(_) => return Err(RpcError::invalid_params("decision.reason must be a string")),
+    };
+    Ok(SupervisorDecision { kind, reason })
+}
 
 impl Supervisors {
     pub(crate) fn new(decision_timeout: Duration) -> Self {
-        Supervisors { state: Mutex::new(State::default()), decision_timeout }
+        Supervisors { hub: SupervisionHub::new(decision_timeout), forwarders: Mutex::new(HashMap::new()) }
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, RpcError> {
-        self.state.lock().map_err(|_| RpcError::internal("supervision registry is unavailable"))
-    }
-
-    /// True when at least one supervisor is subscribed.
-    pub(crate) fn any(&self) -> bool {
-        self.state.lock().map(|s| !s.subs.is_empty()).unwrap_or(false)
-    }
-
-    /// `supervision.subscribe`.
+    /// `supervision.subscribe` (again: replaces the filter).
     pub(crate) fn subscribe(
         &self,
         conn: &str,
         out: mpsc::UnboundedSender<Message>,
         params: &Value,
     ) -> Result<Value, RpcError> {
-        let filter = Filter::parse(params.get("filter"))?;
-        let mut s = self.lock()?;
-        s.subs.insert(conn.to_string(), Sub { filter, out });
-        Ok(json!({
-            "subscribed": true,
-            "decision_timeout_ms": self.decision_timeout.as_millis() as u64,
-            "supervisors": s.subs.len(),
-        }))
+        let filter = parse_filter(params.get("filter"))?;
+        let (sub, mut intents) = self.hub.subscribe(conn, filter).map_err(hub_error)?;
+        let task = tokio::spawn(async move {
+            while let Some(intent) = intents.recv().await {
+                let params = serde_json::to_value(&intent).unwrap_or(Value::Null);
+                if out.send(Message::text(rpc::notification("supervision.intent", params).to_string())).is_err() {
+                    break;
+                }
+            }
+        });
+        if let Ok(mut f) = self.forwarders.lock()
+            && let Some(old) = f.insert(conn.to_string(), task.abort_handle())
+        {
+            old.abort();
+        }
+        serde_json::to_value(sub).map_err(|e| RpcError::internal(e.to_string()))
     }
 
-    /// `supervision.unsubscribe` (also on disconnect).
+    /// `supervision.unsubscribe` (also on disconnect): whether it was subscribed.
     pub(crate) fn unsubscribe(&self, conn: &str) -> bool {
-        self.state.lock().map(|mut s| s.subs.remove(conn).is_some()).unwrap_or(false)
+        if let Some(t) = self.forwarders.lock().ok().and_then(|mut f| f.remove(conn)) {
+            t.abort();
+        }
+        self.hub.unsubscribe(conn).unwrap_or(false)
     }
 
-    /// `supervision.pending`: undecided intents oldest first (those matching
-    /// the caller's filter when it is a supervisor).
+    /// `supervision.pending`: undecided intents oldest first; a supervisor
+    /// sees those announced to it, any other caller all of them.
     pub(crate) fn pending(&self, conn: &str) -> Result<Value, RpcError> {
-        let s = self.lock()?;
-        let filter = s.subs.get(conn).map(|sub| sub.filter.clone());
-        let intents: Vec<Value> = s
-            .pending
-            .iter()
-            .filter(|(_, p)| filter.as_ref().is_none_or(|f| f.matches(&p.intent, p.reversibility)))
-            .map(|(_, p)| p.intent.clone())
-            .collect();
+        let me = self.hub.is_subscribed(conn).map_err(hub_error)?;
+        let intents = self.hub.pending(me.then_some(conn)).map_err(hub_error)?;
         Ok(json!({ "intents": intents }))
     }
 
-    /// `supervision.decide`.
+    /// `supervision.decide`: only a subscribed supervisor decides.
     pub(crate) fn decide(&self, conn: &str, params: &Value) -> Result<Value, RpcError> {
         let id = match params.get("intent_id") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             None | Some(Value::Null) => return Err(RpcError::invalid_params("intent_id is required")),
-            Some(_) => return Err(RpcError::invalid_params("intent_id must be a string")),
+            Some(_) => return Err(RpcError::invalid_params("intent_id must be a non-empty string")),
         };
-        let d = params
-            .get("decision")
-            .filter(|d| d.is_object())
-            .ok_or_else(|| RpcError::invalid_params("decision is required (an object {kind, reason?})"))?;
-        let reason = d.get("reason").and_then(Value::as_str).filter(|r| !r.trim().is_empty()).map(str::to_string);
-        let verdict = match d.get("kind").and_then(Value::as_str) {
-            Some("allow") => Verdict::Allow,
-            Some(kind @ ("deny" | "escalate")) => {
-                let r = reason
-                    .ok_or_else(|| RpcError::invalid_params(format!("decision.reason is required for {kind}")))?;
-                if kind == "deny" { Verdict::Deny(r) } else { Verdict::Escalate(r) }
-            }
-            Some(other) => {
-                return Err(RpcError::invalid_params(format!(
-                    "decision.kind must be `allow`, `deny` or `escalate`, not `{other}`"
-                )));
-            }
-            None => return Err(RpcError::invalid_params("decision.kind is required")),
-        };
-        let mut s = self.lock()?;
-        if !s.subs.contains_key(conn) {
+        let decision = parse_decision(params)?;
+        if !self.hub.is_subscribed(conn).map_err(hub_error)? {
             return Err(RpcError::internal("not a supervisor: call supervision.subscribe first"));
         }
-        let Some(i) = s.pending.iter().position(|(pid, _)| *pid == id) else {
-            let why = s.finished.iter().rev().find(|(f, _)| *f == id).map(|(_, w)| *w);
-            return Err(RpcError::internal(match why {
-                Some(w) => format!("supervision intent `{id}` is {w}"),
-                None => format!("unknown supervision intent `{id}`"),
-            }));
-        };
-        let (id, p) = s.pending.remove(i);
-        finish(&mut s, id, "already decided");
-        let _ = p.tx.send(verdict);
+        self.hub.decide(&id, &decision).map_err(hub_error)?;
         Ok(json!({"decided": true}))
     }
 
-    /// Parks a proposal when a subscribed supervisor's filter matches it:
-    /// notifies the matching supervisors and returns the verdict receiver.
-    /// `None` when no supervisor matches (the proposal runs unsupervised).
-    pub(crate) fn park(
-        &self,
-        proposal: &ActionProposal,
-        session_id: &str,
-        classification: &Value,
-    ) -> Option<(String, oneshot::Receiver<Verdict>)> {
-        let reversibility = proposal_reversibility(classification);
-        let id = format!("intent-{}", uuid::Uuid::new_v4());
-        let intent = intent_json(&id, proposal, session_id, reversibility, classification);
-        let mut s = self.state.lock().ok()?;
-        let targets: Vec<&Sub> = s.subs.values().filter(|sub| sub.filter.matches(&intent, reversibility)).collect();
-        if targets.is_empty() {
-            return None;
+    /// Admission of a submitted proposal: parks it when a subscribed
+    /// supervisor's filter matches (each action counted as the worse of its
+    /// declared and its classified reversibility) and waits for the verdict or
+    /// the decision timeout. With no subscriber this is a no-op. A submit
+    /// abandoned while parked withdraws its intent.
+    pub(crate) async fn admit(&self, proposal: &ActionProposal, session_id: &str) -> Result<Admission, RpcError> {
+        if !self.hub.has_subscribers() {
+            return Ok(Admission::Run);
         }
-        let note = rpc::notification("supervision.intent", intent.clone()).to_string();
-        for t in &targets {
-            let _ = t.out.send(Message::text(note.clone()));
-        }
-        let (tx, rx) = oneshot::channel();
-        s.pending.push((id.clone(), Pending { intent, reversibility, tx }));
-        Some((id, rx))
-    }
-
-    /// Forgets an intent nobody decided (timed out, or its submitter left).
-    pub(crate) fn expire(&self, id: &str) {
-        if let Ok(mut s) = self.state.lock()
-            && let Some(i) = s.pending.iter().position(|(pid, _)| pid == id)
-        {
-            let (id, _) = s.pending.remove(i);
-            finish(&mut s, id, "expired");
-        }
-    }
-}
-
-fn finish(s: &mut State, id: String, what: &'static str) {
-    s.finished.push_back((id, what));
-    while s.finished.len() > FINISHED_CAP {
-        s.finished.pop_front();
-    }
-}
-
-fn parse_rev(v: &Value) -> Reversibility {
-    serde_json::from_value(v.clone()).unwrap_or(Reversibility::Irreversible)
-}
-
-/// The least reversible of the classified actions (irreversible when unknown).
-fn proposal_reversibility(classification: &Value) -> Reversibility {
-    classification["classifications"]
-        .as_array()
-        .map(|rows| {
-            rows.iter()
-                .map(|r| parse_rev(&r["reversibility"]))
-                .max_by_key(|r| rank(*r))
-                .unwrap_or(Reversibility::Reversible)
+        let classified: Vec<Reversibility> =
+            proposal.actions.iter().map(crate::policy::classify_reversibility).collect();
+        let Some(intent) = self.hub.admit_classified(proposal, Some(session_id), &classified).map_err(hub_error)?
+        else {
+            return Ok(Admission::Run);
+        };
+        let _withdraw = Withdraw { hub: &self.hub, id: &intent.id };
+        let outcome = self.hub.wait(&intent.id).await.map_err(hub_error)?;
+        let _ = self.hub.prune_decided_keep(DECIDED_KEPT);
+        Ok(match outcome {
+            IntentOutcome::Allowed { .. } => Admission::Run,
+            IntentOutcome::Expired => Admission::Refuse(format!(
+                "no supervision verdict within {}; refused (fail closed)",
+                super::executor::human(self.hub.decision_timeout())
+            )),
+            other => Admission::Refuse(other.rejection_reason().unwrap_or_else(|| "refused by supervisor".into())),
         })
-        .unwrap_or(Reversibility::Irreversible)
+    }
 }
 
-fn intent_json(id: &str, p: &ActionProposal, session_id: &str, rev: Reversibility, classification: &Value) -> Value {
-    let rows = classification["classifications"].as_array();
-    let actions: Vec<Value> = p
-        .actions
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let mut keys: Vec<&String> = a.parameters.keys().collect();
-            keys.sort();
-            let r = rows.and_then(|rs| rs.get(i)).map(|r| parse_rev(&r["reversibility"])).unwrap_or(a.reversibility);
-            json!({
-                "id": a.id,
-                "action_type": a.action_type,
-                "tool": a.tool,
-                "reversibility": r.as_str(),
-                "parameter_keys": keys,
-                "parameters_digest": crate::events::params_digest(&a.parameters),
-            })
-        })
-        .collect();
-    json!({
-        "id": id,
-        "proposal_id": p.id,
-        "source": p.source,
-        "session_id": session_id,
-        "reversibility": rev.as_str(),
-        "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "actions": actions,
-    })
+/// Withdraws a parked intent whose submit ended or was abandoned (a no-op
+/// once it is decided).
+struct Withdraw<'a> {
+    hub: &'a SupervisionHub,
+    id: &'a str,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let _ = self.hub.withdraw(self.id);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn proposal() -> ActionProposal {
-        crate::ir::parse_proposal(
-            r#"{"id":"p","source":"m","actions":[{"id":"a","type":"tool_call","tool":"deploy","parameters":{"b":1,"a":2}}]}"#,
-        )
+    fn proposal(rev: &str) -> ActionProposal {
+        crate::ir::parse_proposal(&format!(
+            r#"{{"id":"p","source":"m","actions":[{{"id":"a","type":"tool_call","tool":"deploy","parameters":{{"b":1,"a":2}},"reversibility":"{rev}"}}]}}"#
+        ))
         .unwrap()
     }
 
-    fn classification(rev: &str) -> Value {
-        json!({"classifications": [{"action_id": "a", "reversibility": rev}]})
+    #[test]
+    fn filters_and_decisions_are_checked() {
+        assert_eq!(parse_filter(None).unwrap(), SupervisionFilter::default());
+        let f = parse_filter(Some(&json!({"tools": ["deploy"], "min_reversibility": "compensable"}))).unwrap();
+        assert_eq!(f.min_reversibility, Some(Reversibility::Compensable));
+        for (bad, msg) in [
+            (json!([]), "invalid params: filter must be an object"),
+            (json!({"tools": "deploy"}), "invalid params: filter.tools must be an array of strings"),
+            (json!({"sessions": [1]}), "invalid params: filter.sessions must be an array of strings"),
+            (json!({"min_reversibility": "maybe"}), "invalid params: filter.min_reversibility must be"),
+            (json!({"tool": ["x"]}), "invalid params: filter.tool is not a filter field"),
+        ] {
+            let e = parse_filter(Some(&bad)).unwrap_err();
+            assert!(e.message.starts_with(msg), "{bad}: {}", e.message);
+        }
+        for (bad, msg) in [
+            (json!({}), "invalid params: decision is required"),
+            (json!({"decision": {}}), "invalid params: decision.kind is required"),
+            (json!({"decision": {"kind": "ok"}}), "invalid params: decision.kind must be"),
+            (json!({"decision": {"kind": "deny", "reason": 3}}), "invalid params: decision.reason must be a string"),
+        ] {
+            let e = parse_decision(&bad).unwrap_err();
+            assert!(e.message.starts_with(msg), "{bad}: {}", e.message);
+        }
     }
 
     #[tokio::test]
-    async fn park_decide_and_errors() {
-        let sup = Supervisors::new(Duration::from_secs(1));
-        assert!(sup.park(&proposal(), "s1", &classification("irreversible")).is_none(), "no supervisor: unsupervised");
+    async fn the_hub_parks_and_the_wire_decides() {
+        let sup = std::sync::Arc::new(Supervisors::new(Duration::from_secs(5)));
+        assert_eq!(sup.admit(&proposal("irreversible"), "s1").await.unwrap(), Admission::Run, "no supervisor: no-op");
         let (tx, mut rx) = mpsc::unbounded_channel();
         let r = sup
             .subscribe("boss", tx, &json!({"filter": {"tools": ["deploy"], "min_reversibility": "compensable"}}))
             .unwrap();
-        assert_eq!(r["supervisors"], 1);
-        assert!(sup.park(&proposal(), "s1", &classification("reversible")).is_none(), "below min_reversibility");
-        let (id, verdict) = sup.park(&proposal(), "s1", &classification("irreversible")).unwrap();
-        let Some(Message::Text(note)) = rx.recv().await else { panic!() };
+        assert_eq!(
+            (r["subscribed"].clone(), r["supervisors"].clone(), r["decision_timeout_ms"].clone()),
+            (json!(true), json!(1), json!(5000))
+        );
+        // Declared reversible, but `deploy` classifies as compensable: parked.
+        let s = sup.clone();
+        let parked = tokio::spawn(async move { s.admit(&proposal("reversible"), "s1").await });
+        let Ok(Some(Message::Text(note))) = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await else {
+            panic!("no notification")
+        };
         let note: Value = serde_json::from_str(note.as_str()).unwrap();
         assert_eq!(note["method"], "supervision.intent");
-        assert_eq!(note["params"]["actions"][0]["parameter_keys"], json!(["a", "b"]));
+        let intent = &note["params"];
+        assert_eq!(intent["actions"][0]["parameter_keys"], json!(["a", "b"]));
+        assert_eq!(intent["reversibility"], "compensable");
+        assert_eq!(intent["session_id"], "s1");
+        let id = intent["id"].as_str().unwrap().to_string();
         assert_eq!(sup.pending("boss").unwrap()["intents"][0]["id"], id);
+        assert_eq!(sup.pending("someone").unwrap()["intents"][0]["id"], id);
         let e = sup.decide("boss", &json!({"intent_id": id, "decision": {"kind": "deny"}})).unwrap_err();
-        assert_eq!(e.message, "invalid params: decision.reason is required for deny");
-        assert!(sup.decide("other", &json!({"intent_id": id, "decision": {"kind": "allow"}})).is_err());
+        assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
+        let e = sup.decide("other", &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
+        assert!(e.message.starts_with("not a supervisor"), "{}", e.message);
         sup.decide("boss", &json!({"intent_id": id, "decision": {"kind": "deny", "reason": "no"}})).unwrap();
-        assert_eq!(verdict.await.unwrap(), Verdict::Deny("no".into()));
+        assert_eq!(parked.await.unwrap().unwrap(), Admission::Refuse("denied by supervisor: no".into()));
         let e = sup.decide("boss", &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
         assert!(e.message.ends_with("is already decided"), "{}", e.message);
-        let (id2, _rx2) = sup.park(&proposal(), "s1", &classification("irreversible")).unwrap();
-        sup.expire(&id2);
-        let e = sup.decide("boss", &json!({"intent_id": id2, "decision": {"kind": "allow"}})).unwrap_err();
-        assert!(e.message.ends_with("is expired"), "{}", e.message);
+        let e = sup.decide("boss", &json!({"intent_id": "intent-x", "decision": {"kind": "allow"}})).unwrap_err();
+        assert!(e.message.contains("no intent `intent-x`"), "{}", e.message);
+
+        // An abandoned submit withdraws its intent.
+        let s = sup.clone();
+        let parked = tokio::spawn(async move { s.admit(&proposal("irreversible"), "s1").await });
+        let Ok(Some(Message::Text(note))) = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await else {
+            panic!("no notification")
+        };
+        let note: Value = serde_json::from_str(note.as_str()).unwrap();
+        parked.abort();
+        let _ = parked.await;
+        assert!(sup.pending("boss").unwrap()["intents"].as_array().unwrap().is_empty());
+        let e =
+            sup.decide("boss", &json!({"intent_id": note["params"]["id"], "decision": {"kind": "allow"}})).unwrap_err();
+        assert!(e.message.contains("expired"), "{}", e.message);
+
+        // Below the filter's minimum: unsupervised.
+        let (tx2, _rx2) = mpsc::unbounded_channel();
+        sup.subscribe("boss", tx2, &json!({"filter": {"tools": ["other"]}})).unwrap();
+        assert_eq!(sup.admit(&proposal("irreversible"), "s1").await.unwrap(), Admission::Run);
         assert!(sup.unsubscribe("boss"));
         assert!(!sup.unsubscribe("boss"));
     }

@@ -676,9 +676,13 @@ def test_policies_from_the_state_root_apply_to_every_session():
         async def go():
             for _ in range(2):
                 c = await Client.connect(d.url)
+                # `rm` needs full_access; grant it so the file policy decides.
+                await c.call("permission.set_tier", {"tier": "full_access"})
                 await c.call("tools.register", [{"name": "rm"}])
                 res = await c.call("proposal.submit", {"proposal": proposal([tool_call("x", "rm")])})
                 assert res["results"][0]["status"] == "rejected"
+                assert "rm" in res["results"][0]["error"] and "tier" not in res["results"][0]["error"]
+                assert c.server_requests == []
                 await c.close()
 
         run(go())
@@ -770,6 +774,8 @@ def test_supervision_parks_matching_proposals_until_a_verdict():
         sub = await boss.call("supervision.subscribe", {"filter": {"tools": ["deploy"]}})
         assert sub["subscribed"] is True and sub["supervisors"] >= 1 and sub["decision_timeout_ms"] > 0
         worker = await authed()
+        # `deploy` needs full_access (the tier gate runs before supervision).
+        await worker.call("permission.set_tier", {"tier": "full_access"})
         await worker.call("tools.register", [{"name": "deploy"}, {"name": "echo"}])
         ran = []
 
@@ -983,3 +989,198 @@ def test_tools_stream_subscribe_and_detached_tools_are_refused_by_the_ws_executo
         await c.close()
 
     run(go())
+
+
+# --- permission tiers at submit --------------------------------------------------
+
+
+def test_submit_refuses_actions_above_the_session_tier_unless_approved():
+    async def go():
+        c = await echo_client()
+        await c.call("tools.register", [{"name": "deploy"}])
+        ran = []
+
+        async def execute(params):
+            ran.append(params["action_id"])
+            return "ok"
+
+        c.handlers["tools.execute"] = execute
+        # Unique parameters: approvals are keyed by the operation, daemon-wide.
+        target = f"prod-{time.time_ns()}"
+        deploy = tool_call("d", "deploy", parameters={"target": target})
+        cl = await c.call("permission.classify", {"proposal": proposal([deploy])})
+        assert cl["classifications"][0]["required_tier"] == "full_access"
+
+        # sandbox_edit (the default) < full_access: refused as a whole, nothing runs.
+        assert await c.call("permission.get_tier") == {"granted_tier": "sandbox_edit"}
+        res = await c.call("proposal.submit", {"proposal": proposal([tool_call("e", "echo"), deploy])})
+        assert [r["status"] for r in res["results"]] == ["rejected", "rejected"]
+        reason = res["results"][1]["error"]
+        assert res["results"][0]["error"] == reason
+        assert "permission tier escalated" in reason
+        assert "`d` requires `full_access`" in reason and "granted only `sandbox_edit`" in reason
+        assert "`e`" not in reason, "only the escalated action is named"
+        assert res["cost"]["actions_rejected"] == 2
+        assert ran == [] and c.server_requests == []
+
+        # read_only refuses even sandbox_edit actions.
+        await c.call("permission.set_tier", {"tier": "read_only"})
+        res = await c.call("proposal.submit", {"proposal": proposal([tool_call("e", "echo")], "p2")})
+        assert res["results"][0]["status"] == "rejected"
+        assert "`e` requires `sandbox_edit`" in res["results"][0]["error"]
+        assert "granted only `read_only`" in res["results"][0]["error"]
+        assert ran == []
+
+        # Granted full_access: it runs.
+        await c.call("permission.set_tier", {"tier": "full_access"})
+        res = await c.call("proposal.submit", {"proposal": proposal([deploy], "p3")})
+        assert res["results"][0]["status"] == "succeeded" and ran == ["d"]
+
+        # Back at sandbox_edit, an approval of the operation lets it run.
+        await c.call("permission.set_tier", {"tier": "sandbox_edit"})
+        pending = (await c.call("permission.pending", {"proposal": proposal([deploy])}))["pending"]
+        assert [p["action_id"] for p in pending] == ["d"]
+        rec = await c.call("permission.approve", {"fingerprint": pending[0]["fingerprint"],
+                                                  "required_tier": "full_access", "reason": "release day"})
+        assert rec["reviewer"].startswith("car-server:")
+        res = await c.call("proposal.submit", {"proposal": proposal([deploy], "p4")})
+        assert res["results"][0]["status"] == "succeeded" and ran == ["d", "d"]
+
+        # A rejected operation is refused at any tier.
+        other = tool_call("d2", "deploy", parameters={"target": target + "-b"})
+        await c.call("permission.reject", {"action": other, "reason": "freeze"})
+        await c.call("permission.set_tier", {"tier": "full_access"})
+        res = await c.call("proposal.submit", {"proposal": proposal([other], "p5")})
+        assert res["results"][0]["status"] == "rejected"
+        assert "`d2` was previously rejected" in res["results"][0]["error"] and "freeze" in res["results"][0]["error"]
+        assert ran == ["d", "d"]
+        # The tier is per connection: a new one starts at sandbox_edit.
+        fresh = await echo_client()
+        await fresh.call("tools.register", [{"name": "deploy"}])
+        res = await fresh.call("proposal.submit", {"proposal": proposal([tool_call("d3", "deploy", parameters={"t": target})])})
+        assert res["results"][0]["status"] == "rejected" and "granted only `sandbox_edit`" in res["results"][0]["error"]
+        assert fresh.server_requests == []
+        await fresh.close()
+        await c.close()
+
+    run(go())
+
+
+def test_supervision_judges_classified_reversibility_and_a_leaving_submitter_withdraws():
+    async def go():
+        boss = await authed()
+        await boss.call("supervision.subscribe", {"filter": {"min_reversibility": "irreversible", "tools": ["notify"]}})
+        r = await boss.request("supervision.subscribe", {"filter": {"tools": "notify"}})
+        assert r["error"]["code"] == -32602 and "filter.tools" in r["error"]["message"]
+        worker = await authed()
+        await worker.call("tools.register", [{"name": "notify"}, {"name": "read_file"}])
+        ran = []
+
+        async def execute(params):
+            ran.append(params["action_id"])
+            return "ok"
+
+        worker.handlers["tools.execute"] = execute
+        # read_file classifies reversible: below the minimum, unsupervised.
+        res = await worker.call("proposal.submit", {"proposal": proposal(
+            [tool_call("r", "read_file", parameters={"path": "x"}, reversibility="reversible")], "q0")})
+        assert res["results"][0]["status"] == "succeeded"
+        # `notify` declares itself reversible but classifies irreversible: parked.
+        pid = f"q-{time.time_ns()}"
+        task = asyncio.create_task(worker.call("proposal.submit", {"proposal": proposal(
+            [tool_call("n", "notify", parameters={"to": "ops", "body": "secret"}, reversibility="reversible")], pid)}))
+        intent = None
+        for _ in range(200):
+            mine = [n["params"] for n in boss.notifications
+                    if n["method"] == "supervision.intent" and n["params"]["proposal_id"] == pid]
+            if mine:
+                intent = mine[0]
+                break
+            await asyncio.sleep(0.05)
+        assert intent is not None, "no supervision.intent"
+        assert intent["reversibility"] == "irreversible"
+        assert intent["actions"][0]["reversibility"] == "irreversible"
+        assert intent["actions"][0]["parameter_keys"] == ["body", "to"]
+        assert "secret" not in json.dumps(intent), "intents carry key names and a digest, never values"
+        # A non-supervisor may list but not decide.
+        outsider = await authed()
+        assert intent["id"] in [i["id"] for i in (await outsider.call("supervision.pending"))["intents"]]
+        r = await outsider.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
+        assert r["error"]["code"] == -32603 and "not a supervisor" in r["error"]["message"]
+        await outsider.close()
+        # The submitter leaves while parked: its intent is withdrawn.
+        await worker.ws.close()
+        with pytest.raises((ConnectionError, asyncio.CancelledError, websockets.ConnectionClosed)):
+            await task
+        for _ in range(100):
+            if intent["id"] not in [i["id"] for i in (await boss.call("supervision.pending"))["intents"]]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the intent of a departed submitter stayed pending")
+        r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
+        assert r["error"]["code"] == -32603 and "expired" in r["error"]["message"]
+        assert ran == ["r"], "the withdrawn proposal never ran"
+        assert await boss.call("supervision.unsubscribe") == {"subscribed": False, "was_subscribed": True}
+        await boss.close()
+
+    run(go())
+
+
+# --- handler deadline (-32004) ---------------------------------------------------
+
+
+def test_handler_deadline_32004_cancels_the_callback_and_the_connection_goes_on():
+    """CAR_HANDLER_TIMEOUT=1: proposal.submit's deadline is derived from its
+    budgets (2 x timeout_ms + 15 s grace = 21.1 s here), so a callback inside
+    the budget is not abandoned at 1 s. The tool's rate limit (1 call per 17 s)
+    spends time outside the budget, so the second callback is still unanswered
+    when the derived deadline passes: -32004, a tools.cancel for it, and the
+    connection stays usable."""
+    with Daemon("--no-auth", env={"CAR_HANDLER_TIMEOUT": "1"}) as d:
+        async def go():
+            c = await Client.connect(d.url)
+            await c.call("tools.register", [
+                {"name": "slowish"},
+                {"name": "metered", "rate_limit": {"max_calls": 1, "interval_secs": 17}},
+            ])
+
+            async def execute(params):
+                if params["tool"] == "slowish":
+                    await asyncio.sleep(2.5)
+                    return "late but in budget"
+                if params["action_id"] == "m1":
+                    return "first"
+                await asyncio.sleep(120)  # the second metered call never answers
+
+            c.handlers["tools.execute"] = execute
+            # In budget (timeout_ms 5 s): answered after 2.5 s, past the flat 1 s.
+            res = await c.call("proposal.submit", {"proposal": proposal(
+                [tool_call("s", "slowish", timeout_ms=5000)], "in-budget")})
+            assert res["results"][0]["status"] == "succeeded"
+            assert res["results"][0]["output"] == "late but in budget"
+
+            p = proposal([
+                tool_call("m1", "metered", timeout_ms=100),
+                tool_call("m2", "metered", timeout_ms=6000, depends_on=["m1"]),
+            ], "over")
+            r = await c.request("proposal.submit", {"proposal": p}, timeout=50)
+            assert r["error"]["code"] == -32004, r
+            assert r["error"]["message"].startswith(
+                "handler 'proposal.submit' exceeded its 21100ms response deadline"), r["error"]["message"]
+            await asyncio.sleep(0.3)
+            m2 = [q for q in c.server_requests if q["params"]["action_id"] == "m2"]
+            assert len(m2) == 1, "the second call reached the client"
+            cancels = [n["params"] for n in c.notifications if n["method"] == "tools.cancel"]
+            assert cancels == [{"request_id": m2[0]["id"], "action_id": "m2",
+                                "reason": "tool 'metered' callback cancelled: its handler was abandoned"}]
+            # The connection is still usable: the late answer is ignored, calls work.
+            await c.send_raw(json.dumps({"jsonrpc": "2.0", "id": m2[0]["id"], "result": "too late"}))
+            assert await c.call("state.set", {"key": "after", "value": 1}) == "ok"
+            assert await c.call("state.get", {"key": "after"}) == 1
+            res = await c.call("proposal.submit", {"proposal": proposal([tool_call("s2", "slowish", timeout_ms=5000)], "again")})
+            assert res["results"][0]["status"] == "succeeded"
+            await c.close()
+
+        asyncio.run(asyncio.wait_for(go(), 90))
+        assert "abandoned or unknown" in d.text() or "unknown or abandoned" in d.text()
