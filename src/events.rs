@@ -219,8 +219,8 @@ impl EventData {
                     },
                     None => {
                         let key = a.state_write_key().unwrap_or_default().to_string();
-                        let delete = a.parameters.get("delete").and_then(Value::as_bool) == Some(true);
-                        (key, (!delete).then(|| a.parameters.get("value").cloned().unwrap_or(Value::Null)))
+                        let delete = a.param("delete").and_then(Value::as_bool) == Some(true);
+                        (key, (!delete).then(|| a.param("value").cloned().unwrap_or(Value::Null)))
                     }
                 };
                 EventData::State { key, tenant: tenant.clone(), version: *version, value }.to_value()
@@ -540,7 +540,21 @@ impl EventLog {
         action_id: Option<&Arc<str>>,
         data: EventData,
     ) -> u64 {
-        let Ok(mut log) = self.inner.lock() else { return 0 };
+        self.append_stamped(kind, proposal_id, action_id, data).0
+    }
+
+    /// Appends an event; returns its id and timestamp (so a record made
+    /// together with the event can carry the same time without reading the
+    /// clock again). The timestamp is read under the log's lock, so
+    /// timestamps never decrease along the log unless the wall clock does.
+    pub fn append_stamped(
+        &self,
+        kind: EventKind,
+        proposal_id: Option<&Arc<str>>,
+        action_id: Option<&Arc<str>>,
+        data: EventData,
+    ) -> (u64, DateTime<Utc>) {
+        let Ok(mut log) = self.inner.lock() else { return (0, Utc::now()) };
         log.next_id += 1;
         let mut e = Event {
             id: log.next_id,
@@ -564,7 +578,7 @@ impl EventLog {
         if log.retention.max_events.is_some() || log.retention.max_age_secs.is_some() {
             log.apply_retention(now);
         }
-        id
+        (id, now)
     }
 
     /// Appends an event whose data is a JSON value.

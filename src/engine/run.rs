@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, LazyLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -147,6 +147,24 @@ impl Runtime {
                     let i = runnable[0];
                     let o = run_action(&ctx, i).await;
                     aborted |= record(o, i, &mut results, &mut completion);
+                } else if runnable.iter().all(|&i| proposal.actions[i].action_type != ActionType::ToolCall) {
+                    // State actions never suspend, so the concurrent path below
+                    // would run them one after another in this order anyway:
+                    // run them in place, with its window accounting (an abort
+                    // lets exactly the actions already started finish), and
+                    // without a task per action.
+                    let window = self.inner.options.max_concurrency.max(1);
+                    let mut started = window.min(runnable.len());
+                    let mut k = 0;
+                    while k < started {
+                        let i = runnable[k];
+                        let o = run_action(&ctx, i).await;
+                        aborted |= record(o, i, &mut results, &mut completion);
+                        if !aborted && started < runnable.len() {
+                            started += 1;
+                        }
+                        k += 1;
+                    }
                 } else if !runnable.is_empty() {
                     // A window of at most `max_concurrency` actions in flight:
                     // concurrent, with memory bounded by the window, not the level.
@@ -187,7 +205,11 @@ impl Runtime {
                 *r = Some(res);
             }
         }
-        let mut results: Vec<ActionResult> = results.into_iter().flatten().collect();
+        let mut results: Vec<ActionResult> = {
+            let mut out = Vec::with_capacity(n);
+            out.extend(results.into_iter().flatten());
+            out
+        };
 
         if aborted {
             let keys = self.inner.state.rollback(&ctx.tx);
@@ -474,11 +496,21 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
                 ev.cached = done.cached;
-                events.append(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
-                let mut r = ActionResult::new(a.id.clone(), ActionStatus::Succeeded);
-                r.output = done.output;
-                r.state_changes = done.changes;
-                r.duration_ms = Some(duration);
+                let (_, at) = events.append_stamped(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
+                // The result carries its ActionSucceeded event's time.
+                let r = ActionResult {
+                    action_id: a.id.clone(),
+                    status: ActionStatus::Succeeded,
+                    output: done.output,
+                    error: None,
+                    state_changes: done.changes,
+                    duration_ms: Some(duration),
+                    timestamp: at,
+                    rolled_back: false,
+                    terminal: false,
+                    compensated: false,
+                    compensation_error: None,
+                };
                 return Outcome { result: r, abort: false };
             }
             Err(f) => {
@@ -510,6 +542,32 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
     }
 }
 
+/// `{"op": "set", "value": v}` or `{"op": "delete"}`, cloned from prebuilt
+/// maps: a clone copies the member table instead of hashing each member again.
+fn mutation_wire(value: Option<&Value>) -> Map<String, Value> {
+    static SET: LazyLock<Map<String, Value>> = LazyLock::new(|| {
+        let mut m = Map::with_capacity(2);
+        m.insert("op".into(), Value::String("set".into()));
+        m.insert("value".into(), Value::Null);
+        m
+    });
+    static DELETE: LazyLock<Map<String, Value>> = LazyLock::new(|| {
+        let mut m = Map::with_capacity(1);
+        m.insert("op".into(), Value::String("delete".into()));
+        m
+    });
+    match value {
+        Some(v) => {
+            let mut m = SET.clone();
+            if let Some(slot) = m.values_mut().nth(1) {
+                *slot = v.clone();
+            }
+            m
+        }
+        None => DELETE.clone(),
+    }
+}
+
 /// Writes one key through the proposal's transaction (when given), logs it
 /// and records the mutation.
 fn write_state(
@@ -524,17 +582,7 @@ fn write_state(
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
     })?;
-    let mut wire = Map::with_capacity(2);
-    match &value {
-        Some(v) => {
-            wire.insert("op".into(), Value::String("set".into()));
-            wire.insert("value".into(), v.clone());
-        }
-        None => {
-            wire.insert("op".into(), Value::String("delete".into()));
-        }
-    }
-    let wire = Value::Object(wire);
+    let wire = Value::Object(mutation_wire(value.as_ref()));
     let version = ctx
         .rt
         .inner
@@ -560,12 +608,12 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             let key = a
                 .state_write_key()
                 .ok_or_else(|| Fail::new("state_write requires 'key' parameter", ErrorClass::Unknown))?;
-            let value = if a.parameters.get("delete").and_then(Value::as_bool) == Some(true) {
+            let value = if a.param("delete").and_then(Value::as_bool) == Some(true) {
                 None
             } else {
-                Some(a.parameters.get("value").cloned().unwrap_or(Value::Null))
+                Some(a.param("value").cloned().unwrap_or(Value::Null))
             };
-            let mut changes = Map::new();
+            let mut changes = Map::with_capacity(1);
             write_state(ctx, i, None, key, value, tx, &mut changes)?;
             let mut out = String::with_capacity(9 + key.len());
             out.push_str("written: ");
@@ -574,8 +622,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
         }
         ActionType::StateRead => {
             let key = a
-                .parameters
-                .get("key")
+                .param("key")
                 .and_then(Value::as_str)
                 .ok_or_else(|| Fail::new("state_read requires 'key' parameter", ErrorClass::Unknown))?;
             let v = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
@@ -583,12 +630,11 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
         }
         ActionType::Assertion => {
             let key = a
-                .parameters
-                .get("key")
+                .param("key")
                 .and_then(Value::as_str)
                 .ok_or_else(|| Fail::new("assertion requires 'key' parameter", ErrorClass::Unknown))?;
-            let expected = a.parameters.get("expected").cloned().unwrap_or(Value::Null);
-            let op = a.parameters.get("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
+            let expected = a.param("expected").cloned().unwrap_or(Value::Null);
+            let op = a.param("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
             let current = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
             // `eq` compares the current value (absent reads as `null`) with
             // `expected`, as the original does; other operators are the
@@ -729,7 +775,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
         }
     };
 
-    let mut changes = Map::new();
+    let mut changes = Map::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
         write_state(ctx, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
     }
