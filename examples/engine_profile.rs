@@ -62,5 +62,15 @@ fn main() {
         let r = tokio_rt.block_on(rt.execute(p.clone(), ex.clone(), ExecOptions::default())).unwrap();
         assert_eq!(r.cost.actions_skipped + r.cost.actions_rejected, 0);
     }
+    if std::env::var_os("SIZES").is_some() {
+        println!(
+            "Event {} EventData {} ActionEvent {} ActionResult {} Action {}",
+            std::mem::size_of::<car_runtime::events::Event>(),
+            std::mem::size_of::<car_runtime::events::EventData>(),
+            std::mem::size_of::<car_runtime::events::ActionEvent>(),
+            std::mem::size_of::<car_runtime::ir::ActionResult>(),
+            std::mem::size_of::<Action>()
+        );
+    }
     println!("{kind}: {n} actions x {iters}; {} events held", rt.events().count());
 }

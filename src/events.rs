@@ -305,6 +305,42 @@ impl Event {
     }
 }
 
+/// The current UTC time, as `Utc::now()`, for the log's hot path: the
+/// calendar date of the current day is computed once per thread and day,
+/// so a read costs the clock and a time-of-day split.
+pub(crate) fn wall_now() -> DateTime<Utc> {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => from_unix(d.as_secs(), d.subsec_nanos()),
+        Err(_) => Utc::now(),
+    }
+}
+
+/// `DateTime::from_timestamp(secs, nanos)` for times after the epoch, with
+/// the date of the last day seen on this thread cached.
+fn from_unix(secs: u64, nanos: u32) -> DateTime<Utc> {
+    use std::cell::Cell;
+    thread_local! {
+        static DAY: Cell<Option<(u64, chrono::NaiveDate)>> = const { Cell::new(None) };
+    }
+    let day = secs / 86_400;
+    let tod = (secs % 86_400) as u32;
+    let date = DAY.with(|c| match c.get() {
+        Some((d, date)) if d == day => Some(date),
+        _ => {
+            let date =
+                i64::try_from(day * 86_400).ok().and_then(|s| DateTime::from_timestamp(s, 0)).map(|t| t.date_naive());
+            if let Some(date) = date {
+                c.set(Some((day, date)));
+            }
+            date
+        }
+    });
+    match (date, chrono::NaiveTime::from_num_seconds_from_midnight_opt(tod, nanos)) {
+        (Some(date), Some(time)) => date.and_time(time).and_utc(),
+        _ => i64::try_from(secs).ok().and_then(|s| DateTime::from_timestamp(s, nanos)).unwrap_or_default(),
+    }
+}
+
 /// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
 pub fn params_digest(value: &Map<String, Value>) -> String {
     digest_canonical(&canonical_json(value))
@@ -554,12 +590,12 @@ impl EventLog {
         action_id: Option<&Arc<str>>,
         data: EventData,
     ) -> (u64, DateTime<Utc>) {
-        let Ok(mut log) = self.inner.lock() else { return (0, Utc::now()) };
+        let Ok(mut log) = self.inner.lock() else { return (0, wall_now()) };
         log.next_id += 1;
         let mut e = Event {
             id: log.next_id,
             kind,
-            timestamp: Utc::now(),
+            timestamp: wall_now(),
             proposal_id: proposal_id.cloned(),
             action_id: action_id.cloned(),
             data,
@@ -711,6 +747,20 @@ mod tests {
             let m = c.as_object().unwrap();
             assert_eq!(String::from_utf8(canonical_json(m)).unwrap(), serde_jcs::to_string(m).unwrap(), "{c}");
         }
+    }
+
+    #[test]
+    fn fast_clock_matches_chrono() {
+        for secs in [0u64, 1, 86_399, 86_400, 86_401, 951_782_400, 1_700_000_000, 4_102_444_799, 4_102_444_800] {
+            for nanos in [0u32, 1, 999_999_999] {
+                let want = DateTime::from_timestamp(secs as i64, nanos).unwrap();
+                assert_eq!(from_unix(secs, nanos), want, "{secs}.{nanos}");
+                // Twice: the second read uses the cached day.
+                assert_eq!(from_unix(secs, nanos), want, "{secs}.{nanos} cached");
+            }
+        }
+        let (a, b, c) = (Utc::now(), wall_now(), Utc::now());
+        assert!(a <= b && b <= c);
     }
 
     #[test]
