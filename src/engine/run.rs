@@ -142,6 +142,17 @@ impl Runtime {
                     budget_exhausted = true;
                     break;
                 }
+                if let [i] = level[..] {
+                    // A one-action level (every level of a chain): no list.
+                    if results[i].is_none() {
+                        let o = run_action(&ctx, i).await;
+                        aborted |= record(o, i, &mut results, &mut completion);
+                    }
+                    if aborted {
+                        break;
+                    }
+                    continue;
+                }
                 let runnable: Vec<usize> = level.iter().copied().filter(|&i| results[i].is_none()).collect();
                 if runnable.len() == 1 {
                     let i = runnable[0];
@@ -655,7 +666,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Err(Fail::new(msg, ErrorClass::Unknown))
             }
         }
-        ActionType::ToolCall => Box::pin(tool_call(ctx, i, a, attempt, tx)).await,
+        ActionType::ToolCall => tool_call(ctx, i, a, attempt, tx).await,
     }
 }
 
