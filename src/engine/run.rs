@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -81,6 +81,8 @@ struct Ctx {
     tenant: Option<Arc<str>>,
     tool_calls: AtomicU64,
     retries: AtomicU64,
+    /// `(action index, handle)` of every detached tool this proposal started.
+    detached: Mutex<Vec<(usize, String)>>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -130,6 +132,7 @@ impl Runtime {
             tenant: opts.tenant.as_deref().map(Arc::from),
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            detached: Mutex::new(Vec::new()),
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
@@ -221,7 +224,24 @@ impl Runtime {
         #[allow(clippy::filter_map_identity)]
         let mut results: Vec<ActionResult> = results.into_iter().filter_map(|r| r).collect();
 
+        // Detached tools this proposal started and an abort cancelled.
+        let mut cancelled_tools: Vec<Value> = Vec::new();
         if aborted {
+            // Background work first: every detached tool the proposal started
+            // that is still running gets the same cooperative cancel as
+            // `tool_cancel` (a later poll reports `cancelled`), before the state
+            // is restored so it stops writing through the runtime.
+            let started = std::mem::take(&mut *ctx.detached.lock().unwrap_or_else(PoisonError::into_inner));
+            for (i, handle) in started {
+                if !self.inner.detached.cancel(&handle) {
+                    continue;
+                }
+                if let Some(Value::Object(out)) = results[i].output.as_mut() {
+                    out.insert("status".into(), Value::String("cancelled".into()));
+                }
+                let a = &proposal.actions[i];
+                cancelled_tools.push(json!({"action_id": a.id, "tool": a.tool, "handle": handle}));
+            }
             let keys = self.inner.state.rollback(&ctx.tx);
             self.inner.events.record(EventKind::StateRolledBack, Some(&pid), None, json!({"keys": keys}));
             for r in results.iter_mut().filter(|r| r.status == ActionStatus::Succeeded) {
@@ -264,12 +284,11 @@ impl Runtime {
             }
         }
         cost.total_duration_ms = ms(start.elapsed());
-        self.inner.events.record(
-            EventKind::ProposalCompleted,
-            Some(&pid),
-            None,
-            json!({"aborted": aborted, "cost": cost}),
-        );
+        let mut completed = json!({"aborted": aborted, "cost": cost});
+        if !cancelled_tools.is_empty() {
+            completed["cancelled_tools"] = Value::Array(cancelled_tools);
+        }
+        self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
         Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
     }
 
@@ -746,7 +765,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
     };
     let inner = &ctx.rt.inner;
     if a.invocation_mode.is_detached() {
-        return Box::pin(start_detached(ctx, &tool, a, attempt)).await;
+        return Box::pin(start_detached(ctx, i, &tool, a, attempt)).await;
     }
 
     let idempotent = a.idempotent || tool.schema.idempotent;
@@ -792,7 +811,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
 
-async fn start_detached(ctx: &Ctx, tool: &RegisteredTool, a: &Action, attempt: u32) -> Result<Done, Fail> {
+async fn start_detached(ctx: &Ctx, i: usize, tool: &RegisteredTool, a: &Action, attempt: u32) -> Result<Done, Fail> {
     let name = tool.schema.name.as_str();
     let inner = &ctx.rt.inner;
     let Ok(handle_rt) = tokio::runtime::Handle::try_current() else {
@@ -839,6 +858,7 @@ async fn start_detached(ctx: &Ctx, tool: &RegisteredTool, a: &Action, attempt: u
         }
     };
     let handle = inner.detached.register(name, &a.id, cancel.clone());
+    ctx.detached.lock().unwrap_or_else(PoisonError::into_inner).push((i, handle.id.clone()));
     inner.events.record(
         EventKind::ToolStarted,
         Some(&ctx.pid),
