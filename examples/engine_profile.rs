@@ -11,7 +11,9 @@
 //!
 //! The difference of the two totals divided by `2 * 10000` is the
 //! instructions per action in steady state (setup and the first, cold run
-//! cancel out). Workloads: `state_write`, `independent`, `chain`.
+//! cancel out). Workloads: `state_write`, `independent`, `chain`. With
+//! `SIZES=1` set it also prints the sizes of the event and result types (the
+//! event log holds up to `max_events` of them).
 
 use std::sync::Arc;
 
