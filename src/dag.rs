@@ -51,17 +51,24 @@ impl Dag {
                 first_with_id.entry(a.id.as_str()).or_insert(i);
             }
         }
-        let mut last_writer: HashMap<&str, usize> = HashMap::with_capacity(n);
-        let mut last_state_write: HashMap<&str, usize> = HashMap::new();
+        // Per written key: the most recent writer (`last_writer`, for
+        // `state_dependencies`) and the most recent `state_write` of it; one
+        // map, so a `state_write` costs one lookup.
+        let mut writers: HashMap<&str, Writers> = HashMap::with_capacity(n);
         let mut preds: Vec<usize> = Vec::with_capacity(n);
         let mut pred_start: Vec<usize> = Vec::with_capacity(n + 1);
         let mut unknown = Vec::new();
         let mut shared_writes = false;
+        let mut note_write = |w: &mut Writers, j: usize| {
+            if let Some(prev) = w.last_writer.replace(j) {
+                shared_writes |= prev != j;
+            }
+        };
         for (j, a) in actions.iter().enumerate() {
             let start = preds.len();
             pred_start.push(start);
             for key in &a.state_dependencies {
-                if let Some(&i) = last_writer.get(key.as_str()) {
+                if let Some(&Writers { last_writer: Some(i), .. }) = writers.get(key.as_str()) {
                     preds.push(i);
                 }
             }
@@ -71,10 +78,13 @@ impl Dag {
                     None => unknown.push((j, dep.clone())),
                 }
             }
-            if let Some(key) = a.state_write_key()
-                && let Some(i) = last_state_write.insert(key, j)
-            {
-                preds.push(i);
+            // This action's own writes are noted after its reads were looked up.
+            if let Some(key) = a.state_write_key() {
+                let w = writers.entry(key).or_default();
+                if let Some(i) = w.last_state_write.replace(j) {
+                    preds.push(i);
+                }
+                note_write(w, j);
             }
             let mine = &mut preds[start..];
             if mine.len() > 1 {
@@ -88,10 +98,8 @@ impl Dag {
                 }
                 preds.truncate(start + w);
             }
-            for key in Self::writes(a) {
-                if let Some(prev) = last_writer.insert(key, j) {
-                    shared_writes |= prev != j;
-                }
+            for key in a.expected_effects.keys() {
+                note_write(writers.entry(key.as_str()).or_default(), j);
             }
         }
         pred_start.push(preds.len());
@@ -149,6 +157,13 @@ impl Dag {
     }
 }
 
+/// The latest writers of one key while the graph is built.
+#[derive(Default, Clone, Copy)]
+struct Writers {
+    last_writer: Option<usize>,
+    last_state_write: Option<usize>,
+}
+
 /// Kahn's algorithm: depth of each node is 1 + the deepest predecessor; nodes
 /// never reaching in-degree 0 are cyclic (in or behind a cycle).
 fn layer(preds: &[usize], pred_start: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>) {
@@ -193,8 +208,15 @@ fn layer(preds: &[usize], pred_start: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>)
             }
         }
     }
-    let mut levels: Vec<Vec<usize>> = if queue.is_empty() { Vec::new() } else { vec![Vec::new(); max_depth + 1] };
-    let mut cyclic = Vec::new();
+    // Exact capacities: one allocation per level, none for growth.
+    let mut sizes = vec![0usize; if queue.is_empty() { 0 } else { max_depth + 1 }];
+    for i in 0..n {
+        if done[i] {
+            sizes[depth[i]] += 1;
+        }
+    }
+    let mut levels: Vec<Vec<usize>> = sizes.iter().map(|&c| Vec::with_capacity(c)).collect();
+    let mut cyclic = Vec::with_capacity(n - queue.len());
     for i in 0..n {
         if done[i] {
             levels[depth[i]].push(i);

@@ -219,8 +219,8 @@ impl EventData {
                     },
                     None => {
                         let key = a.state_write_key().unwrap_or_default().to_string();
-                        let delete = a.parameters.get("delete").and_then(Value::as_bool) == Some(true);
-                        (key, (!delete).then(|| a.parameters.get("value").cloned().unwrap_or(Value::Null)))
+                        let delete = a.param("delete").and_then(Value::as_bool) == Some(true);
+                        (key, (!delete).then(|| a.param("value").cloned().unwrap_or(Value::Null)))
                     }
                 };
                 EventData::State { key, tenant: tenant.clone(), version: *version, value }.to_value()
@@ -302,6 +302,42 @@ impl Event {
     fn compute_hash(&self) -> String {
         let canon = serde_jcs::to_vec(&Value::Object(self.content())).unwrap_or_default();
         to_hex(&Sha256::digest(&canon))
+    }
+}
+
+/// The current UTC time, as `Utc::now()`, for the log's hot path: the
+/// calendar date of the current day is computed once per thread and day,
+/// so a read costs the clock and a time-of-day split.
+pub(crate) fn wall_now() -> DateTime<Utc> {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => from_unix(d.as_secs(), d.subsec_nanos()),
+        Err(_) => Utc::now(),
+    }
+}
+
+/// `DateTime::from_timestamp(secs, nanos)` for times after the epoch, with
+/// the date of the last day seen on this thread cached.
+fn from_unix(secs: u64, nanos: u32) -> DateTime<Utc> {
+    use std::cell::Cell;
+    thread_local! {
+        static DAY: Cell<Option<(u64, chrono::NaiveDate)>> = const { Cell::new(None) };
+    }
+    let day = secs / 86_400;
+    let tod = (secs % 86_400) as u32;
+    let date = DAY.with(|c| match c.get() {
+        Some((d, date)) if d == day => Some(date),
+        _ => {
+            let date =
+                i64::try_from(day * 86_400).ok().and_then(|s| DateTime::from_timestamp(s, 0)).map(|t| t.date_naive());
+            if let Some(date) = date {
+                c.set(Some((day, date)));
+            }
+            date
+        }
+    });
+    match (date, chrono::NaiveTime::from_num_seconds_from_midnight_opt(tod, nanos)) {
+        (Some(date), Some(time)) => date.and_time(time).and_utc(),
+        _ => i64::try_from(secs).ok().and_then(|s| DateTime::from_timestamp(s, nanos)).unwrap_or_default(),
     }
 }
 
@@ -540,12 +576,26 @@ impl EventLog {
         action_id: Option<&Arc<str>>,
         data: EventData,
     ) -> u64 {
-        let Ok(mut log) = self.inner.lock() else { return 0 };
+        self.append_stamped(kind, proposal_id, action_id, data).0
+    }
+
+    /// Appends an event; returns its id and timestamp (so a record made
+    /// together with the event can carry the same time without reading the
+    /// clock again). The timestamp is read under the log's lock, so
+    /// timestamps never decrease along the log unless the wall clock does.
+    pub fn append_stamped(
+        &self,
+        kind: EventKind,
+        proposal_id: Option<&Arc<str>>,
+        action_id: Option<&Arc<str>>,
+        data: EventData,
+    ) -> (u64, DateTime<Utc>) {
+        let Ok(mut log) = self.inner.lock() else { return (0, wall_now()) };
         log.next_id += 1;
         let mut e = Event {
             id: log.next_id,
             kind,
-            timestamp: Utc::now(),
+            timestamp: wall_now(),
             proposal_id: proposal_id.cloned(),
             action_id: action_id.cloned(),
             data,
@@ -564,7 +614,7 @@ impl EventLog {
         if log.retention.max_events.is_some() || log.retention.max_age_secs.is_some() {
             log.apply_retention(now);
         }
-        id
+        (id, now)
     }
 
     /// Appends an event whose data is a JSON value.
@@ -697,6 +747,20 @@ mod tests {
             let m = c.as_object().unwrap();
             assert_eq!(String::from_utf8(canonical_json(m)).unwrap(), serde_jcs::to_string(m).unwrap(), "{c}");
         }
+    }
+
+    #[test]
+    fn fast_clock_matches_chrono() {
+        for secs in [0u64, 1, 86_399, 86_400, 86_401, 951_782_400, 1_700_000_000, 4_102_444_799, 4_102_444_800] {
+            for nanos in [0u32, 1, 999_999_999] {
+                let want = DateTime::from_timestamp(secs as i64, nanos).unwrap();
+                assert_eq!(from_unix(secs, nanos), want, "{secs}.{nanos}");
+                // Twice: the second read uses the cached day.
+                assert_eq!(from_unix(secs, nanos), want, "{secs}.{nanos} cached");
+            }
+        }
+        let (a, b, c) = (Utc::now(), wall_now(), Utc::now());
+        assert!(a <= b && b <= c);
     }
 
     #[test]

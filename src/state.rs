@@ -5,8 +5,9 @@
 //! exactly those keys and nothing else.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::{Map, Value};
 
@@ -17,9 +18,14 @@ pub const TENANT_PREFIX: &str = "tenant:";
 
 #[derive(Debug, Clone)]
 struct Slot {
+    /// The slot's own key (shared with the map and undo records: no copies).
+    key: Arc<str>,
     /// `None` once deleted (the version survives the delete).
     value: Option<Value>,
     version: u64,
+    /// The id of the last transaction that recorded this slot's prior value
+    /// (0: none), so a transaction records each key once without a lookup.
+    tx_mark: u64,
 }
 
 /// A tenant scope: `None` is the unscoped view, which hides every `tenant:` key.
@@ -80,9 +86,27 @@ impl Scope {
 }
 
 /// Prior values of the keys a proposal wrote, restored on abort.
-#[derive(Debug, Default)]
+///
+/// An undo log: the first write of a key through the transaction appends the
+/// key's prior value (moved out of the store, not copied). A key's slot
+/// remembers the last transaction that recorded it, so later writes of the
+/// same key through the same transaction record nothing and cost no lookup.
+/// When another transaction records the key in between, the key may appear
+/// twice; the first record (the value before this transaction's first write)
+/// is the one restored.
+#[derive(Debug)]
 pub struct Transaction {
-    prior: Mutex<HashMap<String, Option<Value>>>,
+    id: u64,
+    undo: Mutex<Vec<(Arc<str>, Option<Value>)>>,
+}
+
+/// Transaction ids, unique over the process's life; 0 marks "none".
+static NEXT_TX: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Transaction {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
 }
 
 impl Transaction {
@@ -93,24 +117,24 @@ impl Transaction {
 
     /// An empty transaction with room for `keys` keys.
     pub fn with_capacity(keys: usize) -> Self {
-        Transaction { prior: Mutex::new(HashMap::with_capacity(keys)) }
+        Transaction { id: NEXT_TX.fetch_add(1, Ordering::Relaxed), undo: Mutex::new(Vec::with_capacity(keys)) }
     }
 
     /// Number of keys the transaction touched.
     pub fn len(&self) -> usize {
-        self.prior.lock().map(|p| p.len()).unwrap_or(0)
+        self.undo.lock().map(|u| u.iter().map(|(k, _)| &**k).collect::<HashSet<&str>>().len()).unwrap_or(0)
     }
 
     /// True when nothing was written.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.undo.lock().map(|u| u.is_empty()).unwrap_or(true)
     }
 }
 
 /// The state store. Cheap reads, one lock; never held across an await.
 #[derive(Debug, Default)]
 pub struct StateStore {
-    slots: RwLock<HashMap<String, Slot>>,
+    slots: RwLock<HashMap<Arc<str>, Slot>>,
 }
 
 fn poisoned() -> Error {
@@ -173,41 +197,52 @@ impl StateStore {
     /// value in `tx` the first time the transaction touches it.
     pub fn write_physical(&self, phys: &str, value: Option<Value>, tx: Option<&Transaction>) -> Result<u64> {
         let mut slots = self.slots.write().map_err(|_| poisoned())?;
-        let record = |previous: &dyn Fn() -> Option<Value>| -> Result<()> {
-            if let Some(tx) = tx {
-                let mut prior = tx.prior.lock().map_err(|_| poisoned())?;
-                if !prior.contains_key(phys) {
-                    prior.insert(phys.to_string(), previous());
-                }
-            }
-            Ok(())
-        };
         // One hash on the common path (the key exists); no key allocation.
-        if let Some(slot) = slots.get_mut(phys) {
-            record(&|| slot.value.clone())?;
-            slot.value = value;
-            slot.version += 1;
-            return Ok(slot.version);
+        let slot = match slots.get_mut(phys) {
+            Some(slot) => slot,
+            None => {
+                let key: Arc<str> = Arc::from(phys);
+                slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0 })
+            }
+        };
+        // The undo log is locked before anything changes (a poisoned log
+        // refuses the write).
+        let mut undo = match tx.filter(|t| slot.tx_mark != t.id) {
+            Some(t) => Some((t.id, t.undo.lock().map_err(|_| poisoned())?)),
+            None => None,
+        };
+        let prior = std::mem::replace(&mut slot.value, value);
+        if let Some((id, undo)) = undo.as_mut() {
+            undo.push((slot.key.clone(), prior));
+            slot.tx_mark = *id;
         }
-        record(&|| None)?;
-        slots.insert(phys.to_string(), Slot { value, version: 1 });
-        Ok(1)
+        slot.version += 1;
+        Ok(slot.version)
     }
 
     /// Restores every key the transaction wrote to its prior value (a new
     /// version each); other keys are untouched. Returns the keys restored.
     pub fn rollback(&self, tx: &Transaction) -> Vec<String> {
-        let prior = match tx.prior.lock() {
-            Ok(mut p) => std::mem::take(&mut *p),
+        let undo = match tx.undo.lock() {
+            Ok(mut u) => std::mem::take(&mut *u),
             Err(_) => return Vec::new(),
         };
         let Ok(mut slots) = self.slots.write() else { return Vec::new() };
-        let mut keys = Vec::with_capacity(prior.len());
-        for (k, v) in prior {
-            let slot = slots.entry(k.clone()).or_insert(Slot { value: None, version: 0 });
+        let mut restored: HashSet<Arc<str>> = HashSet::with_capacity(undo.len());
+        let mut keys = Vec::with_capacity(undo.len());
+        for (k, v) in undo {
+            // The first record of a key holds its value before the transaction.
+            if !restored.insert(k.clone()) {
+                continue;
+            }
+            let slot =
+                slots.entry(k.clone()).or_insert_with(|| Slot { key: k.clone(), value: None, version: 0, tx_mark: 0 });
             slot.value = v;
             slot.version += 1;
-            keys.push(k);
+            if slot.tx_mark == tx.id {
+                slot.tx_mark = 0;
+            }
+            keys.push(k.to_string());
         }
         keys.sort();
         keys
@@ -285,5 +320,49 @@ mod tests {
         assert_eq!(s.version(&g, "a"), 5);
         assert!(s.delete(&g, "a").unwrap());
         assert!(!s.exists(&g, "a"));
+    }
+
+    #[test]
+    fn interleaved_transactions_restore_their_own_prior_values() {
+        let s = StateStore::new();
+        let g = Scope::global();
+        s.set(&g, "k", json!("orig")).unwrap();
+        let a = Transaction::new();
+        let b = Transaction::new();
+        s.write_physical("k", Some(json!("a1")), Some(&a)).unwrap();
+        s.write_physical("k", Some(json!("b1")), Some(&b)).unwrap();
+        // A second write of `a` after `b` recorded the key: `a` still restores
+        // the value from before its own first write.
+        s.write_physical("k", Some(json!("a2")), Some(&a)).unwrap();
+        s.write_physical("k", None, Some(&a)).unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(b.len(), 1);
+        let v = s.version(&g, "k");
+        assert_eq!(s.rollback(&a), ["k"]);
+        assert_eq!(s.get(&g, "k"), Some(json!("orig")));
+        // One new version per restored key, however often it was recorded.
+        assert_eq!(s.version(&g, "k"), v + 1);
+        assert_eq!(s.rollback(&b), ["k"]);
+        assert_eq!(s.get(&g, "k"), Some(json!("a1")));
+        // A rolled-back transaction records afresh if it writes again.
+        s.write_physical("k", Some(json!("a3")), Some(&a)).unwrap();
+        assert_eq!(s.rollback(&a), ["k"]);
+        assert_eq!(s.get(&g, "k"), Some(json!("a1")));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn rollback_of_a_new_key_deletes_it_and_keeps_its_version() {
+        let s = StateStore::new();
+        let g = Scope::global();
+        let tx = Transaction::with_capacity(4);
+        assert!(tx.is_empty());
+        assert_eq!(s.write_physical("n", Some(json!(1)), Some(&tx)).unwrap(), 1);
+        assert_eq!(s.write_physical("n", Some(json!(2)), Some(&tx)).unwrap(), 2);
+        assert_eq!(tx.len(), 1);
+        assert_eq!(s.rollback(&tx), ["n"]);
+        assert!(!s.exists(&g, "n"));
+        assert_eq!(s.version(&g, "n"), 3);
+        assert!(s.keys(&g).is_empty());
     }
 }

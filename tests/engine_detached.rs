@@ -240,3 +240,100 @@ async fn executors_without_streaming_fail_the_action() {
     assert_eq!(r.results[0].status, ActionStatus::Failed);
     assert!(r.results[0].error.as_deref().unwrap().contains("does not support detached"));
 }
+
+/// The `ProposalCompleted` event of a proposal.
+fn completed(rt: &Runtime, proposal_id: &str) -> Value {
+    let q = serde_json::from_value(json!({"kinds": ["ProposalCompleted"], "proposal_id": proposal_id})).unwrap();
+    let evs = rt.events().query(&q).unwrap();
+    assert_eq!(evs.len(), 1);
+    evs[0].data.to_value()
+}
+
+async fn wait_saw_cancel(ex: &Streamer) -> bool {
+    for _ in 0..2000 {
+        if ex.saw_cancel.load(Ordering::SeqCst) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn abort_cancels_the_detached_tools_the_proposal_started() {
+    let rt = runtime(RuntimeOptions::default());
+    let ex = Arc::new(Streamer::default());
+    let r = run(&rt, &ex, json!({"id": "p-abort", "actions": [
+        {"id": "st", "type": "tool_call", "tool": "s", "invocation_mode": "long_running", "parameters": {"until_cancel": 1}},
+        {"id": "check", "type": "assertion", "dependencies": ["st"], "parameters": {"key": "absent", "expected": 1}},
+    ]})).await;
+    assert_eq!(r.results[1].status, ActionStatus::Failed, "the failed assertion aborts the proposal");
+    let st = &r.results[0];
+    assert_eq!(st.status, ActionStatus::Succeeded);
+    assert!(st.rolled_back);
+    let out = st.output.as_ref().unwrap();
+    assert_eq!(out["status"], "cancelled", "the result shows the handle's status after the abort");
+    let h = out["tool_handle"].as_str().unwrap().to_string();
+
+    // The same cancel as tool_cancel: signalled, terminal `cancelled` reported once.
+    assert!(wait_saw_cancel(&ex).await, "the tool observed the cancellation");
+    let poll = rt.tool_poll(&h).unwrap();
+    assert_eq!(poll.status, ToolStatus::Cancelled);
+    assert_eq!(poll.action_id, "st");
+    assert!(rt.tool_poll(&h).is_none());
+    assert!(!rt.tool_cancel(&h), "already cancelled");
+
+    let done = completed(&rt, "p-abort");
+    assert_eq!(done["aborted"], true);
+    assert_eq!(done["cancelled_tools"], json!([{"action_id": "st", "tool": "s", "handle": h}]));
+}
+
+#[tokio::test]
+async fn success_leaves_detached_tools_running_and_abort_touches_only_its_own() {
+    let rt = runtime(RuntimeOptions::default());
+    let ex = Arc::new(Streamer::default());
+    let ok = run(&rt, &ex, json!({"id": "p-ok", "actions": [
+        {"id": "keep", "type": "tool_call", "tool": "s", "invocation_mode": "streaming", "parameters": {"until_cancel": 1}},
+        {"id": "after", "type": "tool_call", "tool": "plain", "dependencies": ["keep"]},
+    ]})).await;
+    assert!(ok.results.iter().all(|x| x.status == ActionStatus::Succeeded));
+    let kept = handle_of(&ok, 0);
+    let done = completed(&rt, "p-ok");
+    assert_eq!(done["aborted"], false);
+    assert!(done.get("cancelled_tools").is_none());
+
+    // A skipped failure does not abort: its detached tool keeps running too.
+    let skipped = run(&rt, &ex, json!({"id": "p-skip", "actions": [
+        {"id": "also", "type": "tool_call", "tool": "s", "invocation_mode": "streaming", "parameters": {"until_cancel": 1}},
+        {"id": "bad", "type": "assertion", "failure_behavior": "skip", "parameters": {"key": "absent", "expected": 1}},
+    ]})).await;
+    assert_eq!(skipped.results[1].status, ActionStatus::Skipped);
+    let also = handle_of(&skipped, 0);
+
+    let aborted = run(&rt, &ex, json!({"id": "p-abort2", "actions": [
+        {"id": "mine", "type": "tool_call", "tool": "s", "invocation_mode": "streaming", "parameters": {"until_cancel": 1}},
+        {"id": "boom", "type": "assertion", "dependencies": ["mine"], "parameters": {"key": "absent", "expected": 1}},
+    ]})).await;
+    let mine = aborted.results[0].output.as_ref().unwrap()["tool_handle"].as_str().unwrap().to_string();
+    assert_eq!(rt.tool_poll(&mine).unwrap().status, ToolStatus::Cancelled);
+
+    for h in [&kept, &also] {
+        assert_eq!(rt.tool_poll(h).unwrap().status, ToolStatus::Running, "another proposal's tool keeps running");
+        assert!(rt.tool_cancel(h));
+    }
+}
+
+#[tokio::test]
+async fn abort_at_admission_starts_and_cancels_nothing() {
+    let rt = runtime(RuntimeOptions::default());
+    let ex = Arc::new(Streamer::default());
+    let r = run(&rt, &ex, json!({"id": "p-adm", "actions": [
+        {"id": "st", "type": "tool_call", "tool": "s", "invocation_mode": "streaming", "parameters": {"until_cancel": 1}},
+        {"id": "ghost", "type": "tool_call", "tool": "unregistered"},
+    ]})).await;
+    assert_eq!(r.results[0].status, ActionStatus::Skipped);
+    assert_eq!(ex.stream_calls.load(Ordering::SeqCst), 0);
+    let done = completed(&rt, "p-adm");
+    assert_eq!(done["aborted"], true);
+    assert!(done.get("cancelled_tools").is_none());
+}

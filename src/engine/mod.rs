@@ -324,7 +324,38 @@ impl Runtime {
         self.inner.ttl_cache.clear();
     }
 
+    /// `req-<n>`, written without the formatting machinery (once per call).
     pub(crate) fn next_request_id(&self) -> String {
-        format!("req-{}", self.inner.request_seq.fetch_add(1, Ordering::Relaxed) + 1)
+        let mut n = self.inner.request_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut s = String::with_capacity(4 + digits.len() - at);
+        s.push_str("req-");
+        s.extend(digits[at..].iter().map(|&d| char::from(d)));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_count_from_one() {
+        let rt = Runtime::default();
+        assert_eq!(rt.next_request_id(), "req-1");
+        assert_eq!(rt.next_request_id(), "req-2");
+        rt.inner.request_seq.store(9, Ordering::Relaxed);
+        assert_eq!(rt.next_request_id(), "req-10");
+        rt.inner.request_seq.store(u64::MAX - 1, Ordering::Relaxed);
+        assert_eq!(rt.next_request_id(), format!("req-{}", u64::MAX));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
@@ -90,6 +90,8 @@ struct Ctx {
     /// true when an action's outcome aborts the proposal, so an action still
     /// waiting on its hold is skipped instead of starting after the abort.
     abort_tx: Option<tokio::sync::watch::Sender<bool>>,
+    /// `(action index, handle)` of every detached tool this proposal started.
+    detached: Mutex<Vec<(usize, String)>>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -141,6 +143,7 @@ impl Runtime {
             retries: AtomicU64::new(0),
             holds: std::sync::Mutex::new(HashMap::new()),
             abort_tx: None,
+            detached: Mutex::new(Vec::new()),
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
@@ -153,11 +156,40 @@ impl Runtime {
                     budget_exhausted = true;
                     break;
                 }
+                if let [i] = level[..] {
+                    // A one-action level (every level of a chain): no list.
+                    if results[i].is_none() {
+                        let o = run_action(&ctx, i).await;
+                        aborted |= record(o, i, &mut results, &mut completion);
+                    }
+                    if aborted {
+                        break;
+                    }
+                    continue;
+                }
                 let runnable: Vec<usize> = level.iter().copied().filter(|&i| results[i].is_none()).collect();
                 if runnable.len() == 1 {
                     let i = runnable[0];
                     let o = run_action(&ctx, i).await;
                     aborted |= record(o, i, &mut results, &mut completion);
+                } else if runnable.iter().all(|&i| proposal.actions[i].action_type != ActionType::ToolCall) {
+                    // State actions never suspend, so the concurrent path below
+                    // would run them one after another in this order anyway:
+                    // run them in place, with its window accounting (an abort
+                    // lets exactly the actions already started finish), and
+                    // without a task per action.
+                    let window = self.inner.options.max_concurrency.max(1);
+                    let mut started = window.min(runnable.len());
+                    let mut k = 0;
+                    while k < started {
+                        let i = runnable[k];
+                        let o = run_action(&ctx, i).await;
+                        aborted |= record(o, i, &mut results, &mut completion);
+                        if !aborted && started < runnable.len() {
+                            started += 1;
+                        }
+                        k += 1;
+                    }
                 } else if !runnable.is_empty() {
                     // A window of at most `max_concurrency` actions in flight:
                     // concurrent, with memory bounded by the window, not the level.
@@ -198,9 +230,29 @@ impl Runtime {
                 *r = Some(res);
             }
         }
-        let mut results: Vec<ActionResult> = results.into_iter().flatten().collect();
+        // Every slot is filled by now. `filter_map` (unlike `flatten`) collects
+        // in place: no second buffer of n results.
+        #[allow(clippy::filter_map_identity)]
+        let mut results: Vec<ActionResult> = results.into_iter().filter_map(|r| r).collect();
 
+        // Detached tools this proposal started and an abort cancelled.
+        let mut cancelled_tools: Vec<Value> = Vec::new();
         if aborted {
+            // Background work first: every detached tool the proposal started
+            // that is still running gets the same cooperative cancel as
+            // `tool_cancel` (a later poll reports `cancelled`), before the state
+            // is restored so it stops writing through the runtime.
+            let started = std::mem::take(&mut *ctx.detached.lock().unwrap_or_else(PoisonError::into_inner));
+            for (i, handle) in started {
+                if !self.inner.detached.cancel(&handle) {
+                    continue;
+                }
+                if let Some(Value::Object(out)) = results[i].output.as_mut() {
+                    out.insert("status".into(), Value::String("cancelled".into()));
+                }
+                let a = &proposal.actions[i];
+                cancelled_tools.push(json!({"action_id": a.id, "tool": a.tool, "handle": handle}));
+            }
             let keys = self.inner.state.rollback(&ctx.tx);
             self.inner.events.record(EventKind::StateRolledBack, Some(&pid), None, json!({"keys": keys}));
             for r in results.iter_mut().filter(|r| r.status == ActionStatus::Succeeded) {
@@ -243,12 +295,11 @@ impl Runtime {
             }
         }
         cost.total_duration_ms = ms(start.elapsed());
-        self.inner.events.record(
-            EventKind::ProposalCompleted,
-            Some(&pid),
-            None,
-            json!({"aborted": aborted, "cost": cost}),
-        );
+        let mut completed = json!({"aborted": aborted, "cost": cost});
+        if !cancelled_tools.is_empty() {
+            completed["cancelled_tools"] = Value::Array(cancelled_tools);
+        }
+        self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
         Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
     }
 
@@ -556,11 +607,21 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
                 ev.cached = done.cached;
-                events.append(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
-                let mut r = ActionResult::new(a.id.clone(), ActionStatus::Succeeded);
-                r.output = done.output;
-                r.state_changes = done.changes;
-                r.duration_ms = Some(duration);
+                let (_, at) = events.append_stamped(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
+                // The result carries its ActionSucceeded event's time.
+                let r = ActionResult {
+                    action_id: a.id.clone(),
+                    status: ActionStatus::Succeeded,
+                    output: done.output,
+                    error: None,
+                    state_changes: done.changes,
+                    duration_ms: Some(duration),
+                    timestamp: at,
+                    rolled_back: false,
+                    terminal: false,
+                    compensated: false,
+                    compensation_error: None,
+                };
                 return Outcome { result: r, abort: false };
             }
             Err(f) => {
@@ -592,6 +653,32 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
     }
 }
 
+/// `{"op": "set", "value": v}` or `{"op": "delete"}`, cloned from prebuilt
+/// maps: a clone copies the member table instead of hashing each member again.
+fn mutation_wire(value: Option<&Value>) -> Map<String, Value> {
+    static SET: LazyLock<Map<String, Value>> = LazyLock::new(|| {
+        let mut m = Map::with_capacity(2);
+        m.insert("op".into(), Value::String("set".into()));
+        m.insert("value".into(), Value::Null);
+        m
+    });
+    static DELETE: LazyLock<Map<String, Value>> = LazyLock::new(|| {
+        let mut m = Map::with_capacity(1);
+        m.insert("op".into(), Value::String("delete".into()));
+        m
+    });
+    match value {
+        Some(v) => {
+            let mut m = SET.clone();
+            if let Some(slot) = m.values_mut().nth(1) {
+                *slot = v.clone();
+            }
+            m
+        }
+        None => DELETE.clone(),
+    }
+}
+
 /// Writes one key through the proposal's transaction (when given), logs it
 /// and records the mutation.
 fn write_state(
@@ -606,17 +693,7 @@ fn write_state(
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
     })?;
-    let mut wire = Map::with_capacity(2);
-    match &value {
-        Some(v) => {
-            wire.insert("op".into(), Value::String("set".into()));
-            wire.insert("value".into(), v.clone());
-        }
-        None => {
-            wire.insert("op".into(), Value::String("delete".into()));
-        }
-    }
-    let wire = Value::Object(wire);
+    let wire = Value::Object(mutation_wire(value.as_ref()));
     let version = ctx
         .rt
         .inner
@@ -642,12 +719,12 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             let key = a
                 .state_write_key()
                 .ok_or_else(|| Fail::new("state_write requires 'key' parameter", ErrorClass::Unknown))?;
-            let value = if a.parameters.get("delete").and_then(Value::as_bool) == Some(true) {
+            let value = if a.param("delete").and_then(Value::as_bool) == Some(true) {
                 None
             } else {
-                Some(a.parameters.get("value").cloned().unwrap_or(Value::Null))
+                Some(a.param("value").cloned().unwrap_or(Value::Null))
             };
-            let mut changes = Map::new();
+            let mut changes = Map::with_capacity(1);
             write_state(ctx, i, None, key, value, tx, &mut changes)?;
             let mut out = String::with_capacity(9 + key.len());
             out.push_str("written: ");
@@ -656,8 +733,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
         }
         ActionType::StateRead => {
             let key = a
-                .parameters
-                .get("key")
+                .param("key")
                 .and_then(Value::as_str)
                 .ok_or_else(|| Fail::new("state_read requires 'key' parameter", ErrorClass::Unknown))?;
             let v = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
@@ -665,12 +741,11 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
         }
         ActionType::Assertion => {
             let key = a
-                .parameters
-                .get("key")
+                .param("key")
                 .and_then(Value::as_str)
                 .ok_or_else(|| Fail::new("assertion requires 'key' parameter", ErrorClass::Unknown))?;
-            let expected = a.parameters.get("expected").cloned().unwrap_or(Value::Null);
-            let op = a.parameters.get("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
+            let expected = a.param("expected").cloned().unwrap_or(Value::Null);
+            let op = a.param("operator").and_then(Value::as_str).map(Operator::parse).unwrap_or_default();
             let current = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
             // `eq` compares the current value (absent reads as `null`) with
             // `expected`, as the original does; other operators are the
@@ -692,7 +767,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Err(Fail::new(msg, ErrorClass::Unknown))
             }
         }
-        ActionType::ToolCall => Box::pin(tool_call(ctx, i, a, attempt, tx)).await,
+        ActionType::ToolCall => tool_call(ctx, i, a, attempt, tx).await,
     }
 }
 
@@ -772,7 +847,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
     };
     let inner = &ctx.rt.inner;
     if a.invocation_mode.is_detached() {
-        return Box::pin(start_detached(ctx, &tool, a, attempt)).await;
+        return Box::pin(start_detached(ctx, i, &tool, a, attempt)).await;
     }
 
     let idempotent = a.idempotent || tool.schema.idempotent;
@@ -811,14 +886,14 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
         }
     };
 
-    let mut changes = Map::new();
+    let mut changes = Map::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
         write_state(ctx, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
 
-async fn start_detached(ctx: &Ctx, tool: &RegisteredTool, a: &Action, attempt: u32) -> Result<Done, Fail> {
+async fn start_detached(ctx: &Ctx, i: usize, tool: &RegisteredTool, a: &Action, attempt: u32) -> Result<Done, Fail> {
     let name = tool.schema.name.as_str();
     let inner = &ctx.rt.inner;
     let Ok(handle_rt) = tokio::runtime::Handle::try_current() else {
@@ -865,6 +940,7 @@ async fn start_detached(ctx: &Ctx, tool: &RegisteredTool, a: &Action, attempt: u
         }
     };
     let handle = inner.detached.register(name, &a.id, cancel.clone());
+    ctx.detached.lock().unwrap_or_else(PoisonError::into_inner).push((i, handle.id.clone()));
     inner.events.record(
         EventKind::ToolStarted,
         Some(&ctx.pid),

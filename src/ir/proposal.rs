@@ -218,10 +218,17 @@ impl Action {
 
     /// The key a `state_write` sets, from its `key` parameter.
     pub fn state_write_key(&self) -> Option<&str> {
-        if self.action_type == ActionType::StateWrite {
-            self.parameters.get("key").and_then(Value::as_str)
+        if self.action_type == ActionType::StateWrite { self.param("key").and_then(Value::as_str) } else { None }
+    }
+
+    /// One parameter by name (the same as `parameters.get(name)`). A small
+    /// map is scanned instead of hashed: parameters objects usually hold a
+    /// handful of members, where a scan beats SipHash.
+    pub fn param(&self, name: &str) -> Option<&Value> {
+        if self.parameters.len() <= 8 {
+            self.parameters.iter().find_map(|(k, v)| (k == name).then_some(v))
         } else {
-            None
+            self.parameters.get(name)
         }
     }
 

@@ -130,7 +130,7 @@ impl ActionResult {
             error: None,
             state_changes: Map::new(),
             duration_ms: None,
-            timestamp: chrono::Utc::now(),
+            timestamp: crate::events::wall_now(),
             rolled_back: false,
             terminal: false,
             compensated: false,
