@@ -355,13 +355,15 @@ impl PermissionGate {
 
     /// Tier admission of a whole proposal: `Ok(None)` when every action may
     /// run at `granted`, else the refusal reason naming the actions and tiers.
-    /// An action whose required tier exceeds `granted` is refused unless the
-    /// ledger holds an approval of its operation; a rejected operation is
-    /// refused at any tier. (Unlike [`PermissionGate::evaluate`], a session
-    /// granted `full_access` runs `full_access` actions without a record.)
-    /// A ledger that cannot be read is an error: the caller must not run.
+    /// It admits exactly what [`PermissionGate::evaluate`] allows: an action
+    /// that `needs_approval` (its required tier exceeds `granted`, or it is
+    /// `full_access`, which always needs an approval) is refused unless the
+    /// ledger holds an approval of its operation, and a rejected operation is
+    /// refused at any tier. A ledger that cannot be read is an error: the
+    /// caller must not run.
     pub fn admit_tier(&self, actions: &[Action], granted: PermissionTier) -> crate::Result<Option<String>> {
         let mut escalated: Vec<String> = Vec::new();
+        let mut unapproved: Vec<String> = Vec::new();
         let mut rejected: Vec<String> = Vec::new();
         for d in self.evaluate_all(actions, granted)? {
             match d.decision {
@@ -374,19 +376,34 @@ impl PermissionGate {
                 Decision::NeedsApproval if d.required > granted => {
                     escalated.push(format!("`{}` requires `{}`", d.action_id, d.required));
                 }
-                Decision::NeedsApproval => {}
+                Decision::NeedsApproval => unapproved.push(format!("`{}`", d.action_id)),
             }
         }
         if !rejected.is_empty() {
             return Ok(Some(format!("refused: {}", rejected.join("; "))));
         }
-        if escalated.is_empty() {
+        let mut parts = Vec::new();
+        if !escalated.is_empty() {
+            parts.push(format!(
+                "permission tier escalated: action {} but the session is granted only `{granted}`",
+                escalated.join(", action ")
+            ));
+        }
+        if !unapproved.is_empty() {
+            parts.push(format!(
+                "approval required: action {} is `full_access`, which always needs an approval",
+                unapproved.join(", action ")
+            ));
+        }
+        if parts.is_empty() {
             return Ok(None);
         }
-        Ok(Some(format!(
-            "permission tier escalated: action {} but the session is granted only `{granted}`; raise the tier (permission.set_tier) or approve the action (permission.approve)",
-            escalated.join(", action ")
-        )))
+        let fix = if escalated.is_empty() {
+            "approve the action (permission.approve)"
+        } else {
+            "raise the tier (permission.set_tier) or approve the action (permission.approve)"
+        };
+        Ok(Some(format!("{}; {fix}", parts.join("; "))))
     }
 
     /// Records a reviewer's verdict for an action's operation.
@@ -487,9 +504,20 @@ mod tests {
         );
         let r = gate.admit_tier(&both, PermissionTier::ReadOnly).unwrap().unwrap();
         assert!(r.contains("action `r` requires `sandbox_edit`, action `d` requires `full_access`"), "{r}");
-        assert_eq!(gate.admit_tier(&both, PermissionTier::FullAccess).unwrap(), None, "granted full_access");
+        assert_eq!(
+            gate.admit_tier(&both, PermissionTier::FullAccess).unwrap().as_deref(),
+            Some(
+                "approval required: action `d` is `full_access`, which always needs an approval; approve the action (permission.approve)"
+            ),
+            "granted full_access: admits exactly what evaluate allows"
+        );
+        for granted in [PermissionTier::ReadOnly, PermissionTier::SandboxEdit, PermissionTier::FullAccess] {
+            let allowed = gate.evaluate_all(&both, granted).unwrap().iter().all(|d| d.decision == Decision::Allow);
+            assert_eq!(gate.admit_tier(&both, granted).unwrap().is_none(), allowed, "{granted}");
+        }
         gate.record(&deploy, true, "al", "ok", None).unwrap();
         assert_eq!(gate.admit_tier(&both, PermissionTier::SandboxEdit).unwrap(), None, "approved");
+        assert_eq!(gate.admit_tier(&both, PermissionTier::FullAccess).unwrap(), None, "approved, at full_access too");
         gate.record(&read, false, "bob", "no reads today", None).unwrap();
         assert_eq!(
             gate.admit_tier(&both, PermissionTier::FullAccess).unwrap().as_deref(),

@@ -676,8 +676,9 @@ def test_policies_from_the_state_root_apply_to_every_session():
         async def go():
             for _ in range(2):
                 c = await Client.connect(d.url)
-                # `rm` needs full_access; grant it so the file policy decides.
-                await c.call("permission.set_tier", {"tier": "full_access"})
+                # `rm` is full_access, which always needs an approval: approve the
+                # operation so the file policy decides.
+                await c.call("permission.approve", {"action": tool_call("x", "rm"), "reason": "policy test"})
                 await c.call("tools.register", [{"name": "rm"}])
                 res = await c.call("proposal.submit", {"proposal": proposal([tool_call("x", "rm")])})
                 assert res["results"][0]["status"] == "rejected"
@@ -774,8 +775,11 @@ def test_supervision_parks_matching_proposals_until_a_verdict():
         sub = await boss.call("supervision.subscribe", {"filter": {"tools": ["deploy"]}})
         assert sub["subscribed"] is True and sub["supervisors"] >= 1 and sub["decision_timeout_ms"] > 0
         worker = await authed()
-        # `deploy` needs full_access (the tier gate runs before supervision).
-        await worker.call("permission.set_tier", {"tier": "full_access"})
+        # `deploy` is full_access, which always needs an approval (the tier gate
+        # runs before supervision): approve the two operations used below.
+        for params in ({"env": "prod", "ref": "abc"}, {}):
+            await worker.call("permission.approve", {"action": tool_call("d", "deploy", parameters=params),
+                                                     "reason": "supervision test"})
         await worker.call("tools.register", [{"name": "deploy"}, {"name": "echo"}])
         ran = []
 
@@ -1031,10 +1035,14 @@ def test_submit_refuses_actions_above_the_session_tier_unless_approved():
         assert "granted only `read_only`" in res["results"][0]["error"]
         assert ran == []
 
-        # Granted full_access: it runs.
+        # Granted full_access: still refused, as permission.evaluate says
+        # (full_access always needs an approval).
         await c.call("permission.set_tier", {"tier": "full_access"})
+        ev = await c.call("permission.evaluate", {"proposal": proposal([deploy])})
+        assert ev["decisions"][0]["decision"] == "needs_approval"
         res = await c.call("proposal.submit", {"proposal": proposal([deploy], "p3")})
-        assert res["results"][0]["status"] == "succeeded" and ran == ["d"]
+        assert res["results"][0]["status"] == "rejected" and ran == []
+        assert "approval required: action `d` is `full_access`" in res["results"][0]["error"]
 
         # Back at sandbox_edit, an approval of the operation lets it run.
         await c.call("permission.set_tier", {"tier": "sandbox_edit"})
@@ -1044,6 +1052,9 @@ def test_submit_refuses_actions_above_the_session_tier_unless_approved():
                                                   "required_tier": "full_access", "reason": "release day"})
         assert rec["reviewer"].startswith("car-server:")
         res = await c.call("proposal.submit", {"proposal": proposal([deploy], "p4")})
+        assert res["results"][0]["status"] == "succeeded" and ran == ["d"]
+        await c.call("permission.set_tier", {"tier": "full_access"})
+        res = await c.call("proposal.submit", {"proposal": proposal([deploy], "p4b")})
         assert res["results"][0]["status"] == "succeeded" and ran == ["d", "d"]
 
         # A rejected operation is refused at any tier.
