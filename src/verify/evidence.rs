@@ -47,8 +47,8 @@ const KEY_MID: &str = "' (value set at runtime by action ";
 ///
 /// The entries are written once into a contiguous buffer, without their
 /// common prefixes (a leading `r` or `s` keeps "runtime output ..." before
-/// "state key ..."), and sorted there, which keeps the sort's memory traffic
-/// small for large proposals.
+/// "state key ..."), and ordered there by [`bytesort`](crate::bytesort),
+/// which keeps the sort's memory traffic small for large proposals.
 fn untested_regions(actions: &[Action]) -> Vec<String> {
     let mut arena = String::new();
     let mut spans: Vec<(usize, usize)> = Vec::new();
@@ -70,23 +70,27 @@ fn untested_regions(actions: &[Action]) -> Vec<String> {
             push(&mut arena, 's', k, KEY_MID, &a.id);
         }
     }
-    let text = |&(s, e): &(usize, usize)| &arena[s..e];
-    spans.sort_unstable_by(|x, y| text(x).cmp(text(y)));
-    spans.dedup_by(|x, y| text(x) == text(y));
-    spans
-        .iter()
-        .map(|span| {
-            let t = text(span);
-            let (prefix, rest) = match t.strip_prefix('r') {
-                Some(rest) => (TOOL_PREFIX, rest),
-                None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
-            };
-            let mut out = String::with_capacity(prefix.len() + rest.len());
-            out.push_str(prefix);
-            out.push_str(rest);
-            out
-        })
-        .collect()
+    let text = |j: usize| &arena.as_bytes()[spans[j].0..spans[j].1];
+    let mut out: Vec<String> = Vec::with_capacity(spans.len());
+    let mut last: Option<&[u8]> = None;
+    for j in crate::bytesort::order(spans.len(), text) {
+        let t = text(j as usize);
+        if last == Some(t) {
+            continue;
+        }
+        last = Some(t);
+        let (s, e) = spans[j as usize];
+        let t = &arena[s..e];
+        let (prefix, rest) = match t.strip_prefix('r') {
+            Some(rest) => (TOOL_PREFIX, rest),
+            None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
+        };
+        let mut line = String::with_capacity(prefix.len() + rest.len());
+        line.push_str(prefix);
+        line.push_str(rest);
+        out.push(line);
+    }
+    out
 }
 
 pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue], conflicts: usize) -> Evidence {
