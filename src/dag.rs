@@ -21,7 +21,6 @@
 //! [`Dag::writes`]). Building is linear in the total size of the proposal.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 
 use serde_json::{Map, Value};
 
@@ -114,16 +113,19 @@ impl Dag {
 /// position, so a repeat never merges two actions, and a dependency on a
 /// repeated id names its first action.
 pub fn duplicate_ids(actions: &[Action]) -> Vec<(usize, usize)> {
-    let mut first: HashMap<&str, usize> = HashMap::with_capacity(actions.len());
+    // Sorting the ids puts the actions sharing one next to each other, first
+    // action first.
+    let sorted = crate::bytesort::sort(actions.len(), |i| actions[i].id.as_bytes());
     let mut out = Vec::new();
-    for (i, a) in actions.iter().enumerate() {
-        match first.entry(a.id.as_str()) {
-            Entry::Occupied(e) => out.push((i, *e.get())),
-            Entry::Vacant(e) => {
-                e.insert(i);
-            }
+    let mut first = 0;
+    for (&i, &same) in sorted.order.iter().zip(&sorted.same) {
+        if same {
+            out.push((i as usize, first));
+        } else {
+            first = i as usize;
         }
     }
+    out.sort_unstable();
     out
 }
 
@@ -492,6 +494,25 @@ mod tests {
         let d = Dag::build(&[sw("k"), act("b", &["k"], &[], &[]), sw("k"), sw("j")]);
         assert_eq!(d.predecessors(2), &[0]);
         assert_eq!(d.levels(), &[vec![0, 1, 3], vec![2]]);
+    }
+
+    #[test]
+    fn duplicate_ids_name_the_first_action_and_keep_nodes_apart() {
+        let acts = [
+            act("a", &["x"], &[], &[]),
+            act("b", &[], &[], &[]),
+            act("a", &[], &["x"], &[]),
+            act("a", &[], &[], &["a"]),
+        ];
+        assert_eq!(duplicate_ids(&acts), vec![(2, 0), (3, 0)]);
+        assert!(duplicate_ids(&acts[..2]).is_empty());
+        assert!(duplicate_ids(&[]).is_empty());
+        // By position: the second "a" reads what the first wrote; a dependency
+        // on "a" names the first.
+        let d = Dag::build(&acts);
+        assert_eq!(d.predecessors(2), &[0]);
+        assert_eq!(d.predecessors(3), &[0]);
+        assert_eq!(d.levels(), &[vec![0, 1], vec![2, 3]]);
     }
 
     #[test]

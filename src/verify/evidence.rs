@@ -139,6 +139,16 @@ pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue
             Dp,
         ));
     }
+    if f.duplicate_ids > 0 {
+        checks.push(check(
+            "unique_action_ids",
+            true,
+            "no two actions of the proposal share an id".into(),
+            "whether two differently named actions do the same thing",
+            f.duplicate_ids,
+            Dp,
+        ));
+    }
     checks.push(check(
         "tool_existence",
         ctx.registry_supplied,

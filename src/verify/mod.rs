@@ -77,6 +77,7 @@ pub(crate) struct Findings {
     pub preconditions: u64,
     pub state_deps: u64,
     pub explicit_deps: u64,
+    pub duplicate_ids: u64,
     pub tools: u64,
     pub params: u64,
     pub compensation: u64,
@@ -311,6 +312,21 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         };
         issues.push(issue("proposal", severity, message, EvidenceTier::Heuristic));
         f.loops += 1;
+    }
+
+    // Ids must be unique within a proposal: one finding per repeated id, in
+    // order of its first action.
+    let mut firsts: Vec<usize> = crate::dag::duplicate_ids(actions).into_iter().map(|(_, first)| first).collect();
+    firsts.sort_unstable();
+    for run in firsts.chunk_by(|a, b| a == b) {
+        let id = &actions[run[0]].id;
+        let count = run.len() + 1;
+        issues.push(decided(
+            id,
+            Severity::Error,
+            format!("action id '{id}' is used by {count} actions; ids must be unique within a proposal"),
+        ));
+        f.duplicate_ids += 1;
     }
 
     // The registry: the schemas when supplied (they are the richer
