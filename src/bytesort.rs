@@ -62,12 +62,6 @@ pub(crate) fn sort<'t>(n: usize, text: impl Fn(usize) -> &'t [u8]) -> Sorted {
     Sorted { order: items.into_iter().map(|it| it as u32).collect(), same }
 }
 
-/// The indices `0..n` in the order of `text(i)` by bytes, equal strings by
-/// index (the `order` of [`sort`]).
-pub(crate) fn order<'t>(n: usize, text: impl Fn(usize) -> &'t [u8]) -> Vec<u32> {
-    sort(n, text).order
-}
-
 /// The length mark of a string with more than 8 bytes left.
 const MORE: u32 = 9;
 
@@ -77,10 +71,15 @@ const MORE: u32 = 9;
 /// a prefix of the other, so it sorts first.
 fn chunk(s: &[u8], depth: usize) -> u128 {
     let rest = s.get(depth * 8..).unwrap_or_default();
-    let take = rest.len().min(8);
-    let mut b = [0u8; 8];
-    b[..take].copy_from_slice(&rest[..take]);
-    (u128::from(u64::from_be_bytes(b)) << 64) | (u128::from(rest.len().min(MORE as usize) as u32) << 32)
+    let bytes = match rest.first_chunk::<8>() {
+        Some(b) => *b,
+        None => {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            b
+        }
+    };
+    (u128::from(u64::from_be_bytes(bytes)) << 64) | (u128::from(rest.len().min(MORE as usize) as u32) << 32)
 }
 
 #[cfg(test)]

@@ -50,8 +50,8 @@ const KEY_MID: &str = "' (value set at runtime by action ";
 /// "state key ..."), and ordered there by [`bytesort`](crate::bytesort),
 /// which keeps the sort's memory traffic small for large proposals.
 fn untested_regions(actions: &[Action]) -> Vec<String> {
-    let mut arena = String::new();
-    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut arena = String::with_capacity(actions.len() * 48);
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(actions.len() * 2);
     let mut push = |arena: &mut String, group: char, a: &str, mid: &str, b: &str| {
         let start = arena.len();
         arena.push(group);
@@ -70,15 +70,12 @@ fn untested_regions(actions: &[Action]) -> Vec<String> {
             push(&mut arena, 's', k, KEY_MID, &a.id);
         }
     }
-    let text = |j: usize| &arena.as_bytes()[spans[j].0..spans[j].1];
+    let sorted = crate::bytesort::sort(spans.len(), |j| &arena.as_bytes()[spans[j].0..spans[j].1]);
     let mut out: Vec<String> = Vec::with_capacity(spans.len());
-    let mut last: Option<&[u8]> = None;
-    for j in crate::bytesort::order(spans.len(), text) {
-        let t = text(j as usize);
-        if last == Some(t) {
+    for (&j, &same) in sorted.order.iter().zip(&sorted.same) {
+        if same {
             continue;
         }
-        last = Some(t);
         let (s, e) = spans[j as usize];
         let t = &arena[s..e];
         let (prefix, rest) = match t.strip_prefix('r') {

@@ -189,7 +189,7 @@ pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
         next: Option<usize>,
     }
     let hasher = std::collections::hash_map::RandomState::new();
-    let mut arena: Vec<u8> = Vec::new();
+    let mut arena: Vec<u8> = Vec::with_capacity(actions.len() * 24);
     let mut groups: Vec<Group<'_>> = Vec::new();
     let mut head: HashMap<u64, usize> = HashMap::with_capacity(actions.len());
     for a in actions {
