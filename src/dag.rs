@@ -18,7 +18,10 @@
 //!
 //! What an action writes, for ordering, is what the forward model applies: the
 //! keys of its `expected_effects` plus a `state_write`'s `key` parameter (see
-//! [`Dag::writes`]). Building is linear in the total size of the proposal.
+//! [`Dag::writes`]). Building gathers every key mention in one pass, orders the
+//! mentions once by their bytes ([`bytesort`](crate::bytesort)) to give each
+//! key an id, and is otherwise linear in the total size of the proposal;
+//! action ids are hashed only when some action lists `dependencies`.
 
 use std::collections::HashMap;
 
@@ -43,7 +46,6 @@ impl Dag {
     /// Builds the graph of a proposal's actions: an edge i -> j when action j
     /// lists in `state_dependencies` a key that an earlier action i writes (the
     /// most recent earlier writer), and when j lists i's id in `dependencies`.
-    /// Linear in total size.
     pub fn build(actions: &[Action]) -> Dag {
         build(actions, None).0
     }
@@ -318,7 +320,7 @@ fn build<'a>(actions: &'a [Action], initial: Option<&'a Map<String, Value>>) -> 
     let mut depth: Vec<u32> = Vec::with_capacity(n);
     let mut forward = false;
     let mut shared_writes = false;
-    for j in 0..n {
+    for (j, &sets_state) in state_write.iter().enumerate() {
         let start = preds.len();
         pred_start.push(start);
         for &k in keys.reads(j) {
@@ -333,7 +335,7 @@ fn build<'a>(actions: &'a [Action], initial: Option<&'a Map<String, Value>>) -> 
         }
         let w = keys.range(j, 2);
         let write_ids = &keys.ids[keys.writes_at..keys.initial_at][w];
-        if state_write[j] {
+        if sets_state {
             let k = write_ids[0] as usize;
             if last_state_write.is_empty() {
                 last_state_write = vec![NONE; keys.names.len()];

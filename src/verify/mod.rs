@@ -2,10 +2,14 @@
 //! `optimize` and `transaction_check`.
 //!
 //! Everything here is a pure function of its inputs and linear in the size of
-//! the proposal (plus sorting the findings): the graph comes from
-//! [`Dag`](crate::dag::Dag), repeated calls are found by hashing a canonical
-//! form of `(tool, parameters)`, and "are these two writers ordered?" is
-//! answered by [`reach`] without an all-pairs closure.
+//! the proposal (plus sorting keys and findings): the graph and the key ids
+//! come from [`Dag`](crate::dag::Dag), the walk keeps the modelled state in a
+//! vector indexed by key id (borrowing values, copying only into the final
+//! state), repeated calls are found by hashing a canonical form of `(tool,
+//! parameters)`, and "are these two writers ordered?" is answered by [`reach`]
+//! without an all-pairs closure. `examples/verify_scale.rs` and
+//! `benches/verify.rs` measure chains and wide proposals up to 100,000
+//! actions.
 //!
 //! `verify` and `simulate` walk the same layered order applying
 //! `expected_effects`, but differ on an action that cannot run (a failing
