@@ -18,11 +18,16 @@
 //!
 //! What an action writes, for ordering, is what the forward model applies: the
 //! keys of its `expected_effects` plus a `state_write`'s `key` parameter (see
-//! [`Dag::writes`]). Building is linear in the total size of the proposal.
+//! [`Dag::writes`]). Building gathers every key mention in one pass, orders the
+//! mentions once by their bytes ([`bytesort`](crate::bytesort)) to give each
+//! key an id, and is otherwise linear in the total size of the proposal;
+//! action ids are hashed only when some action lists `dependencies`.
 
 use std::collections::HashMap;
 
-use crate::ir::Action;
+use serde_json::{Map, Value};
+
+use crate::ir::{Action, Precondition};
 
 /// The dependency graph of a proposal's actions, by index into the action list.
 #[derive(Debug, Clone, Default)]
@@ -41,70 +46,15 @@ impl Dag {
     /// Builds the graph of a proposal's actions: an edge i -> j when action j
     /// lists in `state_dependencies` a key that an earlier action i writes (the
     /// most recent earlier writer), and when j lists i's id in `dependencies`.
-    /// Linear in total size.
     pub fn build(actions: &[Action]) -> Dag {
-        let n = actions.len();
-        let mut first_with_id: HashMap<&str, usize> = HashMap::new();
-        if actions.iter().any(|a| !a.dependencies.is_empty()) {
-            first_with_id.reserve(n);
-            for (i, a) in actions.iter().enumerate() {
-                first_with_id.entry(a.id.as_str()).or_insert(i);
-            }
-        }
-        // Per written key: the most recent writer (`last_writer`, for
-        // `state_dependencies`) and the most recent `state_write` of it; one
-        // map, so a `state_write` costs one lookup.
-        let mut writers: HashMap<&str, Writers> = HashMap::with_capacity(n);
-        let mut preds: Vec<usize> = Vec::with_capacity(n);
-        let mut pred_start: Vec<usize> = Vec::with_capacity(n + 1);
-        let mut unknown = Vec::new();
-        let mut shared_writes = false;
-        let mut note_write = |w: &mut Writers, j: usize| {
-            if let Some(prev) = w.last_writer.replace(j) {
-                shared_writes |= prev != j;
-            }
-        };
-        for (j, a) in actions.iter().enumerate() {
-            let start = preds.len();
-            pred_start.push(start);
-            for key in &a.state_dependencies {
-                if let Some(&Writers { last_writer: Some(i), .. }) = writers.get(key.as_str()) {
-                    preds.push(i);
-                }
-            }
-            for dep in &a.dependencies {
-                match first_with_id.get(dep.as_str()) {
-                    Some(&i) => preds.push(i),
-                    None => unknown.push((j, dep.clone())),
-                }
-            }
-            // This action's own writes are noted after its reads were looked up.
-            if let Some(key) = a.state_write_key() {
-                let w = writers.entry(key).or_default();
-                if let Some(i) = w.last_state_write.replace(j) {
-                    preds.push(i);
-                }
-                note_write(w, j);
-            }
-            let mine = &mut preds[start..];
-            if mine.len() > 1 {
-                mine.sort_unstable();
-                let mut w = 1;
-                for r in 1..mine.len() {
-                    if mine[r] != mine[w - 1] {
-                        mine[w] = mine[r];
-                        w += 1;
-                    }
-                }
-                preds.truncate(start + w);
-            }
-            for key in a.expected_effects.keys() {
-                note_write(writers.entry(key.as_str()).or_default(), j);
-            }
-        }
-        pred_start.push(preds.len());
-        let (levels, cyclic) = layer(&preds, &pred_start);
-        Dag { preds, pred_start, levels, cyclic, unknown, shared_writes }
+        build(actions, None).0
+    }
+
+    /// [`Dag::build`], also returning the state keys of the proposal and of
+    /// `initial` as small ids (see [`Keys`]), so that a walk over the graph
+    /// can keep its state in a vector.
+    pub(crate) fn build_keyed<'a>(actions: &'a [Action], initial: &'a Map<String, Value>) -> (Dag, Keys<'a>) {
+        build(actions, Some(initial))
     }
 
     /// The keys an action writes for ordering purposes: its `expected_effects`
@@ -157,11 +107,281 @@ impl Dag {
     }
 }
 
-/// The latest writers of one key while the graph is built.
-#[derive(Default, Clone, Copy)]
-struct Writers {
-    last_writer: Option<usize>,
-    last_state_write: Option<usize>,
+/// `(action index, index of the first action with the same id)` for each
+/// action whose id an earlier action already carries, in proposal order.
+///
+/// Ids are meant to be unique within a proposal; `verify` reports a repeat
+/// and the engine refuses to run a proposal with one. The graph itself is by
+/// position, so a repeat never merges two actions, and a dependency on a
+/// repeated id names its first action.
+pub fn duplicate_ids(actions: &[Action]) -> Vec<(usize, usize)> {
+    // Sorting the ids puts the actions sharing one next to each other, first
+    // action first.
+    let sorted = crate::bytesort::sort(actions.len(), |i| actions[i].id.as_bytes());
+    let mut out = Vec::new();
+    let mut first = 0;
+    for (&i, &same) in sorted.order.iter().zip(&sorted.same) {
+        if same {
+            out.push((i as usize, first));
+        } else {
+            first = i as usize;
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// `null`: the value a `state_write` without a `value` parameter writes.
+static NULL: Value = Value::Null;
+
+/// Marks "no action" in the `u32` tables below.
+const NONE: u32 = u32::MAX;
+
+/// The state keys of a proposal (and of the state it starts from), each with
+/// a small id, and per action the ids of the keys it reads, tests and writes,
+/// so that a walk over the graph keeps the modelled state in a vector and
+/// never looks a key up. Built by [`Dag::build_keyed`].
+///
+/// Ids follow the byte order of the key names, so a walk's final state comes
+/// out sorted by key. They are found by sorting every mention of a key
+/// ([`bytesort`](crate::bytesort)) rather than by hashing each one into a
+/// table, which keeps the memory traffic sequential for large proposals.
+#[derive(Debug, Default)]
+pub(crate) struct Keys<'a> {
+    /// Key names by id, ascending.
+    names: Vec<&'a str>,
+    /// Key ids of every mention: all actions' reads (`state_dependencies`),
+    /// then all their tests (`preconditions`' keys), then all their writes,
+    /// then the initial state's keys. An action's writes are in the order
+    /// they are applied: a `state_write`'s `key`, then the `expected_effects`
+    /// keys (so an effect on the same key wins).
+    ids: Vec<u32>,
+    /// Where the tests, the writes and the initial keys start in `ids`.
+    tests_at: usize,
+    writes_at: usize,
+    initial_at: usize,
+    /// Per action, where its reads, tests and writes end, each counted from
+    /// the start of its group.
+    ends: Vec<[u32; 3]>,
+    /// The preconditions, in parallel with the tests.
+    conditions: Vec<&'a Precondition>,
+    /// The values written, in parallel with the writes.
+    values: Vec<&'a Value>,
+    /// The initial state's values, in parallel with its keys.
+    initial: Vec<&'a Value>,
+    /// Per action, the actions its `dependencies` name, in order (the first
+    /// action carrying each id), without the unknown ids (the graph records
+    /// those): `deps[dep_start[i]..dep_start[i + 1]]`. Empty when no action
+    /// has explicit dependencies.
+    deps: Vec<u32>,
+    dep_start: Vec<u32>,
+}
+
+impl<'a> Keys<'a> {
+    /// The key names, by id (ascending).
+    pub(crate) fn names(&self) -> &[&'a str] {
+        &self.names
+    }
+
+    /// Action `i`'s range in group `g` (0 reads, 1 tests, 2 writes), counted
+    /// from the start of the group.
+    fn range(&self, i: usize, g: usize) -> std::ops::Range<usize> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1][g] as usize };
+        start..self.ends[i][g] as usize
+    }
+
+    /// Ids of action `i`'s `state_dependencies`, in order.
+    pub(crate) fn reads(&self, i: usize) -> &[u32] {
+        &self.ids[self.range(i, 0)]
+    }
+
+    /// Action `i`'s `preconditions` with the ids of their keys, in order.
+    pub(crate) fn tests(&self, i: usize) -> impl Iterator<Item = (&'a Precondition, u32)> + '_ {
+        let r = self.range(i, 1);
+        let ids = &self.ids[self.tests_at..self.writes_at][r.clone()];
+        self.conditions[r].iter().copied().zip(ids.iter().copied())
+    }
+
+    /// The modelled effects of action `i` in the order they are applied:
+    /// `(key id, value)` for a `state_write`'s `key` parameter (its `value`
+    /// parameter, `null` when absent), then for each `expected_effects` entry.
+    pub(crate) fn effects(&self, i: usize) -> impl Iterator<Item = (u32, &'a Value)> + '_ {
+        let r = self.range(i, 2);
+        let ids = &self.ids[self.writes_at..self.initial_at][r.clone()];
+        ids.iter().copied().zip(self.values[r].iter().copied())
+    }
+
+    /// The initial state as `(key id, value)`.
+    pub(crate) fn initial(&self) -> impl Iterator<Item = (u32, &'a Value)> + '_ {
+        self.ids[self.initial_at..].iter().copied().zip(self.initial.iter().copied())
+    }
+
+    /// The actions action `i` names in `dependencies` (the first action
+    /// carrying each id), without the unknown ids.
+    pub(crate) fn deps(&self, i: usize) -> &[u32] {
+        match (self.dep_start.get(i), self.dep_start.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.deps[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+}
+
+/// Builds the graph and the [`Keys`] of `actions` and `initial`.
+///
+/// One pass over the actions gathers every key mention; sorting the mentions
+/// gives the key ids; a second pass over the gathered ids (not the actions)
+/// gives the edges. Action ids are hashed only when some action lists
+/// explicit `dependencies`.
+fn build<'a>(actions: &'a [Action], initial: Option<&'a Map<String, Value>>) -> (Dag, Keys<'a>) {
+    let n = actions.len();
+    let mut reads: Vec<&str> = Vec::new();
+    let mut tests: Vec<&str> = Vec::new();
+    let mut writes: Vec<&str> = Vec::with_capacity(n);
+    let mut keys = Keys { values: Vec::with_capacity(n), ends: Vec::with_capacity(n), ..Keys::default() };
+    // Per action: does its first write come from a `state_write`'s key?
+    let mut state_write = vec![false; n];
+    let mut any_deps = false;
+    for (i, a) in actions.iter().enumerate() {
+        reads.extend(a.state_dependencies.iter().map(String::as_str));
+        for pc in &a.preconditions {
+            tests.push(&pc.key);
+            keys.conditions.push(pc);
+        }
+        if let Some(key) = a.state_write_key() {
+            writes.push(key);
+            keys.values.push(a.parameters.get("value").unwrap_or(&NULL));
+            state_write[i] = true;
+        }
+        for (key, value) in &a.expected_effects {
+            writes.push(key);
+            keys.values.push(value);
+        }
+        keys.ends.push([reads.len() as u32, tests.len() as u32, writes.len() as u32]);
+        any_deps |= !a.dependencies.is_empty();
+    }
+    let initial_keys: Vec<&str> = initial.map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+    keys.initial = initial.map(|m| m.values().collect()).unwrap_or_default();
+    keys.tests_at = reads.len();
+    keys.writes_at = keys.tests_at + tests.len();
+    keys.initial_at = keys.writes_at + writes.len();
+    let total = keys.initial_at + initial_keys.len();
+    let key = |m: usize| -> &str {
+        if m < keys.tests_at {
+            reads[m]
+        } else if m < keys.writes_at {
+            tests[m - keys.tests_at]
+        } else if m < keys.initial_at {
+            writes[m - keys.writes_at]
+        } else {
+            initial_keys[m - keys.initial_at]
+        }
+    };
+    let sorted = crate::bytesort::sort(total, |m| key(m).as_bytes());
+    let mut ids = vec![0u32; total];
+    let mut names: Vec<&str> = Vec::new();
+    for (&m, &same) in sorted.order.iter().zip(&sorted.same) {
+        if !same {
+            names.push(key(m as usize));
+        }
+        ids[m as usize] = names.len() as u32 - 1;
+    }
+    drop(sorted);
+    keys.names = names;
+    keys.ids = ids;
+
+    // Explicit dependencies, resolved to the first action carrying each id.
+    let mut unknown = Vec::new();
+    if any_deps {
+        let mut first: HashMap<&str, u32> = HashMap::with_capacity(n);
+        for (i, a) in actions.iter().enumerate() {
+            first.entry(a.id.as_str()).or_insert(i as u32);
+        }
+        keys.dep_start.reserve(n + 1);
+        keys.dep_start.push(0);
+        for (j, a) in actions.iter().enumerate() {
+            for dep in &a.dependencies {
+                match first.get(dep.as_str()) {
+                    Some(&i) => keys.deps.push(i),
+                    None => unknown.push((j, dep.clone())),
+                }
+            }
+            keys.dep_start.push(keys.deps.len() as u32);
+        }
+    }
+
+    // By key id: the most recent writer so far, and the most recent
+    // `state_write` of the key.
+    let mut last_writer: Vec<u32> = vec![NONE; keys.names.len()];
+    let mut last_state_write: Vec<u32> = Vec::new();
+    let mut preds: Vec<usize> = Vec::new();
+    let mut pred_start: Vec<usize> = Vec::with_capacity(n + 1);
+    // Depth of each action while every edge points backwards (then the
+    // levels need no second pass); a forward edge needs Kahn's algorithm.
+    let mut depth: Vec<u32> = Vec::with_capacity(n);
+    let mut forward = false;
+    let mut shared_writes = false;
+    for (j, &sets_state) in state_write.iter().enumerate() {
+        let start = preds.len();
+        pred_start.push(start);
+        for &k in keys.reads(j) {
+            let i = last_writer[k as usize];
+            if i != NONE {
+                preds.push(i as usize);
+            }
+        }
+        for &i in keys.deps(j) {
+            forward |= i as usize >= j;
+            preds.push(i as usize);
+        }
+        let w = keys.range(j, 2);
+        let write_ids = &keys.ids[keys.writes_at..keys.initial_at][w];
+        if sets_state {
+            let k = write_ids[0] as usize;
+            if last_state_write.is_empty() {
+                last_state_write = vec![NONE; keys.names.len()];
+            }
+            let prev = std::mem::replace(&mut last_state_write[k], j as u32);
+            if prev != NONE {
+                preds.push(prev as usize);
+            }
+        }
+        let mine = &mut preds[start..];
+        if mine.len() > 1 {
+            mine.sort_unstable();
+            let mut w = 1;
+            for r in 1..mine.len() {
+                if mine[r] != mine[w - 1] {
+                    mine[w] = mine[r];
+                    w += 1;
+                }
+            }
+            preds.truncate(start + w);
+        }
+        if !forward {
+            depth.push(preds[start..].iter().map(|&i| depth[i] + 1).max().unwrap_or(0));
+        }
+        for &k in write_ids {
+            let prev = std::mem::replace(&mut last_writer[k as usize], j as u32);
+            shared_writes |= prev != NONE && prev != j as u32;
+        }
+    }
+    pred_start.push(preds.len());
+    let (levels, cyclic) = if forward { layer(&preds, &pred_start) } else { (by_depth(&depth), Vec::new()) };
+    (Dag { preds, pred_start, levels, cyclic, unknown, shared_writes }, keys)
+}
+
+/// The levels of actions of known depth, each in proposal order.
+fn by_depth(depth: &[u32]) -> Vec<Vec<usize>> {
+    let Some(&max) = depth.iter().max() else { return Vec::new() };
+    let mut count = vec![0usize; max as usize + 1];
+    for &d in depth {
+        count[d as usize] += 1;
+    }
+    let mut levels: Vec<Vec<usize>> = count.into_iter().map(Vec::with_capacity).collect();
+    for (i, &d) in depth.iter().enumerate() {
+        levels[d as usize].push(i);
+    }
+    levels
 }
 
 /// Kahn's algorithm: depth of each node is 1 + the deepest predecessor; nodes
@@ -208,15 +428,8 @@ fn layer(preds: &[usize], pred_start: &[usize]) -> (Vec<Vec<usize>>, Vec<usize>)
             }
         }
     }
-    // Exact capacities: one allocation per level, none for growth.
-    let mut sizes = vec![0usize; if queue.is_empty() { 0 } else { max_depth + 1 }];
-    for i in 0..n {
-        if done[i] {
-            sizes[depth[i]] += 1;
-        }
-    }
-    let mut levels: Vec<Vec<usize>> = sizes.iter().map(|&c| Vec::with_capacity(c)).collect();
-    let mut cyclic = Vec::with_capacity(n - queue.len());
+    let mut levels: Vec<Vec<usize>> = if queue.is_empty() { Vec::new() } else { vec![Vec::new(); max_depth + 1] };
+    let mut cyclic = Vec::new();
     for i in 0..n {
         if done[i] {
             levels[depth[i]].push(i);
@@ -283,6 +496,25 @@ mod tests {
         let d = Dag::build(&[sw("k"), act("b", &["k"], &[], &[]), sw("k"), sw("j")]);
         assert_eq!(d.predecessors(2), &[0]);
         assert_eq!(d.levels(), &[vec![0, 1, 3], vec![2]]);
+    }
+
+    #[test]
+    fn duplicate_ids_name_the_first_action_and_keep_nodes_apart() {
+        let acts = [
+            act("a", &["x"], &[], &[]),
+            act("b", &[], &[], &[]),
+            act("a", &[], &["x"], &[]),
+            act("a", &[], &[], &["a"]),
+        ];
+        assert_eq!(duplicate_ids(&acts), vec![(2, 0), (3, 0)]);
+        assert!(duplicate_ids(&acts[..2]).is_empty());
+        assert!(duplicate_ids(&[]).is_empty());
+        // By position: the second "a" reads what the first wrote; a dependency
+        // on "a" names the first.
+        let d = Dag::build(&acts);
+        assert_eq!(d.predecessors(2), &[0]);
+        assert_eq!(d.predecessors(3), &[0]);
+        assert_eq!(d.levels(), &[vec![0, 1], vec![2, 3]]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+mod bytesort;
 pub mod dag;
 pub mod engine;
 pub mod error;

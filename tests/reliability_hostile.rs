@@ -218,28 +218,52 @@ fn a_hundred_thousand_actions_execute_without_a_budget() {
 // ------------------------------------------------------------------ shape
 
 #[test]
-fn duplicate_action_ids_never_crash_verify_or_the_engine() {
+fn duplicate_action_ids_are_reported_by_verify_and_refused_by_the_engine() {
     bounded(120, || {
         let text = json!({"id": "p", "actions": [
             {"id": "a", "type": "state_write", "parameters": {"key": "k", "value": 1}},
             {"id": "a", "type": "state_write", "parameters": {"key": "k", "value": 2}},
             {"id": "b", "type": "state_read", "parameters": {"key": "k"}, "dependencies": ["a"]},
+            {"id": "b", "type": "state_read", "parameters": {"key": "k"}},
+            {"id": "a", "type": "state_read", "parameters": {"key": "k"}},
         ]})
         .to_string();
-        // The spec asks ids to be unique; verify does not flag duplicates
-        // (see docs/limits.md) and the DAG resolves a dependency on a repeated
-        // id to its first occurrence. Verify and the engine must still answer.
+        // The spec asks ids to be unique within a proposal. Verify reports each
+        // repeated id once (an error, so the proposal is not valid) and still
+        // builds the graph by position: a dependency on a repeated id names
+        // its first action.
         let p = parse_proposal(&text).unwrap();
         let v = verify(&p, &VerifyOptions::default());
-        assert_eq!(v.execution_levels.iter().map(Vec::len).sum::<usize>(), 3);
+        assert!(!v.valid);
+        let dup: Vec<(&str, &str)> = v
+            .issues
+            .iter()
+            .filter(|i| i.message.starts_with("action id"))
+            .map(|i| (i.action_id.as_str(), i.message.as_str()))
+            .collect();
+        assert_eq!(
+            dup,
+            vec![
+                ("a", "action id 'a' is used by 3 actions; ids must be unique within a proposal"),
+                ("b", "action id 'b' is used by 2 actions; ids must be unique within a proposal"),
+            ]
+        );
+        assert_eq!(v.execution_levels, vec![vec!["a", "b", "a"], vec!["a", "b"]]);
+        let check = v.evidence.checks.iter().find(|c| c.name == "unique_action_ids").unwrap();
+        assert_eq!(check.findings, 2);
+
+        // The engine refuses the proposal before anything runs or is logged.
         let rt = Runtime::default();
         let ex = Arc::new(FnExecutor(|_c: ToolCall| -> Result<Value, ToolFailure> { unreachable!() }));
-        let r = tokio().block_on(rt.execute(p, ex, ExecOptions::default())).unwrap();
-        assert_eq!(r.results.len(), 3);
-        let final_statuses =
-            [ActionStatus::Succeeded, ActionStatus::Failed, ActionStatus::Rejected, ActionStatus::Skipped];
-        assert!(r.results.iter().all(|x| final_statuses.contains(&x.status)), "{:?}", r.results);
-        assert_eq!(r.results[2].output, Some(json!(2)), "the read ran after both writes");
+        let events = rt.events().count();
+        let e = tokio().block_on(rt.execute(p, ex, ExecOptions::default())).unwrap_err();
+        assert_eq!(e.code(), "invalid_document");
+        assert_eq!(
+            e.to_string(),
+            "actions[1].id: duplicate action id 'a' (also actions[0].id); ids must be unique within a proposal"
+        );
+        assert_eq!(rt.events().count(), events);
+        assert!(rt.state().snapshot(&car_runtime::state::Scope::global()).is_empty());
     });
 }
 

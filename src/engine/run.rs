@@ -100,7 +100,9 @@ fn ms(d: Duration) -> f64 {
 
 impl Runtime {
     /// Executes a proposal with the host's executor. Errors only for an
-    /// invalid execution scope; every action outcome is in the result.
+    /// invalid execution scope or a proposal in which two actions share an id
+    /// (`invalid_document`, naming the id; nothing runs and nothing is
+    /// logged); every action outcome is in the result.
     pub async fn execute(
         &self,
         proposal: ActionProposal,
@@ -108,6 +110,18 @@ impl Runtime {
         opts: ExecOptions,
     ) -> Result<ProposalResult> {
         let scope = Scope::from_option(opts.tenant.as_deref())?;
+        // Results, events and compensation refer to actions by id, so ids must
+        // be unique (agent-ir-spec: "unique within the proposal").
+        if let Some(&(i, first)) = crate::dag::duplicate_ids(&proposal.actions).first() {
+            let id = &proposal.actions[i].id;
+            return Err(crate::error::InputError::Shape {
+                path: format!("actions[{i}].id"),
+                message: format!(
+                    "duplicate action id '{id}' (also actions[{first}].id); ids must be unique within a proposal"
+                ),
+            }
+            .into());
+        }
         let start = Instant::now();
         let proposal = Arc::new(proposal);
         let pid: Arc<str> = Arc::from(proposal.id.as_str());

@@ -47,11 +47,11 @@ const KEY_MID: &str = "' (value set at runtime by action ";
 ///
 /// The entries are written once into a contiguous buffer, without their
 /// common prefixes (a leading `r` or `s` keeps "runtime output ..." before
-/// "state key ..."), and sorted there, which keeps the sort's memory traffic
-/// small for large proposals.
+/// "state key ..."), and ordered there by [`bytesort`](crate::bytesort),
+/// which keeps the sort's memory traffic small for large proposals.
 fn untested_regions(actions: &[Action]) -> Vec<String> {
-    let mut arena = String::new();
-    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut arena = String::with_capacity(actions.len() * 48);
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(actions.len() * 2);
     let mut push = |arena: &mut String, group: char, a: &str, mid: &str, b: &str| {
         let start = arena.len();
         arena.push(group);
@@ -70,23 +70,24 @@ fn untested_regions(actions: &[Action]) -> Vec<String> {
             push(&mut arena, 's', k, KEY_MID, &a.id);
         }
     }
-    let text = |&(s, e): &(usize, usize)| &arena[s..e];
-    spans.sort_unstable_by(|x, y| text(x).cmp(text(y)));
-    spans.dedup_by(|x, y| text(x) == text(y));
-    spans
-        .iter()
-        .map(|span| {
-            let t = text(span);
-            let (prefix, rest) = match t.strip_prefix('r') {
-                Some(rest) => (TOOL_PREFIX, rest),
-                None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
-            };
-            let mut out = String::with_capacity(prefix.len() + rest.len());
-            out.push_str(prefix);
-            out.push_str(rest);
-            out
-        })
-        .collect()
+    let sorted = crate::bytesort::sort(spans.len(), |j| &arena.as_bytes()[spans[j].0..spans[j].1]);
+    let mut out: Vec<String> = Vec::with_capacity(spans.len());
+    for (&j, &same) in sorted.order.iter().zip(&sorted.same) {
+        if same {
+            continue;
+        }
+        let (s, e) = spans[j as usize];
+        let t = &arena[s..e];
+        let (prefix, rest) = match t.strip_prefix('r') {
+            Some(rest) => (TOOL_PREFIX, rest),
+            None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
+        };
+        let mut line = String::with_capacity(prefix.len() + rest.len());
+        line.push_str(prefix);
+        line.push_str(rest);
+        out.push(line);
+    }
+    out
 }
 
 pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue], conflicts: usize) -> Evidence {
@@ -132,6 +133,16 @@ pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue
             "each explicit dependency names an action of this proposal and no dependency cycle exists".into(),
             "whether the declared order is the order the tools actually need",
             f.explicit_deps,
+            Dp,
+        ));
+    }
+    if f.duplicate_ids > 0 {
+        checks.push(check(
+            "unique_action_ids",
+            true,
+            "no two actions of the proposal share an id".into(),
+            "whether two differently named actions do the same thing",
+            f.duplicate_ids,
             Dp,
         ));
     }

@@ -2,10 +2,14 @@
 //! `optimize` and `transaction_check`.
 //!
 //! Everything here is a pure function of its inputs and linear in the size of
-//! the proposal (plus sorting the findings): the graph comes from
-//! [`Dag`](crate::dag::Dag), repeated calls are found by hashing a canonical
-//! form of `(tool, parameters)`, and "are these two writers ordered?" is
-//! answered by [`reach`] without an all-pairs closure.
+//! the proposal (plus sorting keys and findings): the graph and the key ids
+//! come from [`Dag`](crate::dag::Dag), the walk keeps the modelled state in a
+//! vector indexed by key id (borrowing values, copying only into the final
+//! state), repeated calls are found by hashing a canonical form of `(tool,
+//! parameters)`, and "are these two writers ordered?" is answered by [`reach`]
+//! without an all-pairs closure. `examples/verify_scale.rs` and
+//! `benches/verify.rs` measure chains and wide proposals up to 100,000
+//! actions.
 //!
 //! `verify` and `simulate` walk the same layered order applying
 //! `expected_effects`, but differ on an action that cannot run (a failing
@@ -25,7 +29,7 @@ use std::hash::BuildHasher;
 
 use serde_json::{Map, Value};
 
-use crate::dag::Dag;
+use crate::dag::{Dag, Keys};
 use crate::ir::{
     Action, ActionProposal, ActionType, Compensation, EvidenceTier, Severity, ToolSchema, VerificationIssue,
     VerificationResult, json_eq,
@@ -77,6 +81,7 @@ pub(crate) struct Findings {
     pub preconditions: u64,
     pub state_deps: u64,
     pub explicit_deps: u64,
+    pub duplicate_ids: u64,
     pub tools: u64,
     pub params: u64,
     pub compensation: u64,
@@ -91,25 +96,36 @@ fn decided(action_id: &str, severity: Severity, message: String) -> Verification
     issue(action_id, severity, message, EvidenceTier::DecisionProcedure)
 }
 
-/// A copy of the initial state with room for the effects of `actions`.
-fn start_state(initial: &Map<String, Value>, actions: &[Action]) -> Map<String, Value> {
-    let effects: usize =
-        actions.iter().map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some())).sum();
-    let mut state = Map::with_capacity(initial.len() + effects);
-    state.extend(initial.iter().map(|(k, v)| (k.clone(), v.clone())));
-    state
+/// The modelled state of the layered walk: each key's value by key id
+/// ([`Keys`]), borrowed from the initial state and the actions' effects, so
+/// nothing is copied until the final state is built.
+type Model<'a> = Vec<Option<&'a Value>>;
+
+/// The model of the initial state ([`Keys::initial`]).
+fn start_model<'a>(keys: &Keys<'a>) -> Model<'a> {
+    let mut model = vec![None; keys.names().len()];
+    for (k, v) in keys.initial() {
+        model[k as usize] = Some(v);
+    }
+    model
 }
 
-/// Applies an action's modelled effects: a `state_write` sets its `key`
-/// parameter to its `value` parameter (`null` when absent), then every
-/// `expected_effects` entry is set.
-fn apply_effects(a: &Action, state: &mut Map<String, Value>) {
-    if let Some(key) = a.state_write_key() {
-        state.insert(key.to_string(), a.parameters.get("value").cloned().unwrap_or(Value::Null));
+/// Applies action `i`'s modelled effects ([`Keys::effects`]).
+fn apply_effects<'a>(keys: &Keys<'a>, i: usize, model: &mut Model<'a>) {
+    for (k, v) in keys.effects(i) {
+        model[k as usize] = Some(v);
     }
-    for (k, v) in &a.expected_effects {
-        state.insert(k.clone(), v.clone());
+}
+
+/// The final state of a walk, keys sorted (key ids follow the names' order).
+fn final_state(keys: &Keys<'_>, model: &Model<'_>) -> Map<String, Value> {
+    let mut state = Map::with_capacity(model.iter().filter(|v| v.is_some()).count());
+    for (name, v) in keys.names().iter().zip(model) {
+        if let Some(v) = v {
+            state.insert((*name).to_string(), (*v).clone());
+        }
     }
+    state
 }
 
 /// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
@@ -177,7 +193,7 @@ pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
         next: Option<usize>,
     }
     let hasher = std::collections::hash_map::RandomState::new();
-    let mut arena: Vec<u8> = Vec::new();
+    let mut arena: Vec<u8> = Vec::with_capacity(actions.len() * 24);
     let mut groups: Vec<Group<'_>> = Vec::new();
     let mut head: HashMap<u64, usize> = HashMap::with_capacity(actions.len());
     for a in actions {
@@ -280,7 +296,7 @@ pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usiz
 pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationResult {
     let actions = &proposal.actions;
     let n = actions.len();
-    let dag = Dag::build(actions);
+    let (dag, keys) = Dag::build_keyed(actions, &opts.initial_state);
     let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
     let mut f = Findings::default();
     let mut issues: Vec<VerificationIssue> = Vec::new();
@@ -300,6 +316,21 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         };
         issues.push(issue("proposal", severity, message, EvidenceTier::Heuristic));
         f.loops += 1;
+    }
+
+    // Ids must be unique within a proposal: one finding per repeated id, in
+    // order of its first action.
+    let mut firsts: Vec<usize> = crate::dag::duplicate_ids(actions).into_iter().map(|(_, first)| first).collect();
+    firsts.sort_unstable();
+    for run in firsts.chunk_by(|a, b| a == b) {
+        let id = &actions[run[0]].id;
+        let count = run.len() + 1;
+        issues.push(decided(
+            id,
+            Severity::Error,
+            format!("action id '{id}' is used by {count} actions; ids must be unique within a proposal"),
+        ));
+        f.duplicate_ids += 1;
     }
 
     // The registry: the schemas when supplied (they are the richer
@@ -380,26 +411,27 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         }
     };
 
-    let mut state = start_state(&opts.initial_state, actions);
+    let mut model = start_model(&keys);
     for level in dag.levels() {
         for &i in level {
             let a = &actions[i];
-            for pc in &a.preconditions {
-                if !pc.evaluate(&state) {
-                    let m = precondition::failure_message(pc, state.get(&pc.key));
+            for (pc, k) in keys.tests(i) {
+                let current = model[k as usize];
+                if !pc.evaluate_value(current) {
+                    let m = precondition::failure_message(pc, current);
                     issues.push(decided(&a.id, Severity::Error, m));
                     f.preconditions += 1;
                 }
             }
-            for key in &a.state_dependencies {
-                if !state.contains_key(key) {
+            for (key, &k) in a.state_dependencies.iter().zip(keys.reads(i)) {
+                if model[k as usize].is_none() {
                     let m = format!("state dependency '{key}' not available at this point");
                     issues.push(decided(&a.id, Severity::Error, m));
                     f.state_deps += 1;
                 }
             }
             static_checks(i, a, &mut issues, &mut f);
-            apply_effects(a, &mut state);
+            apply_effects(&keys, i, &mut model);
         }
     }
     for &i in dag.cyclic() {
@@ -412,7 +444,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         f.explicit_deps += 1;
         static_checks(i, a, &mut issues, &mut f);
     }
-    state.sort_keys();
+    let state = final_state(&keys, &model);
 
     let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &dag)
         .into_iter()
@@ -449,7 +481,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
 /// names no action, or is part of a cycle) contributes nothing. Keys sorted.
 pub fn simulate(proposal: &ActionProposal, initial_state: &Map<String, Value>) -> Map<String, Value> {
     let actions = &proposal.actions;
-    let dag = Dag::build(actions);
+    let (dag, keys) = Dag::build_keyed(actions, initial_state);
     let mut blocked = vec![false; actions.len()];
     for &i in dag.cyclic() {
         blocked[i] = true;
@@ -457,32 +489,22 @@ pub fn simulate(proposal: &ActionProposal, initial_state: &Map<String, Value>) -
     for (i, _) in dag.unknown_dependencies() {
         blocked[*i] = true;
     }
-    let first_with_id: HashMap<&str, usize> = if actions.iter().any(|a| !a.dependencies.is_empty()) {
-        let mut m = HashMap::new();
-        for (i, a) in actions.iter().enumerate() {
-            m.entry(a.id.as_str()).or_insert(i);
-        }
-        m
-    } else {
-        HashMap::new()
-    };
-    let mut state = start_state(initial_state, actions);
+    let mut model = start_model(&keys);
     for level in dag.levels() {
         for &i in level {
-            let a = &actions[i];
+            // An unknown dependency already blocked the action.
             let runs = !blocked[i]
-                && a.dependencies.iter().all(|d| first_with_id.get(d.as_str()).is_some_and(|&j| !blocked[j]))
-                && a.preconditions.iter().all(|pc| pc.evaluate(&state))
-                && a.state_dependencies.iter().all(|k| state.contains_key(k));
+                && keys.deps(i).iter().all(|&j| !blocked[j as usize])
+                && keys.tests(i).all(|(pc, k)| pc.evaluate_value(model[k as usize]))
+                && keys.reads(i).iter().all(|&k| model[k as usize].is_some());
             if runs {
-                apply_effects(a, &mut state);
+                apply_effects(&keys, i, &mut model);
             } else {
                 blocked[i] = true;
             }
         }
     }
-    state.sort_keys();
-    state
+    final_state(&keys, &model)
 }
 
 /// True when `simulate` gives equal final states (numbers by value) for both

@@ -1,0 +1,148 @@
+//! Ordering many strings by their bytes without a comparison sort's pointer
+//! chasing.
+//!
+//! A comparison sort of `n` strings reads two of them per comparison, about
+//! `n log n` times, each read a jump to wherever that string lives. Once the
+//! strings outgrow the caches nearly every such read misses, and the sort's
+//! time grows much faster than `n log n`. Here each string is read once per
+//! 8-byte chunk needed to tell it apart from the others: chunks are packed
+//! with the string's index into integers, sorted in one contiguous array, and
+//! only runs that tie on a chunk are sorted again on their next chunk (a most
+//! significant digit first radix sort with 8-byte digits).
+
+/// `n` strings in byte order: see [`sort`].
+pub(crate) struct Sorted {
+    /// The indices `0..n` in the order of their strings by bytes (the order
+    /// of `[u8]` and of `str`), equal strings by index.
+    pub order: Vec<u32>,
+    /// `same[p]`: the string at `order[p]` equals the one at `order[p - 1]`.
+    pub same: Vec<bool>,
+}
+
+/// Orders the `n` strings `text(0..n)` by their bytes and marks repeats.
+pub(crate) fn sort<'t>(n: usize, text: impl Fn(usize) -> &'t [u8]) -> Sorted {
+    debug_assert!(u32::try_from(n).is_ok());
+    let mut items: Vec<u128> = (0..n).map(|i| chunk(text(i), 0) | i as u128).collect();
+    let mut same = vec![false; n];
+    // (start, end, depth) of runs still to order on the chunk at `depth`. Each
+    // adjacent pair inside a run is decided when the run is sorted: distinct
+    // chunks or lengths, equal (the strings end here), or still tied (more
+    // bytes follow), in which case the tied run is sorted again one chunk on
+    // and decides its pairs then.
+    let mut todo: Vec<(usize, usize, usize)> = vec![(0, n, 0)];
+    while let Some((lo, hi, depth)) = todo.pop() {
+        let run = &mut items[lo..hi];
+        if depth > 0 {
+            for it in run.iter_mut() {
+                let i = *it as u32 as usize;
+                *it = chunk(text(i), depth) | i as u128;
+            }
+        }
+        run.sort_unstable();
+        let mut s = 0;
+        while s < run.len() {
+            let head = run[s] >> 32;
+            let mut e = s + 1;
+            while e < run.len() && run[e] >> 32 == head {
+                e += 1;
+            }
+            if e - s > 1 {
+                if head as u32 == MORE {
+                    todo.push((lo + s, lo + e, depth + 1));
+                } else {
+                    same[lo + s + 1..lo + e].fill(true);
+                }
+            }
+            if s > 0 {
+                same[lo + s] = false;
+            }
+            s = e;
+        }
+    }
+    Sorted { order: items.into_iter().map(|it| it as u32).collect(), same }
+}
+
+/// The length mark of a string with more than 8 bytes left.
+const MORE: u32 = 9;
+
+/// Bytes `8 * depth ..` of `s` as a sort key: the next 8 bytes (zero padded)
+/// in the top 64 bits, then how many bytes are left (capped at [`MORE`]) in
+/// the next 32. With equal padded bytes, the string with fewer bytes left is
+/// a prefix of the other, so it sorts first.
+fn chunk(s: &[u8], depth: usize) -> u128 {
+    let rest = s.get(depth * 8..).unwrap_or_default();
+    let bytes = match rest.first_chunk::<8>() {
+        Some(b) => *b,
+        None => {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            b
+        }
+    };
+    (u128::from(u64::from_be_bytes(bytes)) << 64) | (u128::from(rest.len().min(MORE as usize) as u32) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(strings: &[&[u8]]) {
+        let got = sort(strings.len(), |i| strings[i]);
+        let mut want: Vec<u32> = (0..strings.len() as u32).collect();
+        want.sort_by(|&a, &b| strings[a as usize].cmp(strings[b as usize]).then(a.cmp(&b)));
+        assert_eq!(got.order, want, "{strings:?}");
+        let same: Vec<bool> =
+            (0..want.len()).map(|p| p > 0 && strings[want[p] as usize] == strings[want[p - 1] as usize]).collect();
+        assert_eq!(got.same, same, "{strings:?}");
+    }
+
+    #[test]
+    fn orders_like_byte_comparison() {
+        check(&[]);
+        check(&[b"b", b"a"]);
+        check(&[b"k10", b"k2", b"k1", b"k", b"", b"k\0", b"k\0\0", b"k\0a", b"K"]);
+        // Ties over several chunks, prefixes at and around chunk boundaries,
+        // zero bytes that only the length tells apart, and repeats.
+        let base = b"xxxxxxxxyyyyyyyyzzzzzzzz";
+        let mut owned: Vec<Vec<u8>> = Vec::new();
+        for cut in 0..=base.len() {
+            owned.push(base[..cut].to_vec());
+            let mut z = base[..cut].to_vec();
+            z.push(0);
+            owned.push(z.clone());
+            z.push(0);
+            owned.push(z);
+            let mut hi = base[..cut].to_vec();
+            hi.push(0xff);
+            owned.push(hi);
+        }
+        owned.extend(owned.clone());
+        owned.push("é".as_bytes().to_vec());
+        owned.reverse();
+        let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        check(&refs);
+    }
+
+    #[test]
+    fn orders_generated_strings() {
+        // A small generator: strings over a three-letter alphabet with a shared
+        // prefix of random length, so ties reach several chunks deep.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut owned = Vec::new();
+        for _ in 0..2000 {
+            let mut s = vec![b'p'; (next() % 20) as usize];
+            for _ in 0..next() % 6 {
+                s.push([0u8, b'a', b'b'][(next() % 3) as usize]);
+            }
+            owned.push(s);
+        }
+        let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        check(&refs);
+    }
+}
