@@ -310,14 +310,27 @@ impl PermissionGate {
             Some(l) => l.latest_all()?,
             None => HashMap::new(),
         };
-        Ok(actions
+        Ok(self.evaluate_with(actions, granted, &latest))
+    }
+
+    /// [`Self::evaluate_all`] against `latest`, the latest record of every
+    /// fingerprint (as [`ApprovalLedger::latest_all`] reads it), for callers
+    /// that hold the ledger's contents already; this gate's own ledger is
+    /// not read.
+    pub fn evaluate_with(
+        &self,
+        actions: &[Action],
+        granted: PermissionTier,
+        latest: &HashMap<String, ApprovalRecord>,
+    ) -> Vec<PermissionDecision> {
+        actions
             .iter()
             .map(|a| {
                 let fp = fingerprint(a);
                 let record = latest.get(&fp);
                 self.decide(a, fp, record, granted)
             })
-            .collect())
+            .collect()
     }
 
     fn decide(
@@ -361,9 +374,23 @@ impl PermissionGate {
     /// granted `full_access` runs `full_access` actions without a record.)
     /// A ledger that cannot be read is an error: the caller must not run.
     pub fn admit_tier(&self, actions: &[Action], granted: PermissionTier) -> crate::Result<Option<String>> {
+        Ok(Self::tier_refusal(self.evaluate_all(actions, granted)?, granted))
+    }
+
+    /// [`Self::admit_tier`] against `latest` (see [`Self::evaluate_with`]).
+    pub fn admit_tier_with(
+        &self,
+        actions: &[Action],
+        granted: PermissionTier,
+        latest: &HashMap<String, ApprovalRecord>,
+    ) -> Option<String> {
+        Self::tier_refusal(self.evaluate_with(actions, granted, latest), granted)
+    }
+
+    fn tier_refusal(decisions: Vec<PermissionDecision>, granted: PermissionTier) -> Option<String> {
         let mut escalated: Vec<String> = Vec::new();
         let mut rejected: Vec<String> = Vec::new();
-        for d in self.evaluate_all(actions, granted)? {
+        for d in decisions {
             match d.decision {
                 Decision::Allow => {}
                 Decision::Deny => rejected.push(format!(
@@ -378,15 +405,15 @@ impl PermissionGate {
             }
         }
         if !rejected.is_empty() {
-            return Ok(Some(format!("refused: {}", rejected.join("; "))));
+            return Some(format!("refused: {}", rejected.join("; ")));
         }
         if escalated.is_empty() {
-            return Ok(None);
+            return None;
         }
-        Ok(Some(format!(
+        Some(format!(
             "permission tier escalated: action {} but the session is granted only `{granted}`; raise the tier (permission.set_tier) or approve the action (permission.approve)",
             escalated.join(", action ")
-        )))
+        ))
     }
 
     /// Records a reviewer's verdict for an action's operation.
