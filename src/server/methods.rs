@@ -483,11 +483,8 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
     let Submission { proposal, session, scope, .. } = sub;
     let session = session.as_deref();
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
-    let out = conn
-        .rt
-        .execute_parsed(proposal, executor, session, scope.as_deref())
-        .await
-        .map_err(in_param("proposal"))?;
+    let out =
+        conn.rt.execute_parsed(proposal, executor, session, scope.as_deref()).await.map_err(in_param("proposal"))?;
     if out.results.iter().any(|r| r.terminal) {
         conn.halted.store(true, Ordering::SeqCst);
     }
