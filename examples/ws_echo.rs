@@ -10,7 +10,6 @@
 
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 fn main() -> std::io::Result<()> {
@@ -30,14 +29,11 @@ fn main() -> std::io::Result<()> {
                     return;
                 };
                 while let Some(Ok(m)) = ws.next().await {
-                    match m {
-                        Message::Text(_) | Message::Binary(_) => {
-                            if ws.send(m).await.is_err() {
-                                break;
-                            }
-                        }
-                        Message::Close(_) => break,
-                        _ => {}
+                    if m.is_close() {
+                        break;
+                    }
+                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                        break;
                     }
                 }
             });
