@@ -18,8 +18,8 @@ waiting call's future by id):
   it resolves the daemon's results) and timing each until it is back. The
   loaded echo runs just before and just after the loaded submits; their p50
   is over both.
-* unloaded: the same on one connection with nothing else running (300
-  submits, 500 echoes), plus for reference the daemon's own WebSocket
+* unloaded: the same on one connection with nothing else running, 500
+  submits and 500 echoes interleaved one by one, plus for reference the daemon's own WebSocket
   Ping -> Pong (answered inside tungstenite, and on the client side inside
   the websockets library: no JSON and no reader hop on either side) and a
   trivial JSON-RPC call (`state.exists`).
@@ -165,8 +165,10 @@ async def main(args):
         pings, calls = await reference_round_trips(probe)
         await probe.call("events.clear")
         echo_probe = await Client.connect(echo_url, ping_interval=None)
-        solo_echo = [await one_echo(echo_probe, i) for i in range(500)]
-        solo = [(await one_proposal(probe, i))[0] for i in range(300)]
+        solo_echo, solo = [], []
+        for i in range(500):  # interleaved, so both see the same conditions
+            solo_echo.append(await one_echo(echo_probe, i))
+            solo.append((await one_proposal(probe, i))[0])
 
         n, m = args.connections, args.proposals
         echoers = [await Client.connect(echo_url, ping_interval=None) for _ in range(n)]
