@@ -1,18 +1,42 @@
 #!/usr/bin/env python3
 """Load benchmark for car-server (not a test).
 
-N concurrent connections each submit M one-tool proposals whose tool runs in
-this client (a `tools.execute` callback). Reports proposals per second and
-p50 / p99 submit latency, next to two round trips measured in the same run
-against the same daemon: a raw WebSocket echo (Ping -> Pong, no JSON-RPC) and a
-trivial JSON-RPC call (`state.exists`). Checks that nothing is lost: every
-proposal answered and succeeded, every event logged.
+What it measures, all in one run and through one client code path
+(tests/server/client.py: a frame is sent with `json.dumps` + `ws.send`, every
+reply is read by the client's reader task, `json.loads`-ed and handed to the
+waiting call's future by id):
+
+* submit: N connections (default 32) concurrently, each submitting M
+  (default 1000) one-tool proposals one after another; the tool runs in this
+  client (the daemon's `tools.execute` request is answered inline by the
+  reader). A submit is therefore two round trips: submit -> `tools.execute`,
+  answer -> result. Latency is from sending the submit to its result.
+* echo: the same N connections to a raw WebSocket echo server
+  (examples/ws_echo.rs: the daemon's stack, tokio + tokio-tungstenite, with no
+  JSON-RPC and no task hop), each sending M JSON text frames one after
+  another (shaped as responses, so the reader resolves them by id exactly as
+  it resolves the daemon's results) and timing each until it is back. The
+  loaded echo runs just before and just after the loaded submits; their p50
+  is over both.
+* unloaded: the same on one connection with nothing else running, 500
+  submits and 500 echoes interleaved one by one, plus for reference the daemon's own WebSocket
+  Ping -> Pong (answered inside tungstenite, and on the client side inside
+  the websockets library: no JSON and no reader hop on either side) and a
+  trivial JSON-RPC call (`state.exists`).
+
+Reports proposals per second, p50 / p99 latencies and the submit p50 over the
+echo p50 (loaded and unloaded). Checks that nothing is lost: every proposal
+answered and succeeded, every event logged. Exits non-zero on a loss.
 
 usage: benches/server_load.py [--url ws://127.0.0.1:9100] [--token T]
+                              [--echo-url ws://127.0.0.1:9101]
                               [--connections 32] [--proposals 1000]
-       With no --url it starts target/[$CARGO_BUILD_TARGET/]release/car-server
-       (else debug) itself.
-Target: p50 within 3x of the echo round trip.
+       With no --url / --echo-url it starts
+       target/[$CARGO_BUILD_TARGET/]release/car-server and
+       .../release/examples/ws_echo itself (else the debug builds):
+       cargo build --release --features server --bin car-server --example ws_echo
+Target: submit p50 within 3x of the echo p50 measured in the same run (a
+submit is two round trips, so 2x is the floor).
 """
 
 import argparse
@@ -57,7 +81,28 @@ async def one_proposal(c, i):
     return dt, ok
 
 
-async def worker(c, n, lat, failures):
+async def one_echo(c, i):
+    """One round trip to the echo server, the steps of `Client.request`: a
+    future under a fresh id, `json.dumps` + `ws.send`, and the reader
+    resolving the future when the frame (a response with that id) is back."""
+    rid = next(c.ids)
+    fut = asyncio.get_running_loop().create_future()
+    c.waiting[rid] = fut
+    t0 = time.perf_counter()
+    await c.ws.send(json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"i": i}}))
+    msg = await asyncio.wait_for(fut, 20)
+    dt = time.perf_counter() - t0
+    if msg.get("result") != {"i": i}:
+        raise RuntimeError(f"echo server answered {msg!r}")
+    return dt
+
+
+async def echo_worker(c, n, lat):
+    for i in range(n):
+        lat.append(await one_echo(c, i))
+
+
+async def submit_worker(c, n, lat, failures):
     for i in range(n):
         dt, ok = await one_proposal(c, i)
         lat.append(dt)
@@ -65,7 +110,7 @@ async def worker(c, n, lat, failures):
             failures.append(i)
 
 
-async def round_trips(c, n=500):
+async def reference_round_trips(c, n=500):
     pings, calls = [], []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -77,67 +122,76 @@ async def round_trips(c, n=500):
     return pings, calls
 
 
+def find_binary(rel):
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    triple = os.environ.get("CARGO_BUILD_TARGET", "")
+    dirs = [os.path.join(triple, p) for p in ("release", "debug")] if triple else []
+    cands = [os.path.join(root, "target", d, rel) for d in dirs + ["release", "debug"]]
+    binary = next((b for b in cands if os.path.exists(b)), None)
+    if binary is None:
+        sys.exit("build first: cargo build --release --features server --bin car-server --example ws_echo")
+    return binary
+
+
+async def start(argv, env):
+    log = tempfile.NamedTemporaryFile(delete=False)
+    proc = subprocess.Popen(argv, stderr=log, env=env)
+    for _ in range(200):
+        m = re.search(r"listening on (ws://\S+:\d+/) ", open(log.name).read())
+        if m:
+            print(f"started: {argv[0]}")
+            return proc, m.group(1)
+        await asyncio.sleep(0.05)
+    proc.kill()
+    sys.exit(f"{argv[0]} did not start: {open(log.name).read()}")
+
+
 async def main(args):
-    url, token, proc = args.url, args.token, None
-    if not url:
-        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-        triple = os.environ.get("CARGO_BUILD_TARGET", "")
-        dirs = [os.path.join(triple, p) for p in ("release", "debug")] if triple else []
-        cands = [os.path.join(root, "target", d, "car-server") for d in dirs + ["release", "debug"]]
-        binary = next((b for b in cands if os.path.exists(b)), None)
-        if binary is None:
-            sys.exit("build car-server first: cargo build --release --features server --bin car-server")
-        token = "bench-token"
-        log = tempfile.NamedTemporaryFile(delete=False)
-        env = dict(os.environ, CAR_HOME=tempfile.mkdtemp(), CAR_AUTH_TOKEN=token)
-        proc = subprocess.Popen([binary, "--port", "0"], stderr=log, env=env)
-        for _ in range(200):
-            m = re.search(r"listening on (ws://\S+:\d+/) ", open(log.name).read())
-            if m:
-                url = m.group(1)
-                break
-            await asyncio.sleep(0.05)
-        print(f"daemon: {binary}")
+    url, token, echo_url, procs = args.url, args.token, args.echo_url, []
     try:
+        if not url:
+            token = "bench-token"
+            env = dict(os.environ, CAR_HOME=tempfile.mkdtemp(), CAR_AUTH_TOKEN=token)
+            proc, url = await start([find_binary("car-server"), "--port", "0"], env)
+            procs.append(proc)
+        if not echo_url:
+            proc, echo_url = await start([find_binary(os.path.join("examples", "ws_echo"))], dict(os.environ))
+            procs.append(proc)
+
         probe = await session(url, token)
         await one_proposal(probe, -1)
         per_proposal = await probe.call("events.count")
         await probe.call("events.clear")
-        pings, calls = await round_trips(probe)
+        pings, calls = await reference_round_trips(probe)
         await probe.call("events.clear")
-        solo = []
-        for i in range(300):
+        echo_probe = await Client.connect(echo_url, ping_interval=None)
+        solo_echo, solo = [], []
+        for i in range(500):  # interleaved, so both see the same conditions
+            solo_echo.append(await one_echo(echo_probe, i))
             solo.append((await one_proposal(probe, i))[0])
 
-        clients = [await session(url, token) for _ in range(args.connections)]
-        lat, failures = [], []
-        loaded_pings = []
-        done = asyncio.Event()
-
-        async def echo_during_load():
-            while not done.is_set():
-                t = time.perf_counter()
-                await (await probe.ws.ping())
-                loaded_pings.append(time.perf_counter() - t)
-                await asyncio.sleep(0.01)
-
-        echo = asyncio.create_task(echo_during_load())
+        n, m = args.connections, args.proposals
+        echoers = [await Client.connect(echo_url, ping_interval=None) for _ in range(n)]
+        clients = [await session(url, token) for _ in range(n)]
+        loaded_echo, lat, failures = [], [], []
+        await asyncio.gather(*(echo_worker(c, m // 2, loaded_echo) for c in echoers))
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker(c, args.proposals, lat, failures) for c in clients))
+        await asyncio.gather(*(submit_worker(c, m, lat, failures) for c in clients))
         wall = time.perf_counter() - t0
-        done.set()
-        await echo
+        await asyncio.gather(*(echo_worker(c, m - m // 2, loaded_echo) for c in echoers))
         counts = [await c.call("events.count") for c in clients]
-        for c in clients + [probe]:
+        for c in clients + echoers + [probe, echo_probe]:
             await c.close()
     finally:
-        if proc:
+        for proc in procs:
             proc.terminate()
             proc.wait()
 
     total = args.connections * args.proposals
     ms = lambda s: f"{s * 1000:.3f} ms"  # noqa: E731
+    p50 = statistics.median
     report = {
+        "load_average": os.getloadavg()[0],
         "connections": args.connections,
         "proposals_per_connection": args.proposals,
         "proposals_answered": len(lat),
@@ -147,16 +201,18 @@ async def main(args):
         "events_logged_max": max(counts),
         "wall_s": round(wall, 3),
         "proposals_per_s": round(total / wall, 1),
-        "submit_p50": ms(statistics.median(lat)),
+        "submit_p50": ms(p50(lat)),
         "submit_p99": ms(pct(lat, 99)),
-        "unloaded_submit_p50": ms(statistics.median(solo)),
+        "echo_p50": ms(p50(loaded_echo)),
+        "echo_p99": ms(pct(loaded_echo, 99)),
+        "submit_p50_over_echo_p50": round(p50(lat) / p50(loaded_echo), 2),
+        "unloaded_submit_p50": ms(p50(solo)),
         "unloaded_submit_p99": ms(pct(solo, 99)),
-        "echo_rtt_p50": ms(statistics.median(pings)),
-        "echo_rtt_under_load_p50": ms(statistics.median(loaded_pings)),
-        "jsonrpc_call_rtt_p50": ms(statistics.median(calls)),
-        "two_jsonrpc_calls_over_echo": round(2 * statistics.median(calls) / statistics.median(pings), 2),
-        "loaded_submit_p50_over_loaded_echo_p50": round(statistics.median(lat) / statistics.median(loaded_pings), 2),
-        "unloaded_submit_p50_over_echo_p50": round(statistics.median(solo) / statistics.median(pings), 2),
+        "unloaded_echo_p50": ms(p50(solo_echo)),
+        "unloaded_submit_p50_over_echo_p50": round(p50(solo) / p50(solo_echo), 2),
+        "reference_daemon_ping_pong_p50": ms(p50(pings)),
+        "reference_jsonrpc_call_p50": ms(p50(calls)),
+        "unloaded_submit_p50_over_daemon_ping_pong_p50": round(p50(solo) / p50(pings), 2),
     }
     print(json.dumps(report, indent=2))
     lost = len(lat) != total or failures or any(c != per_proposal * args.proposals for c in counts)
@@ -168,6 +224,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--url")
     ap.add_argument("--token")
+    ap.add_argument("--echo-url")
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--proposals", type=int, default=1000)
     asyncio.run(main(ap.parse_args()))

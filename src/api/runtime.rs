@@ -353,6 +353,21 @@ impl CarRuntime {
         scope_json: Option<&str>,
     ) -> Result<String> {
         let proposal = crate::ir::parse_proposal(proposal_json)?;
+        let result = self.execute_parsed(proposal, executor, session_id, scope_json).await?;
+        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
+    }
+
+    /// [`Self::execute_proposal`] for a proposal already parsed (by
+    /// `crate::ir::parse_proposal`): the ProposalResult itself, for callers
+    /// (the daemon) that would otherwise parse it twice and read the result
+    /// text back.
+    pub async fn execute_parsed(
+        &self,
+        proposal: crate::ir::ActionProposal,
+        executor: Arc<dyn ToolExecutor>,
+        session_id: Option<&str>,
+        scope_json: Option<&str>,
+    ) -> Result<crate::ir::ProposalResult> {
         let scope: ExecScope = match scope_json {
             Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
             _ => ExecScope::default(),
@@ -365,8 +380,7 @@ impl CarRuntime {
             }
             None => executor,
         };
-        let result = self.rt.execute(proposal, executor, opts).await?;
-        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
+        self.rt.execute(proposal, executor, opts).await
     }
 
     /// Number of events held.

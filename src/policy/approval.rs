@@ -310,14 +310,27 @@ impl PermissionGate {
             Some(l) => l.latest_all()?,
             None => HashMap::new(),
         };
-        Ok(actions
+        Ok(self.evaluate_with(actions, granted, &latest))
+    }
+
+    /// [`Self::evaluate_all`] against `latest`, the latest record of every
+    /// fingerprint (as [`ApprovalLedger::latest_all`] reads it), for callers
+    /// that hold the ledger's contents already; this gate's own ledger is
+    /// not read.
+    pub fn evaluate_with(
+        &self,
+        actions: &[Action],
+        granted: PermissionTier,
+        latest: &HashMap<String, ApprovalRecord>,
+    ) -> Vec<PermissionDecision> {
+        actions
             .iter()
             .map(|a| {
                 let fp = fingerprint(a);
                 let record = latest.get(&fp);
                 self.decide(a, fp, record, granted)
             })
-            .collect())
+            .collect()
     }
 
     fn decide(
@@ -362,10 +375,24 @@ impl PermissionGate {
     /// refused at any tier. A ledger that cannot be read is an error: the
     /// caller must not run.
     pub fn admit_tier(&self, actions: &[Action], granted: PermissionTier) -> crate::Result<Option<String>> {
+        Ok(Self::tier_refusal(self.evaluate_all(actions, granted)?, granted))
+    }
+
+    /// [`Self::admit_tier`] against `latest` (see [`Self::evaluate_with`]).
+    pub fn admit_tier_with(
+        &self,
+        actions: &[Action],
+        granted: PermissionTier,
+        latest: &HashMap<String, ApprovalRecord>,
+    ) -> Option<String> {
+        Self::tier_refusal(self.evaluate_with(actions, granted, latest), granted)
+    }
+
+    fn tier_refusal(decisions: Vec<PermissionDecision>, granted: PermissionTier) -> Option<String> {
         let mut escalated: Vec<String> = Vec::new();
         let mut unapproved: Vec<String> = Vec::new();
         let mut rejected: Vec<String> = Vec::new();
-        for d in self.evaluate_all(actions, granted)? {
+        for d in decisions {
             match d.decision {
                 Decision::Allow => {}
                 Decision::Deny => rejected.push(format!(
@@ -380,7 +407,7 @@ impl PermissionGate {
             }
         }
         if !rejected.is_empty() {
-            return Ok(Some(format!("refused: {}", rejected.join("; "))));
+            return Some(format!("refused: {}", rejected.join("; ")));
         }
         let mut parts = Vec::new();
         if !escalated.is_empty() {
@@ -396,14 +423,14 @@ impl PermissionGate {
             ));
         }
         if parts.is_empty() {
-            return Ok(None);
+            return None;
         }
         let fix = if escalated.is_empty() {
             "approve the action (permission.approve)"
         } else {
             "raise the tier (permission.set_tier) or approve the action (permission.approve)"
         };
-        Ok(Some(format!("{}; {fix}", parts.join("; "))))
+        Some(format!("{}; {fix}", parts.join("; ")))
     }
 
     /// Records a reviewer's verdict for an action's operation.

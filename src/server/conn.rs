@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::Config;
+use super::approvals::ApprovalsCache;
 use super::auth::tokens_equal;
 use super::handshake;
 use super::rpc::{self, AUTH_REQUIRED, Frame, HANDSHAKE_REQUIRED, RpcError};
@@ -34,6 +35,8 @@ pub(crate) struct Conn {
     pub(crate) rt: CarRuntime,
     /// The daemon-wide supervision registry.
     pub(crate) supervisors: Arc<Supervisors>,
+    /// The daemon-wide read cache of the approvals ledger.
+    pub(crate) approvals: Arc<ApprovalsCache>,
     /// This connection's session id, stamped on `tools.execute`.
     pub(crate) session_id: String,
     out: mpsc::UnboundedSender<Message>,
@@ -115,6 +118,9 @@ impl Conn {
     }
 }
 
+/// The WebSocket read buffer (see `serve_connection`).
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// What the reader does with one call.
 enum Step {
     /// Answer now (or nothing for a notification).
@@ -130,12 +136,19 @@ pub(crate) async fn serve_connection(
     peer: SocketAddr,
     config: Arc<Config>,
     supervisors: Arc<Supervisors>,
+    approvals: Arc<ApprovalsCache>,
 ) {
     // The hard cap tungstenite enforces (beyond it the connection cannot be
     // kept: the frame is never read). Below it, frames over the configured
     // cap are read, refused with -32600 and the connection stays usable.
     let hard = config.max_frame_bytes.saturating_mul(4).max(1 << 20);
-    let ws_config = WebSocketConfig::default().max_message_size(Some(hard)).max_frame_size(Some(hard));
+    // tungstenite zero-fills `read_buffer_size` bytes before every socket
+    // read (128 KiB by default: a memset larger than the whole submit's
+    // work); 8 KiB fits a typical frame, and a larger frame grows the buffer.
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(hard))
+        .max_frame_size(Some(hard))
+        .read_buffer_size(READ_BUFFER_BYTES);
     let ws = match tokio_tungstenite::accept_async_with_config(stream, Some(ws_config)).await {
         Ok(ws) => ws,
         Err(e) => {
@@ -146,9 +159,23 @@ pub(crate) async fn serve_connection(
     let (mut sink, mut source) = ws.split();
     let (out, mut outbox) = mpsc::unbounded_channel::<Message>();
     let writer = tokio::spawn(async move {
-        while let Some(m) = outbox.recv().await {
-            let closing = matches!(m, Message::Close(_));
-            if sink.send(m).await.is_err() || closing {
+        // Everything already queued goes out under one flush (one write
+        // syscall under load instead of one per frame); a lone frame is
+        // flushed at once, so nothing waits for company.
+        'write: while let Some(m) = outbox.recv().await {
+            let mut next = Some(m);
+            while let Some(m) = next.take() {
+                let closing = matches!(m, Message::Close(_));
+                if sink.feed(m).await.is_err() {
+                    break 'write;
+                }
+                if closing {
+                    let _ = sink.flush().await;
+                    break 'write;
+                }
+                next = outbox.try_recv().ok();
+            }
+            if sink.flush().await.is_err() {
                 break;
             }
         }
@@ -174,6 +201,7 @@ pub(crate) async fn serve_connection(
         config: config.clone(),
         rt,
         supervisors,
+        approvals,
         session_id: format!("sess-{}", uuid::Uuid::new_v4()),
         out: out.clone(),
         pending: Mutex::new(HashMap::new()),

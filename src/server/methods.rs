@@ -420,7 +420,6 @@ fn reject_all(proposal: &ActionProposal, reason: &str) -> R {
 
 /// The params of `proposal.submit`, read once.
 struct Submission {
-    text: String,
     proposal: ActionProposal,
     session: Option<String>,
     scope: Option<String>,
@@ -436,7 +435,7 @@ impl Submission {
             Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
         };
         let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
-        Ok(Submission { text, proposal, session, scope })
+        Ok(Submission { proposal, session, scope })
     }
 }
 
@@ -449,14 +448,15 @@ fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
         Ok(t) => t,
         Err(e) => return Some(format!("refused: the session's permission tier is unreadable: {e}")),
     };
-    let mut gate = crate::policy::PermissionGate::new();
-    if let Some(l) = &conn.config.ledger_path {
-        gate = gate.with_ledger(Box::new(crate::policy::JsonlLedger::new(l.clone())));
-    }
-    match gate.admit_tier(&proposal.actions, granted) {
-        Ok(r) => r,
-        Err(e) => Some(format!("refused: the approvals ledger cannot be read: {e}")),
-    }
+    let gate = crate::policy::PermissionGate::new();
+    let latest = match &conn.config.ledger_path {
+        Some(l) => match conn.approvals.latest(l) {
+            Ok(latest) => latest,
+            Err(e) => return Some(format!("refused: the approvals ledger cannot be read: {e}")),
+        },
+        None => Default::default(),
+    };
+    gate.admit_tier_with(&proposal.actions, granted, &latest)
 }
 
 /// Admission of a submission: `Some(result)` when it is refused as a whole
@@ -477,22 +477,18 @@ async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcE
     Ok(None)
 }
 
-/// Executes an admitted submission; a terminal tool failure halts the session.
+/// Executes an admitted submission (its proposal parsed once, at
+/// [`Submission::read`]); a terminal tool failure halts the session.
 async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
-    let Submission { text, session, scope, .. } = sub;
+    let Submission { proposal, session, scope, .. } = sub;
     let session = session.as_deref();
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
     let out =
-        conn.rt.execute_proposal(&text, executor, session, scope.as_deref()).await.map_err(in_param("proposal"))?;
-    let result = parse(&out)?;
-    let terminal = result
-        .get("results")
-        .and_then(Value::as_array)
-        .is_some_and(|rs| rs.iter().any(|r| r.get("terminal").and_then(Value::as_bool) == Some(true)));
-    if terminal {
+        conn.rt.execute_parsed(proposal, executor, session, scope.as_deref()).await.map_err(in_param("proposal"))?;
+    if out.results.iter().any(|r| r.terminal) {
         conn.halted.store(true, Ordering::SeqCst);
     }
-    Ok(result)
+    serde_json::to_value(&out).map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))
 }
 
 #[cfg(test)]

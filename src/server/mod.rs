@@ -3,6 +3,7 @@
 //! Each connection is its own session (a [`crate::api::runtime::CarRuntime`]);
 //! every method is a thin call into the JSON facade. See `docs/server.md`.
 
+mod approvals;
 pub mod auth;
 pub mod cli;
 mod conn;
@@ -72,6 +73,7 @@ impl Default for Config {
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
     let supervisors = Arc::new(supervision::Supervisors::new(config.supervision_timeout));
+    let approvals = Arc::new(approvals::ApprovalsCache::default());
     let config = Arc::new(config);
     tokio::pin!(shutdown);
     loop {
@@ -79,7 +81,13 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(conn::serve_connection(stream, peer, config.clone(), supervisors.clone()));
+                    tokio::spawn(conn::serve_connection(
+                        stream,
+                        peer,
+                        config.clone(),
+                        supervisors.clone(),
+                        approvals.clone(),
+                    ));
                 }
                 Err(e) => {
                     eprintln!("car-server: accept failed: {e}");
