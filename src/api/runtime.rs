@@ -366,7 +366,7 @@ impl CarRuntime {
             None => executor,
         };
         let result = self.rt.execute(proposal, executor, opts).await?;
-        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
+        Ok(result.to_json_string())
     }
 
     /// Number of events held.
