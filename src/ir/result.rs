@@ -59,6 +59,7 @@ fn put_digits(out: &mut [u8], mut n: u32) {
 /// `None` (chrono's own path writes those).
 fn timestamp_text(t: &chrono::DateTime<chrono::Utc>) -> Option<([u8; 30], usize)> {
     use chrono::{Datelike, Timelike};
+    let t = t.naive_utc();
     let (year, nano) = (t.year(), t.nanosecond());
     if !(0..=9999).contains(&year) || nano >= 1_000_000_000 {
         return None;
@@ -114,9 +115,79 @@ mod write {
         }
     }
 
-    /// A number as serde_json writes it (itoa for integers, ryu for floats).
+    /// A number as serde_json writes it: integers in plain decimal, floats
+    /// through its `Display` (ryu, as its serializer).
     pub(super) fn number(out: &mut String, n: &serde_json::Number) {
-        let _ = write!(out, "{n}");
+        if let Some(u) = n.as_u64() {
+            uint(out, u);
+        } else if let Some(i) = n.as_i64() {
+            out.push('-');
+            uint(out, i.unsigned_abs());
+        } else {
+            let _ = write!(out, "{n}");
+        }
+    }
+
+    /// Decimal digits of `n`, without `fmt`.
+    pub(super) fn uint(out: &mut String, mut n: u64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for &b in &buf[i..] {
+            out.push(char::from(b));
+        }
+    }
+
+    /// Result timestamps as [`super::timestamp_text`] writes them; actions
+    /// finishing within the same second share the date-and-time part, so it
+    /// is rendered once per second and only the fraction per result.
+    #[derive(Default)]
+    pub(super) struct Timestamps {
+        second: Option<(i64, String)>,
+    }
+
+    impl Timestamps {
+        pub(super) fn write(&mut self, out: &mut String, t: &chrono::DateTime<chrono::Utc>) {
+            let secs = t.timestamp();
+            let nano = t.timestamp_subsec_nanos();
+            if nano < 1_000_000_000 {
+                if !matches!(&self.second, Some((s, _)) if *s == secs) {
+                    self.second = super::timestamp_text(t)
+                        .and_then(|(buf, _)| std::str::from_utf8(&buf[..19]).ok().map(|p| (secs, p.to_string())));
+                }
+                if let Some((_, prefix)) = &self.second {
+                    out.push('"');
+                    out.push_str(prefix);
+                    let (value, digits) = if nano == 0 {
+                        (0, 0)
+                    } else if nano % 1_000_000 == 0 {
+                        (nano / 1_000_000, 3)
+                    } else if nano % 1_000 == 0 {
+                        (nano / 1_000, 6)
+                    } else {
+                        (nano, 9)
+                    };
+                    if digits > 0 {
+                        out.push('.');
+                        let mut buf = [b'0'; 9];
+                        super::put_digits(&mut buf[..digits], value);
+                        for &b in &buf[..digits] {
+                            out.push(char::from(b));
+                        }
+                    }
+                    out.push_str("Z\"");
+                    return;
+                }
+            }
+            out.push_str(&serde_json::to_string(t).unwrap_or_else(|_| "null".into()));
+        }
     }
 
     /// An `f64` field: non-finite values are `null`, as in serde_json.
@@ -340,7 +411,7 @@ pub struct ProposalResult {
 
 impl ActionResult {
     /// Appends this result as JSON, exactly as its `Serialize` writes it.
-    fn write_json(&self, out: &mut String) {
+    fn write_json(&self, out: &mut String, stamps: &mut write::Timestamps) {
         out.push_str("{\"action_id\":");
         write::str(out, &self.action_id);
         out.push_str(",\"status\":\"");
@@ -361,14 +432,7 @@ impl ActionResult {
             write::f64(out, d);
         }
         out.push_str(",\"timestamp\":");
-        match timestamp_text(&self.timestamp) {
-            Some((buf, len)) => {
-                out.push('"');
-                out.push_str(std::str::from_utf8(&buf[..len]).unwrap_or_default());
-                out.push('"');
-            }
-            None => out.push_str(&serde_json::to_string(&self.timestamp).unwrap_or_else(|_| "null".into())),
-        }
+        stamps.write(out, &self.timestamp);
         if self.rolled_back {
             out.push_str(",\"rolled_back\":true");
         }
@@ -399,11 +463,12 @@ impl ProposalResult {
         out.push_str("{\"proposal_id\":");
         write::str(&mut out, &self.proposal_id);
         out.push_str(",\"results\":[");
+        let mut stamps = write::Timestamps::default();
         for (i, r) in self.results.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            r.write_json(&mut out);
+            r.write_json(&mut out, &mut stamps);
         }
         let c = &self.cost;
         let _ = write!(
@@ -534,6 +599,14 @@ mod tests {
         }
         for status in [ActionStatus::Proposed, ActionStatus::Validated, ActionStatus::Executing] {
             results.push(ActionResult::new("", status));
+        }
+        // Results within one second share the rendered date and time.
+        for (secs, nanos) in [(1_796_000_000, 0), (1_796_000_000, 5_000_000), (1_796_000_000, 123_456_000), (1_796_000_000, 1),
+            (1_796_000_001, 999_999_999), (1_796_000_000, 7), (-1, 0), (951_782_400, 120_000_000)]
+        {
+            let mut r = ActionResult::new("t", ActionStatus::Succeeded);
+            r.timestamp = DateTime::from_timestamp(secs, nanos).unwrap();
+            results.push(r);
         }
         let mut far = ActionResult::new("far", ActionStatus::Succeeded);
         far.timestamp = DateTime::from_timestamp(253_402_300_800, 7).unwrap();
