@@ -83,11 +83,13 @@ const MAX_ACTIONS_HINT: usize = 1 << 16;
 
 /// Parses a proposal from JSON text, filling every default.
 ///
-/// The `actions` list is sized up front from the number of `"type"` keys
-/// in the text (every action has one; a parameter named so only makes the
-/// estimate generous), capped by `MAX_ACTIONS_HINT`.
+/// The `actions` list is sized up front from the number of `{` in the text
+/// (every action is an object; nested objects only make the estimate
+/// generous, and the count is one vectorised pass, where searching for
+/// `"type"` cost more than the reallocations it saves), capped by
+/// `MAX_ACTIONS_HINT`.
 pub fn parse_proposal(text: &str) -> Result<ActionProposal, Error> {
-    let hint = text.matches("\"type\"").count().min(MAX_ACTIONS_HINT);
+    let hint = text.bytes().filter(|&b| b == b'{').count().min(MAX_ACTIONS_HINT);
     ACTIONS_CAPACITY.with(|c| c.set(hint));
     let parsed = from_json_str(text);
     take_actions_capacity();
@@ -114,11 +116,12 @@ mod tests {
     fn the_actions_list_is_allocated_once_at_the_estimated_size() {
         let p = parse_proposal(&proposal(1000)).unwrap();
         assert_eq!(p.actions.len(), 1000);
-        assert_eq!(p.actions.capacity(), 1000);
+        // One slot per object in the text: each action and its parameters.
+        assert_eq!(p.actions.capacity(), 2001);
         // The hint is used once: a later parse of the type directly grows as usual.
         let q: ActionProposal = serde_json::from_str(&proposal(3)).unwrap();
         assert_eq!(q.actions.len(), 3);
-        assert!(q.actions.capacity() < 1000);
+        assert!(q.actions.capacity() < 100);
         // A value knows its length.
         let v: Value = serde_json::from_str(&proposal(5)).unwrap();
         assert_eq!(parse_proposal_value(v).unwrap().actions.capacity(), 5);
