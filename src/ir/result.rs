@@ -576,7 +576,8 @@ mod tests {
     #[test]
     fn to_json_string_writes_exactly_what_serde_json_writes() {
         let odd = "quote \" backslash \\ newline \n tab \t nul \u{0} bell \u{7} del \u{7f} é 😀 </script>";
-        let mut results = vec![ActionResult::new("a", ActionStatus::Succeeded), ActionResult::new(odd, ActionStatus::Failed)];
+        let mut results =
+            vec![ActionResult::new("a", ActionStatus::Succeeded), ActionResult::new(odd, ActionStatus::Failed)];
         let mut full = ActionResult::new("w\"1", ActionStatus::Skipped);
         full.output = Some(serde_json::json!({
             "n": null, "t": true, "f": false, "i": -7, "u": 18446744073709551615u64, "x": 1.5e-7, "y": 1e300,
@@ -591,7 +592,9 @@ mod tests {
         full.compensated = true;
         full.compensation_error = Some("undo \r failed".into());
         results.push(full);
-        for (d, out) in [(f64::NAN, Value::Null), (f64::INFINITY, Value::String(String::new())), (-0.0, serde_json::json!([]))] {
+        for (d, out) in
+            [(f64::NAN, Value::Null), (f64::INFINITY, Value::String(String::new())), (-0.0, serde_json::json!([]))]
+        {
             let mut r = ActionResult::new("d", ActionStatus::Rejected);
             r.duration_ms = Some(d);
             r.output = Some(out);
@@ -601,9 +604,16 @@ mod tests {
             results.push(ActionResult::new("", status));
         }
         // Results within one second share the rendered date and time.
-        for (secs, nanos) in [(1_796_000_000, 0), (1_796_000_000, 5_000_000), (1_796_000_000, 123_456_000), (1_796_000_000, 1),
-            (1_796_000_001, 999_999_999), (1_796_000_000, 7), (-1, 0), (951_782_400, 120_000_000)]
-        {
+        for (secs, nanos) in [
+            (1_796_000_000, 0),
+            (1_796_000_000, 5_000_000),
+            (1_796_000_000, 123_456_000),
+            (1_796_000_000, 1),
+            (1_796_000_001, 999_999_999),
+            (1_796_000_000, 7),
+            (-1, 0),
+            (951_782_400, 120_000_000),
+        ] {
             let mut r = ActionResult::new("t", ActionStatus::Succeeded);
             r.timestamp = DateTime::from_timestamp(secs, nanos).unwrap();
             results.push(r);
@@ -612,8 +622,11 @@ mod tests {
         far.timestamp = DateTime::from_timestamp(253_402_300_800, 7).unwrap();
         results.push(far);
         let mut leap = ActionResult::new("leap", ActionStatus::Succeeded);
-        leap.timestamp =
-            NaiveDate::from_ymd_opt(2016, 12, 31).unwrap().and_hms_nano_opt(23, 59, 59, 1_250_000_000).unwrap().and_utc();
+        leap.timestamp = NaiveDate::from_ymd_opt(2016, 12, 31)
+            .unwrap()
+            .and_hms_nano_opt(23, 59, 59, 1_250_000_000)
+            .unwrap()
+            .and_utc();
         results.push(leap);
         for (id, results, total) in [("p1", results, 12.25), (odd, Vec::new(), f64::NAN), ("", Vec::new(), 0.0)] {
             let p = ProposalResult {
