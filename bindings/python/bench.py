@@ -8,7 +8,14 @@ warm-up), in microseconds per action, including the Python callback: wall
 time, and the calling thread's CPU time (the engine runs and the callbacks
 are served on the calling thread, so on a loaded machine this is the steadier
 measure of the binding's own cost).
-Usage: python bench.py [REPEATS]"""
+
+Every timed run gets a fresh runtime (made outside the timing): a runtime
+keeps its event log (no retention by default), so reusing one across runs
+would time a log that grows with every earlier run (and its reallocations)
+rather than the proposal. State writes therefore insert their keys; the
+`--reuse` flag times them all on one long-lived runtime instead.
+Usage: python bench.py [REPEATS] [--reuse]
+"""
 import json
 import statistics
 import sys
@@ -21,11 +28,19 @@ def noop(call_json):
     return "{}"
 
 
-def run(rt, actions, repeats):
+def runtime():
+    rt = car.CarRuntime()
+    rt.register_tool("noop")
+    return rt
+
+
+def run(rt, actions, repeats, reuse):
     text = json.dumps({"actions": actions})
     rt.execute_proposal(text, noop)  # warm-up
     wall, cpu = [], []
     for _ in range(repeats):
+        if not reuse:
+            rt = runtime()
         t0, c0 = time.perf_counter(), time.thread_time()
         out = rt.execute_proposal(text, noop)
         c1, t1 = time.thread_time(), time.perf_counter()
@@ -50,9 +65,10 @@ def fixed_cost(rt, repeats):
 
 
 def main():
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    rt = car.CarRuntime()
-    rt.register_tool("noop")
+    args = [a for a in sys.argv[1:] if a != "--reuse"]
+    reuse = "--reuse" in sys.argv[1:]
+    repeats = int(args[0]) if args else 5
+    rt = runtime()
     print(f"one-action proposal: best {fixed_cost(rt, repeats):6.2f} us per execute_proposal call")
     for n in (1_000, 10_000):
         shapes = {
@@ -66,7 +82,7 @@ def main():
             ],
         }
         for name, actions in shapes.items():
-            wall, wall_med, cpu, cpu_med = run(rt, actions, repeats)
+            wall, wall_med, cpu, cpu_med = run(rt, actions, repeats, reuse)
             print(
                 f"{n:>6} {name:<23} wall best {wall:6.2f} median {wall_med:6.2f}"
                 f" | thread CPU best {cpu:6.2f} median {cpu_med:6.2f}  us/action"

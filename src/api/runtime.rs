@@ -354,7 +354,7 @@ impl CarRuntime {
     ) -> Result<String> {
         let proposal = crate::ir::parse_proposal(proposal_json)?;
         let result = self.execute_parsed(proposal, executor, session_id, scope_json).await?;
-        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
+        Ok(result.to_json_string())
     }
 
     /// [`Self::execute_proposal`] for a proposal already parsed (by

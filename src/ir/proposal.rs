@@ -36,6 +36,7 @@ pub struct ActionProposal {
     #[serde(default = "default_source")]
     pub source: String,
     /// The actions.
+    #[serde(deserialize_with = "presized_actions")]
     pub actions: Vec<Action>,
     /// When it was produced; default now.
     #[serde(default = "now")]
@@ -43,6 +44,32 @@ pub struct ActionProposal {
     /// Freeform, passed through to the event log.
     #[serde(default)]
     pub context: Map<String, Value>,
+}
+
+/// The `actions` list, allocated once at the size [`super::parse_proposal`]
+/// estimated from the text (or the sequence's own length, when it knows it)
+/// instead of doubling from empty: an `Action` is several hundred bytes, so
+/// 10,000 of them would otherwise be copied through a dozen reallocations
+/// (and fault in twice the memory). Errors are serde's own for a `Vec`.
+fn presized_actions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Action>, D::Error> {
+    struct Actions;
+    impl<'de> serde::de::Visitor<'de> for Actions {
+        type Value = Vec<Action>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Action>, A::Error> {
+            /// At most this many slots from an untrusted length.
+            const KNOWN_CAP: usize = 4096;
+            let hint = super::parse::take_actions_capacity().max(seq.size_hint().unwrap_or(0).min(KNOWN_CAP));
+            let mut actions = Vec::with_capacity(hint);
+            while let Some(a) = seq.next_element()? {
+                actions.push(a);
+            }
+            Ok(actions)
+        }
+    }
+    d.deserialize_seq(Actions)
 }
 
 impl ActionProposal {
