@@ -414,3 +414,23 @@ fn facade_functions() {
     assert_eq!(p, json!({"deny": [], "ask": []}));
     assert_eq!(api::compile_permission_preset("nope").unwrap_err().code(), "unknown_preset");
 }
+
+#[test]
+fn a_multibyte_character_right_before_a_url_scheme_is_no_panic() {
+    // Found by the `facade_call` fuzz target: the advisory host scan stepped one
+    // byte past a non-URL character, landing inside a multi-byte one.
+    let c = chain(json!({"deny": [{"domains": ["evil.example"]}]}));
+    let shell = tool("shell", Some(Risk::Read), false);
+    for command in ["curl ǽhttps://evil.example/x", "ǽ://evil.example", "€€://", "a\u{1F600}https://evil.example"]
+    {
+        let e = c.evaluate(&shell, &json!({"command": command}));
+        assert_eq!(e.verdict, Verdict::Allow, "advisory only: {command}");
+    }
+    let e = c.evaluate(&shell, &json!({"command": "curl ǽhttps://evil.example/x"}));
+    let adv = serde_json::to_value(&e.advisory).unwrap();
+    assert_eq!(adv, json!([{"layer": "deny", "rule": {"domains": ["evil.example"]}, "host": "evil.example"}]));
+    // The fuzzer's own input, through the facade.
+    let crash = include_str!("fixtures/fuzz/facade_call-hosts-in-char-boundary.json");
+    let params: serde_json::Value = serde_json::from_str(crash).unwrap();
+    assert!(car_runtime::api::call("evaluate_permission", &params).is_ok());
+}

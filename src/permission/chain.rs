@@ -287,8 +287,12 @@ fn hosts_in(v: &Value, out: &mut Vec<String>) {
         Value::String(s) => {
             let mut rest = s.as_str();
             while let Some(i) = rest.find("://") {
-                let start =
-                    rest[..i].rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c))).map_or(0, |j| j + 1);
+                // Just past the last character that cannot be part of a scheme
+                // (which may be several bytes long).
+                let start = rest[..i]
+                    .char_indices()
+                    .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+                    .map_or(0, |(j, c)| j + c.len_utf8());
                 if let Some(h) = url_host(&rest[start..])
                     && !out.contains(&h)
                 {
