@@ -8,26 +8,13 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use car_runtime::ir::{Action, ActionProposal, Operator, Precondition};
 use car_runtime::verify::{VerifyOptions, simulate, verify};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use serde_json::{Map, json};
+use serde_json::Map;
 
-fn action(i: usize, chain: bool) -> Action {
-    let mut a = Action::tool_call(format!("tool_{}", i % 50));
-    a.id = format!("a{i}");
-    a.parameters.insert("n".into(), json!(i));
-    a.expected_effects.insert(format!("k{i}"), json!(i));
-    if chain && i > 0 {
-        a.state_dependencies.push(format!("k{}", i - 1));
-        a.preconditions.push(Precondition::new(format!("k{}", i - 1), Operator::Exists, json!(null)));
-    }
-    a
-}
-
-fn proposal(n: usize, chain: bool) -> ActionProposal {
-    ActionProposal::new((0..n).map(|i| action(i, chain)).collect())
-}
+#[path = "support/verify_shapes.rs"]
+mod verify_shapes;
+use verify_shapes::proposal;
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("verify");

@@ -16,22 +16,11 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use car_runtime::ir::{Action, ActionProposal, Operator, Precondition};
 use car_runtime::verify::{VerifyOptions, simulate, verify};
-use serde_json::{Map, json};
+use serde_json::Map;
 
-/// The same shapes as `benches/verify.rs`.
-fn action(i: usize, chain: bool) -> Action {
-    let mut a = Action::tool_call(format!("tool_{}", i % 50));
-    a.id = format!("a{i}");
-    a.parameters.insert("n".into(), json!(i));
-    a.expected_effects.insert(format!("k{i}"), json!(i));
-    if chain && i > 0 {
-        a.state_dependencies.push(format!("k{}", i - 1));
-        a.preconditions.push(Precondition::new(format!("k{}", i - 1), Operator::Exists, json!(null)));
-    }
-    a
-}
+#[path = "../benches/support/verify_shapes.rs"]
+mod verify_shapes;
 
 /// CPU time of the calling thread, in seconds (Linux); `None` elsewhere.
 #[cfg(target_os = "linux")]
@@ -73,7 +62,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let p = ActionProposal::new((0..n).map(|i| action(i, chain)).collect());
+    let p = verify_shapes::proposal(n, chain);
     let opts = VerifyOptions { max_actions: Some(n as u64), ..VerifyOptions::default() };
     let empty = Map::new();
     for _ in 0..repeats {
