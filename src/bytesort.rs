@@ -21,8 +21,28 @@ pub(crate) struct Sorted {
 
 /// Orders the `n` strings `text(0..n)` by their bytes and marks repeats.
 pub(crate) fn sort<'t>(n: usize, text: impl Fn(usize) -> &'t [u8]) -> Sorted {
+    sort_items((0..n).map(|i| item(text(i), i)).collect(), text)
+}
+
+/// String `i`'s entry in the list [`sort_items`] orders: `s` is `text(i)`.
+/// Lets a caller that reads the strings anyway build the list in the same
+/// pass.
+pub(crate) fn item(s: &[u8], i: usize) -> u128 {
+    debug_assert!(u32::try_from(i).is_ok());
+    chunk(s, 0) | i as u128
+}
+
+/// [`sort`], given `items[i] == item(text(i), i)` for each string `i`.
+pub(crate) fn sort_items<'t>(items: Vec<u128>, text: impl Fn(usize) -> &'t [u8]) -> Sorted {
+    sort_chunked(items, |i, depth| chunk(text(i), depth))
+}
+
+/// [`sort_items`] for strings that are not stored whole: `chunk_at(i,
+/// depth)` is [`parts_chunk`] of string `i`'s parts (or [`item`]'s chunk of a
+/// stored one) at `depth`.
+pub(crate) fn sort_chunked(mut items: Vec<u128>, chunk_at: impl Fn(usize, usize) -> u128) -> Sorted {
+    let n = items.len();
     debug_assert!(u32::try_from(n).is_ok());
-    let mut items: Vec<u128> = (0..n).map(|i| chunk(text(i), 0) | i as u128).collect();
     let mut same = vec![false; n];
     // (start, end, depth) of runs still to order on the chunk at `depth`. Each
     // adjacent pair inside a run is decided when the run is sorted: distinct
@@ -35,7 +55,7 @@ pub(crate) fn sort<'t>(n: usize, text: impl Fn(usize) -> &'t [u8]) -> Sorted {
         if depth > 0 {
             for it in run.iter_mut() {
                 let i = *it as u32 as usize;
-                *it = chunk(text(i), depth) | i as u128;
+                *it = chunk_at(i, depth) | i as u128;
             }
         }
         run.sort_unstable();
@@ -60,6 +80,30 @@ pub(crate) fn sort<'t>(n: usize, text: impl Fn(usize) -> &'t [u8]) -> Sorted {
         }
     }
     Sorted { order: items.into_iter().map(|it| it as u32).collect(), same }
+}
+
+/// The chunk at `depth` (see [`sort_chunked`]) of the string made of `parts`
+/// back to back, without building that string.
+pub(crate) fn parts_chunk(parts: &[&[u8]], depth: usize) -> u128 {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut skip = depth * 8;
+    let rest = total.saturating_sub(skip);
+    let mut bytes = [0u8; 8];
+    let mut filled = 0;
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        let take = (p.len() - skip).min(8 - filled);
+        bytes[filled..filled + take].copy_from_slice(&p[skip..skip + take]);
+        filled += take;
+        skip = 0;
+        if filled == 8 {
+            break;
+        }
+    }
+    (u128::from(u64::from_be_bytes(bytes)) << 64) | (u128::from(rest.min(MORE as usize) as u32) << 32)
 }
 
 /// The length mark of a string with more than 8 bytes left.
@@ -121,6 +165,21 @@ mod tests {
         owned.reverse();
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         check(&refs);
+    }
+
+    #[test]
+    fn parts_chunk_is_the_chunk_of_the_joined_parts() {
+        let pieces: [&[u8]; 6] = [b"", b"a", b"bcdefgh", b"ijklmnopq", b"' (value set at runtime by action ", b")"];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let joined = [a, b, c].concat();
+                    for depth in 0..8 {
+                        assert_eq!(parts_chunk(&[a, b, c], depth), chunk(&joined, depth), "{joined:?} at {depth}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -115,9 +115,13 @@ impl Dag {
 /// position, so a repeat never merges two actions, and a dependency on a
 /// repeated id names its first action.
 pub fn duplicate_ids(actions: &[Action]) -> Vec<(usize, usize)> {
+    duplicates(&crate::bytesort::sort(actions.len(), |i| actions[i].id.as_bytes()))
+}
+
+/// [`duplicate_ids`] from the actions' ids in byte order.
+pub(crate) fn duplicates(sorted: &crate::bytesort::Sorted) -> Vec<(usize, usize)> {
     // Sorting the ids puts the actions sharing one next to each other, first
     // action first.
-    let sorted = crate::bytesort::sort(actions.len(), |i| actions[i].id.as_bytes());
     let mut out = Vec::new();
     let mut first = 0;
     for (&i, &same) in sorted.order.iter().zip(&sorted.same) {

@@ -17,8 +17,9 @@ const UNTESTED_CAP: f64 = 0.25;
 const WARNING_PENALTY: f64 = 0.05;
 const WARNING_CAP: f64 = 0.2;
 
-pub(crate) struct Context<'a> {
-    pub actions: &'a [Action],
+pub(crate) struct Context {
+    /// Some action is a tool call.
+    pub has_tool_calls: bool,
     pub max_actions: u64,
     pub registry_supplied: bool,
     pub schemas_supplied: bool,
@@ -43,54 +44,110 @@ const KEY_PREFIX: &str = "state key '";
 const KEY_MID: &str = "' (value set at runtime by action ";
 
 /// What no static check can see: each tool call's runtime output and each
-/// state key a tool call sets. Sorted, without repeats.
+/// state key a tool call sets, gathered action by action ([`Regions::add`])
+/// and listed sorted, without repeats ([`Regions::finish`]).
 ///
-/// The entries are written once into a contiguous buffer, without their
-/// common prefixes (a leading `r` or `s` keeps "runtime output ..." before
-/// "state key ..."), and ordered there by [`bytesort`](crate::bytesort),
-/// which keeps the sort's memory traffic small for large proposals.
-fn untested_regions(actions: &[Action]) -> Vec<String> {
-    let mut arena = String::with_capacity(actions.len() * 48);
-    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(actions.len() * 2);
-    let mut push = |arena: &mut String, group: char, a: &str, mid: &str, b: &str| {
-        let start = arena.len();
-        arena.push(group);
-        arena.push_str(a);
-        arena.push_str(mid);
-        arena.push_str(b);
-        arena.push(')');
-        spans.push((start, arena.len()));
-    };
-    for a in actions {
-        if a.action_type != ActionType::ToolCall {
-            continue;
-        }
-        push(&mut arena, 'r', a.tool.as_deref().unwrap_or_default(), TOOL_MID, &a.id);
-        for k in a.expected_effects.keys() {
-            push(&mut arena, 's', k, KEY_MID, &a.id);
-        }
-    }
-    let sorted = crate::bytesort::sort(spans.len(), |j| &arena.as_bytes()[spans[j].0..spans[j].1]);
-    let mut out: Vec<String> = Vec::with_capacity(spans.len());
-    for (&j, &same) in sorted.order.iter().zip(&sorted.same) {
-        if same {
-            continue;
-        }
-        let (s, e) = spans[j as usize];
-        let t = &arena[s..e];
-        let (prefix, rest) = match t.strip_prefix('r') {
-            Some(rest) => (TOOL_PREFIX, rest),
-            None => (KEY_PREFIX, t.strip_prefix('s').unwrap_or(t)),
-        };
-        let mut line = String::with_capacity(prefix.len() + rest.len());
-        line.push_str(prefix);
-        line.push_str(rest);
-        out.push(line);
-    }
-    out
+/// Every "runtime output ..." line sorts before every "state key ..." line,
+/// so each kind is sorted on its own. Within a kind the lines differ only in
+/// the tool or key and the action id; those two are copied back to back into
+/// one buffer per kind, and [`bytesort`](crate::bytesort) orders the lines
+/// as if written out whole (reading the constant middle from the constant),
+/// which keeps the memory the sort walks small for large proposals.
+pub(crate) struct Regions {
+    tools: Lines,
+    keys: Lines,
 }
 
-pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue], conflicts: usize) -> Evidence {
+/// Lines `PREFIX + name + MID + id + ")"` of one kind: the `name` and `id`
+/// of line `j` are `text[starts[j].0..starts[j].1]` and
+/// `text[starts[j].1..starts[j + 1].0]` (the last one ending at the end).
+#[derive(Default)]
+struct Lines {
+    text: String,
+    starts: Vec<(usize, usize)>,
+}
+
+impl Lines {
+    fn with_capacity(lines: usize, bytes: usize) -> Lines {
+        Lines { text: String::with_capacity(bytes), starts: Vec::with_capacity(lines) }
+    }
+
+    fn push(&mut self, name: &str, id: &str) {
+        let start = self.text.len();
+        self.text.push_str(name);
+        self.starts.push((start, self.text.len()));
+        self.text.push_str(id);
+    }
+
+    /// Line `j`'s name and id.
+    fn parts(&self, j: usize) -> (&str, &str) {
+        let (start, mid) = self.starts[j];
+        let end = self.starts.get(j + 1).map_or(self.text.len(), |s| s.0);
+        (&self.text[start..mid], &self.text[mid..end])
+    }
+
+    /// Appends the lines, sorted and without repeats, to `out`.
+    fn finish(&self, prefix: &str, mid: &str, out: &mut Vec<String>) {
+        let items = (0..self.starts.len())
+            .map(|j| {
+                let (name, id) = self.parts(j);
+                crate::bytesort::parts_chunk(&[name.as_bytes(), mid.as_bytes(), id.as_bytes(), b")"], 0) | j as u128
+            })
+            .collect();
+        let sorted = crate::bytesort::sort_chunked(items, |j, depth| {
+            let (name, id) = self.parts(j);
+            crate::bytesort::parts_chunk(&[name.as_bytes(), mid.as_bytes(), id.as_bytes(), b")"], depth)
+        });
+        out.reserve(self.starts.len());
+        for (&j, &same) in sorted.order.iter().zip(&sorted.same) {
+            if same {
+                continue;
+            }
+            let (name, id) = self.parts(j as usize);
+            let mut line = String::with_capacity(prefix.len() + name.len() + mid.len() + id.len() + 1);
+            line.push_str(prefix);
+            line.push_str(name);
+            line.push_str(mid);
+            line.push_str(id);
+            line.push(')');
+            out.push(line);
+        }
+    }
+}
+
+impl Regions {
+    /// Room for about `n` actions.
+    pub(crate) fn with_capacity(n: usize) -> Regions {
+        Regions { tools: Lines::with_capacity(n, n * 16), keys: Lines::with_capacity(n, n * 16) }
+    }
+
+    /// Adds the regions of a tool call (other actions have none).
+    pub(crate) fn add(&mut self, a: &Action) {
+        if a.action_type != ActionType::ToolCall {
+            return;
+        }
+        self.tools.push(a.tool.as_deref().unwrap_or_default(), &a.id);
+        for k in a.expected_effects.keys() {
+            self.keys.push(k, &a.id);
+        }
+    }
+
+    /// The regions' descriptions, sorted, without repeats.
+    pub(crate) fn finish(self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.tools.finish(TOOL_PREFIX, TOOL_MID, &mut out);
+        self.keys.finish(KEY_PREFIX, KEY_MID, &mut out);
+        out
+    }
+}
+
+pub(crate) fn build(
+    ctx: &Context,
+    regions: Regions,
+    f: &Findings,
+    issues: &[VerificationIssue],
+    conflicts: usize,
+) -> Evidence {
     use EvidenceTier::{DecisionProcedure as Dp, Heuristic};
     let mut checks = vec![
         check(
@@ -187,7 +244,7 @@ pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue
         Dp,
     ));
 
-    let has_tool_calls = ctx.actions.iter().any(|a| a.action_type == ActionType::ToolCall);
+    let has_tool_calls = ctx.has_tool_calls;
     let mut assumptions = vec![
         "supplied initial-state values are accurate".to_string(),
         "tool implementations honor their declared effects and side effects".to_string(),
@@ -195,7 +252,7 @@ pub(crate) fn build(ctx: &Context<'_>, f: &Findings, issues: &[VerificationIssue
     if has_tool_calls && !ctx.schemas_supplied {
         assumptions.push("tool_call parameters are well-formed (no schemas supplied to check them)".to_string());
     }
-    let untested = untested_regions(ctx.actions);
+    let untested = regions.finish();
     let warnings = issues.iter().filter(|i| i.severity == Severity::Warning).count();
     let mut risks = Vec::new();
     if conflicts > 0 {
@@ -240,7 +297,11 @@ mod tests {
                 actions.push(a);
             }
         }
-        let got = untested_regions(&actions);
+        let mut regions = Regions::with_capacity(0);
+        for a in &actions {
+            regions.add(a);
+        }
+        let got = regions.finish();
         let mut want: Vec<String> = actions
             .iter()
             .flat_map(|a| {

@@ -179,54 +179,86 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// Groups of identical tool calls (same tool, canonically equal parameters)
-/// made at least twice: `(tool, count)` in order of each group's first call.
+/// Identical tool calls (same tool, same parameters, numbers by value),
+/// gathered call by call ([`CallGroups::add`]).
 ///
 /// Each call's canonical form is written into one shared buffer and hashed;
 /// groups with the same hash are told apart by comparing their bytes, so
 /// nothing is allocated per call.
-pub(crate) fn repeated_calls(actions: &[Action]) -> Vec<(String, usize)> {
-    struct Group<'a> {
-        tool: &'a str,
-        count: usize,
-        span: std::ops::Range<usize>,
-        next: Option<usize>,
+pub(crate) struct CallGroups<'a> {
+    hasher: std::collections::hash_map::RandomState,
+    arena: Vec<u8>,
+    groups: Vec<Group<'a>>,
+    /// The latest group of each hash; the hash is already a good one, so the
+    /// table uses it as is.
+    head: HashMap<u64, usize, std::hash::BuildHasherDefault<Prehashed>>,
+}
+
+struct Group<'a> {
+    tool: &'a str,
+    count: usize,
+    span: std::ops::Range<usize>,
+    next: Option<usize>,
+}
+
+/// A [`Hasher`](std::hash::Hasher) for keys that are hashes already.
+#[derive(Default)]
+pub(crate) struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
     }
-    let hasher = std::collections::hash_map::RandomState::new();
-    let mut arena: Vec<u8> = Vec::with_capacity(actions.len() * 24);
-    let mut groups: Vec<Group<'_>> = Vec::new();
-    let mut head: HashMap<u64, usize> = HashMap::with_capacity(actions.len());
-    for a in actions {
-        if a.action_type != ActionType::ToolCall {
-            continue;
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
         }
-        let Some(tool) = a.tool.as_deref() else { continue };
+    }
+
+    fn write_u64(&mut self, h: u64) {
+        self.0 = h;
+    }
+}
+
+impl<'a> CallGroups<'a> {
+    /// Room for about `n` calls.
+    pub(crate) fn with_capacity(n: usize) -> CallGroups<'a> {
+        CallGroups {
+            hasher: std::collections::hash_map::RandomState::new(),
+            arena: Vec::with_capacity(n * 24),
+            groups: Vec::new(),
+            head: HashMap::with_capacity_and_hasher(n, Default::default()),
+        }
+    }
+
+    /// Adds one call.
+    pub(crate) fn add(&mut self, tool: &'a str, parameters: &Map<String, Value>) {
+        let arena = &mut self.arena;
         let start = arena.len();
         arena.extend_from_slice(tool.as_bytes());
         arena.push(0);
-        canonical_map(&a.parameters, &mut arena);
-        let h = hasher.hash_one(&arena[start..]);
-        let mut at = head.get(&h).copied();
-        let mut found = None;
+        canonical_map(parameters, arena);
+        let h = self.hasher.hash_one(&arena[start..]);
+        let mut at = self.head.get(&h).copied();
         while let Some(g) = at {
-            if arena[groups[g].span.clone()] == arena[start..] {
-                found = Some(g);
-                break;
-            }
-            at = groups[g].next;
-        }
-        match found {
-            Some(g) => {
-                groups[g].count += 1;
+            let group = &mut self.groups[g];
+            if arena[group.span.clone()] == arena[start..] {
+                group.count += 1;
                 arena.truncate(start);
+                return;
             }
-            None => {
-                let next = head.insert(h, groups.len());
-                groups.push(Group { tool, count: 1, span: start..arena.len(), next });
-            }
+            at = group.next;
         }
+        let next = self.head.insert(h, self.groups.len());
+        self.groups.push(Group { tool, count: 1, span: start..arena.len(), next });
     }
-    groups.into_iter().filter(|g| g.count >= 2).map(|g| (g.tool.to_string(), g.count)).collect()
+
+    /// `(tool, count)` for each call made more than once, in order of first
+    /// occurrence.
+    pub(crate) fn repeated(self) -> Vec<(String, usize)> {
+        self.groups.into_iter().filter(|g| g.count >= 2).map(|g| (g.tool.to_string(), g.count)).collect()
+    }
 }
 
 /// Calls `f` with each key an action writes (for ordering and conflicts),
@@ -297,6 +329,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     let actions = &proposal.actions;
     let n = actions.len();
     let (dag, keys) = Dag::build_keyed(actions, &opts.initial_state);
+
     let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
     let mut f = Findings::default();
     let mut issues: Vec<VerificationIssue> = Vec::new();
@@ -308,7 +341,28 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         f.resource += 1;
     }
 
-    for (tool, count) in repeated_calls(actions) {
+    // One pass over the actions for what the checks below need from their
+    // strings, so that a proposal too large for the caches streams through
+    // them once: the tool calls (for repeats), the untested regions, the ids
+    // (for repeats) and a few flags.
+    let mut calls = CallGroups::with_capacity(n);
+    let mut regions = evidence::Regions::with_capacity(n);
+    let mut id_items: Vec<u128> = Vec::with_capacity(n);
+    let (mut has_tool_calls, mut uses_explicit_deps, mut compensation_refs) = (false, false, false);
+    for (i, a) in actions.iter().enumerate() {
+        id_items.push(crate::bytesort::item(a.id.as_bytes(), i));
+        if a.action_type == ActionType::ToolCall {
+            has_tool_calls = true;
+            if let Some(tool) = a.tool.as_deref() {
+                calls.add(tool, &a.parameters);
+            }
+            regions.add(a);
+        }
+        uses_explicit_deps |= !a.dependencies.is_empty();
+        compensation_refs |= matches!(a.compensation, Some(Compensation::ActionRef { .. }));
+    }
+
+    for (tool, count) in calls.repeated() {
         let (severity, message) = if count >= LOOP_ERROR_REPEATS {
             (Severity::Error, format!("repeated identical tool call: {tool} ({count}x) \u{2014} likely loop"))
         } else {
@@ -320,7 +374,9 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
 
     // Ids must be unique within a proposal: one finding per repeated id, in
     // order of its first action.
-    let mut firsts: Vec<usize> = crate::dag::duplicate_ids(actions).into_iter().map(|(_, first)| first).collect();
+    let ids_sorted = crate::bytesort::sort_items(id_items, |i| actions[i].id.as_bytes());
+    let mut firsts: Vec<usize> = crate::dag::duplicates(&ids_sorted).into_iter().map(|(_, first)| first).collect();
+    drop(ids_sorted);
     firsts.sort_unstable();
     for run in firsts.chunk_by(|a, b| a == b) {
         let id = &actions[run[0]].id;
@@ -342,11 +398,8 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     };
     let schemas: Option<HashMap<&str, &Value>> =
         opts.tool_schemas.as_ref().map(|ss| ss.iter().map(|s| (s.name.as_str(), &s.parameters)).collect());
-    let ids: HashSet<&str> = if actions.iter().any(|a| matches!(a.compensation, Some(Compensation::ActionRef { .. }))) {
-        actions.iter().map(|a| a.id.as_str()).collect()
-    } else {
-        HashSet::new()
-    };
+    let ids: HashSet<&str> =
+        if compensation_refs { actions.iter().map(|a| a.id.as_str()).collect() } else { HashSet::new() };
     let mut unknown_deps: HashMap<usize, Vec<&str>> = HashMap::new();
     for (i, id) in dag.unknown_dependencies() {
         unknown_deps.entry(*i).or_default().push(id.as_str());
@@ -444,6 +497,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         f.explicit_deps += 1;
         static_checks(i, a, &mut issues, &mut f);
     }
+
     let state = final_state(&keys, &model);
 
     let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &dag)
@@ -460,16 +514,16 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         .collect();
     f.conflicts = conflicts.len() as u64;
 
-    let uses_explicit_deps = actions.iter().any(|a| !a.dependencies.is_empty());
     let ctx = evidence::Context {
-        actions,
+        has_tool_calls,
         max_actions: max,
         registry_supplied: registry.is_some(),
         schemas_supplied: schemas.is_some(),
         compensation_ran: registry.is_some() || compensation_checkable,
         explicit_deps_ran: uses_explicit_deps || !dag.cyclic().is_empty(),
     };
-    let evidence = evidence::build(&ctx, &f, &issues, conflicts.len());
+    let evidence = evidence::build(&ctx, regions, &f, &issues, conflicts.len());
+
     let valid = !issues.iter().any(|i| i.severity == Severity::Error);
     let execution_levels = dag.levels().iter().map(|l| l.iter().map(|&i| actions[i].id.clone()).collect()).collect();
     VerificationResult { valid, issues, simulated_state: state, execution_levels, conflicts, evidence }
