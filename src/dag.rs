@@ -47,14 +47,25 @@ impl Dag {
     /// lists in `state_dependencies` a key that an earlier action i writes (the
     /// most recent earlier writer), and when j lists i's id in `dependencies`.
     pub fn build(actions: &[Action]) -> Dag {
-        build(actions, None).0
+        build(actions, None, |_, _| {}).0
     }
 
     /// [`Dag::build`], also returning the state keys of the proposal and of
     /// `initial` as small ids (see [`Keys`]), so that a walk over the graph
     /// can keep its state in a vector.
     pub(crate) fn build_keyed<'a>(actions: &'a [Action], initial: &'a Map<String, Value>) -> (Dag, Keys<'a>) {
-        build(actions, Some(initial))
+        build(actions, Some(initial), |_, _| {})
+    }
+
+    /// [`Dag::build_keyed`], also calling `visit(i, action)` for each action
+    /// in order, in the pass that reads it anyway: a caller that needs more
+    /// from every action reads a large proposal from memory once, not twice.
+    pub(crate) fn build_keyed_visiting<'a>(
+        actions: &'a [Action],
+        initial: &'a Map<String, Value>,
+        visit: impl FnMut(usize, &'a Action),
+    ) -> (Dag, Keys<'a>) {
+        build(actions, Some(initial), visit)
     }
 
     /// The keys an action writes for ordering purposes: its `expected_effects`
@@ -236,7 +247,11 @@ impl<'a> Keys<'a> {
 /// gives the key ids; a second pass over the gathered ids (not the actions)
 /// gives the edges. Action ids are hashed only when some action lists
 /// explicit `dependencies`.
-fn build<'a>(actions: &'a [Action], initial: Option<&'a Map<String, Value>>) -> (Dag, Keys<'a>) {
+fn build<'a>(
+    actions: &'a [Action],
+    initial: Option<&'a Map<String, Value>>,
+    mut visit: impl FnMut(usize, &'a Action),
+) -> (Dag, Keys<'a>) {
     let n = actions.len();
     let mut reads: Vec<&str> = Vec::new();
     let mut tests: Vec<&str> = Vec::new();
@@ -262,6 +277,7 @@ fn build<'a>(actions: &'a [Action], initial: Option<&'a Map<String, Value>>) -> 
         }
         keys.ends.push([reads.len() as u32, tests.len() as u32, writes.len() as u32]);
         any_deps |= !a.dependencies.is_empty();
+        visit(i, a);
     }
     let initial_keys: Vec<&str> = initial.map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
     keys.initial = initial.map(|m| m.values().collect()).unwrap_or_default();

@@ -328,28 +328,15 @@ pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usiz
 pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationResult {
     let actions = &proposal.actions;
     let n = actions.len();
-    let (dag, keys) = Dag::build_keyed(actions, &opts.initial_state);
-
-    let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
-    let mut f = Findings::default();
-    let mut issues: Vec<VerificationIssue> = Vec::new();
-
-    if n as u64 > max
-        && let Some(first) = actions.first()
-    {
-        issues.push(decided(&first.id, Severity::Warning, format!("excessive actions: {n} (limit {max})")));
-        f.resource += 1;
-    }
-
-    // One pass over the actions for what the checks below need from their
-    // strings, so that a proposal too large for the caches streams through
-    // them once: the tool calls (for repeats), the untested regions, the ids
-    // (for repeats) and a few flags.
+    // What the checks below need from every action's strings is gathered in
+    // the pass that builds the graph, so that a proposal too large for the
+    // caches streams through them once: the tool calls (for repeats), the
+    // untested regions, the ids (for repeats) and a few flags.
     let mut calls = CallGroups::with_capacity(n);
     let mut regions = evidence::Regions::with_capacity(n);
     let mut id_items: Vec<u128> = Vec::with_capacity(n);
     let (mut has_tool_calls, mut uses_explicit_deps, mut compensation_refs) = (false, false, false);
-    for (i, a) in actions.iter().enumerate() {
+    let (dag, keys) = Dag::build_keyed_visiting(actions, &opts.initial_state, |i, a| {
         id_items.push(crate::bytesort::item(a.id.as_bytes(), i));
         if a.action_type == ActionType::ToolCall {
             has_tool_calls = true;
@@ -360,6 +347,17 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         }
         uses_explicit_deps |= !a.dependencies.is_empty();
         compensation_refs |= matches!(a.compensation, Some(Compensation::ActionRef { .. }));
+    });
+
+    let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
+    let mut f = Findings::default();
+    let mut issues: Vec<VerificationIssue> = Vec::new();
+
+    if n as u64 > max
+        && let Some(first) = actions.first()
+    {
+        issues.push(decided(&first.id, Severity::Warning, format!("excessive actions: {n} (limit {max})")));
+        f.resource += 1;
     }
 
     for (tool, count) in calls.repeated() {
