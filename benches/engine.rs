@@ -4,66 +4,15 @@
 //! must not grow with proposal size). Throughput is reported in actions/s;
 //! `engine_cpu*` measure the executing thread's CPU time, `engine_wall` wall time.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use car_runtime::engine::{ExecOptions, FnExecutor, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
-use car_runtime::events::RetentionPolicy;
-use car_runtime::ir::{Action, ActionProposal, ActionType, ToolFailure};
+use car_runtime::engine::ExecOptions;
+use car_runtime::ir::ActionProposal;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use serde_json::{Value, json};
 
-fn runtime() -> (Runtime, Arc<dyn ToolExecutor>) {
-    // The log is on; retention only bounds memory across iterations.
-    let opts =
-        RuntimeOptions::default().event_retention(RetentionPolicy { max_events: Some(1_000_000), max_age_secs: None });
-    let rt = Runtime::new(opts);
-    rt.register_tool_name("noop").unwrap();
-    let ex: Arc<dyn ToolExecutor> =
-        Arc::new(FnExecutor(|_c: ToolCall| -> Result<Value, ToolFailure> { Ok(Value::Null) }));
-    (rt, ex)
-}
-
-fn independent(n: usize) -> ActionProposal {
-    ActionProposal::new(
-        (0..n)
-            .map(|i| {
-                let mut a = Action::tool_call("noop");
-                a.id = format!("a{i}");
-                a
-            })
-            .collect(),
-    )
-}
-
-fn chain(n: usize) -> ActionProposal {
-    ActionProposal::new(
-        (0..n)
-            .map(|i| {
-                let mut a = Action::tool_call("noop");
-                a.id = format!("a{i}");
-                if i > 0 {
-                    a.dependencies.push(format!("a{}", i - 1));
-                }
-                a
-            })
-            .collect(),
-    )
-}
-
-fn writes(n: usize) -> ActionProposal {
-    ActionProposal::new(
-        (0..n)
-            .map(|i| {
-                let mut a = Action::new(ActionType::StateWrite);
-                a.id = format!("w{i}");
-                a.parameters.insert("key".into(), Value::String(format!("k{i}")));
-                a.parameters.insert("value".into(), json!(i));
-                a
-            })
-            .collect(),
-    )
-}
+#[path = "support/engine_shapes.rs"]
+mod engine_shapes;
+use engine_shapes::{chain, independent, runtime, writes};
 
 /// CPU time consumed by the calling thread, from `/proc/thread-self/schedstat`
 /// (nanoseconds on CPU). The benchmark machine is shared (2 cores under other

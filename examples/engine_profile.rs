@@ -1,5 +1,6 @@
 //! A profiling harness for the engine's per-action overhead, the same
-//! workloads as `benches/engine.rs` (event log on, no-op in-process tool).
+//! workloads as `benches/engine.rs` (event log on, no-op in-process tool;
+//! both take them from `benches/support/engine_shapes.rs`).
 //!
 //! `cargo build --release --example engine_profile`, then for instruction
 //! counts that do not depend on machine load:
@@ -15,35 +16,19 @@
 //! `SIZES=1` set it also prints the sizes of the event and result types (the
 //! event log holds up to `max_events` of them).
 
-use std::sync::Arc;
+use car_runtime::engine::ExecOptions;
+use car_runtime::ir::{Action, ActionProposal};
 
-use car_runtime::engine::{ExecOptions, FnExecutor, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
-use car_runtime::events::RetentionPolicy;
-use car_runtime::ir::{Action, ActionProposal, ActionType, ToolFailure};
-use serde_json::{Value, json};
+#[path = "../benches/support/engine_shapes.rs"]
+mod engine_shapes;
 
 fn proposal(kind: &str, n: usize) -> ActionProposal {
-    let actions = (0..n)
-        .map(|i| match kind {
-            "state_write" => {
-                let mut a = Action::new(ActionType::StateWrite);
-                a.id = format!("w{i}");
-                a.parameters.insert("key".into(), Value::String(format!("k{i}")));
-                a.parameters.insert("value".into(), json!(i));
-                a
-            }
-            "independent" | "chain" => {
-                let mut a = Action::tool_call("noop");
-                a.id = format!("a{i}");
-                if kind == "chain" && i > 0 {
-                    a.dependencies.push(format!("a{}", i - 1));
-                }
-                a
-            }
-            other => panic!("unknown workload `{other}` (state_write, independent, chain)"),
-        })
-        .collect();
-    ActionProposal::new(actions)
+    match kind {
+        "state_write" => engine_shapes::writes(n),
+        "independent" => engine_shapes::independent(n),
+        "chain" => engine_shapes::chain(n),
+        other => panic!("unknown workload `{other}` (state_write, independent, chain)"),
+    }
 }
 
 fn main() {
@@ -52,12 +37,7 @@ fn main() {
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let iters: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
 
-    let opts =
-        RuntimeOptions::default().event_retention(RetentionPolicy { max_events: Some(1_000_000), max_age_secs: None });
-    let rt = Runtime::new(opts);
-    rt.register_tool_name("noop").unwrap();
-    let ex: Arc<dyn ToolExecutor> =
-        Arc::new(FnExecutor(|_c: ToolCall| -> Result<Value, ToolFailure> { Ok(Value::Null) }));
+    let (rt, ex) = engine_shapes::runtime();
     let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let p = proposal(kind, n);
     for _ in 0..iters {

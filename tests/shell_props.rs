@@ -341,9 +341,11 @@ fn pattern() -> impl Strategy<Value = String> {
     })
 }
 
-fn command() -> impl Strategy<Value = String> {
+/// Commands of one to three segments of one to four `word`s each, joined
+/// by shell separators.
+fn commands_of(word: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
     let sep = prop::sample::select(vec![" ; ", " && ", " || ", " | ", " & ", "\n"]);
-    (prop::collection::vec(prop::collection::vec(word(), 1..5), 1..4), prop::collection::vec(sep, 3)).prop_map(
+    (prop::collection::vec(prop::collection::vec(word, 1..5), 1..4), prop::collection::vec(sep, 3)).prop_map(
         |(segs, seps)| {
             let mut out = String::new();
             for (i, s) in segs.iter().enumerate() {
@@ -357,6 +359,23 @@ fn command() -> impl Strategy<Value = String> {
     )
 }
 
+fn command() -> impl Strategy<Value = String> {
+    commands_of(word())
+}
+
+/// The matcher decides `cmd` under the rules as the reference does.
+fn agrees(cmd: &str, allow: &[String], ask: &[String], deny: &[String]) -> Result<(), TestCaseError> {
+    let rules = ShellRules::new(allow, ask, deny).unwrap();
+    let got = rules.check(cmd);
+    let want = match reference::check(cmd, allow, ask, deny) {
+        reference::V::Allow => Verdict::Allow,
+        reference::V::Ask => Verdict::Ask,
+        reference::V::Deny => Verdict::Deny,
+    };
+    prop_assert_eq!(got, want, "command {:?} allow {:?} ask {:?} deny {:?}", cmd, allow, ask, deny);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
@@ -367,14 +386,7 @@ proptest! {
         ask in prop::collection::vec(pattern(), 0..2),
         deny in prop::collection::vec(pattern(), 0..2),
     ) {
-        let rules = ShellRules::new(&allow, &ask, &deny).unwrap();
-        let got = rules.check(&cmd);
-        let want = match reference::check(&cmd, &allow, &ask, &deny) {
-            reference::V::Allow => Verdict::Allow,
-            reference::V::Ask => Verdict::Ask,
-            reference::V::Deny => Verdict::Deny,
-        };
-        prop_assert_eq!(got, want, "command {:?} allow {:?} ask {:?} deny {:?}", cmd, allow, ask, deny);
+        agrees(&cmd, &allow, &ask, &deny)?;
     }
 }
 
@@ -416,19 +428,7 @@ fn gen_pattern() -> impl Strategy<Value = String> {
 }
 
 fn gen_command() -> impl Strategy<Value = String> {
-    let sep = prop::sample::select(vec![" ; ", " && ", " || ", " | ", " & ", "\n"]);
-    (prop::collection::vec(prop::collection::vec(gen_word(), 1..5), 1..4), prop::collection::vec(sep, 3)).prop_map(
-        |(segs, seps)| {
-            let mut out = String::new();
-            for (i, s) in segs.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(seps[i - 1]);
-                }
-                out.push_str(&s.join(" "));
-            }
-            out
-        },
-    )
+    commands_of(gen_word())
 }
 
 proptest! {
@@ -441,13 +441,6 @@ proptest! {
         ask in prop::collection::vec(gen_pattern(), 0..2),
         deny in prop::collection::vec(gen_pattern(), 0..2),
     ) {
-        let rules = ShellRules::new(&allow, &ask, &deny).unwrap();
-        let got = rules.check(&cmd);
-        let want = match reference::check(&cmd, &allow, &ask, &deny) {
-            reference::V::Allow => Verdict::Allow,
-            reference::V::Ask => Verdict::Ask,
-            reference::V::Deny => Verdict::Deny,
-        };
-        prop_assert_eq!(got, want, "command {:?} allow {:?} ask {:?} deny {:?}", cmd, allow, ask, deny);
+        agrees(&cmd, &allow, &ask, &deny)?;
     }
 }

@@ -1,0 +1,68 @@
+//! The runtime and proposals of `benches/engine.rs`, shared with
+//! `examples/engine_profile.rs` so the profile runs exactly what the
+//! benchmark times: the event log on, a no-op in-process tool, and 10,000
+//! independent tool calls, a chain of them, or state_writes.
+
+use std::sync::Arc;
+
+use car_runtime::engine::{FnExecutor, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
+use car_runtime::events::RetentionPolicy;
+use car_runtime::ir::{Action, ActionProposal, ActionType, ToolFailure};
+use serde_json::{Value, json};
+
+/// A runtime with the event log on and the tool `noop` registered, and an
+/// executor for which every call succeeds with `null`.
+pub fn runtime() -> (Runtime, Arc<dyn ToolExecutor>) {
+    // The log is on; retention only bounds memory across iterations.
+    let opts =
+        RuntimeOptions::default().event_retention(RetentionPolicy { max_events: Some(1_000_000), max_age_secs: None });
+    let rt = Runtime::new(opts);
+    rt.register_tool_name("noop").unwrap();
+    let ex: Arc<dyn ToolExecutor> =
+        Arc::new(FnExecutor(|_c: ToolCall| -> Result<Value, ToolFailure> { Ok(Value::Null) }));
+    (rt, ex)
+}
+
+/// `n` independent calls of `noop`.
+pub fn independent(n: usize) -> ActionProposal {
+    ActionProposal::new(
+        (0..n)
+            .map(|i| {
+                let mut a = Action::tool_call("noop");
+                a.id = format!("a{i}");
+                a
+            })
+            .collect(),
+    )
+}
+
+/// `n` calls of `noop`, each depending on the previous one.
+pub fn chain(n: usize) -> ActionProposal {
+    ActionProposal::new(
+        (0..n)
+            .map(|i| {
+                let mut a = Action::tool_call("noop");
+                a.id = format!("a{i}");
+                if i > 0 {
+                    a.dependencies.push(format!("a{}", i - 1));
+                }
+                a
+            })
+            .collect(),
+    )
+}
+
+/// `n` state_writes, each of its own key.
+pub fn writes(n: usize) -> ActionProposal {
+    ActionProposal::new(
+        (0..n)
+            .map(|i| {
+                let mut a = Action::new(ActionType::StateWrite);
+                a.id = format!("w{i}");
+                a.parameters.insert("key".into(), Value::String(format!("k{i}")));
+                a.parameters.insert("value".into(), json!(i));
+                a
+            })
+            .collect(),
+    )
+}
