@@ -463,9 +463,14 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     };
 
     let mut model = start_model(&keys);
+    // The execution levels as ids, built in the walk that reads each action
+    // anyway.
+    let mut execution_levels: Vec<Vec<String>> = Vec::with_capacity(dag.levels().len());
     for level in dag.levels() {
+        let mut ids = Vec::with_capacity(level.len());
         for &i in level {
             let a = &actions[i];
+            ids.push(a.id.clone());
             for (pc, k) in keys.tests(i) {
                 let current = model[k as usize];
                 if !pc.evaluate_value(current) {
@@ -474,8 +479,9 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
                     f.preconditions += 1;
                 }
             }
-            for (key, &k) in a.state_dependencies.iter().zip(keys.reads(i)) {
+            for (j, &k) in keys.reads(i).iter().enumerate() {
                 if model[k as usize].is_none() {
+                    let key = &a.state_dependencies[j];
                     let m = format!("state dependency '{key}' not available at this point");
                     issues.push(decided(&a.id, Severity::Error, m));
                     f.state_deps += 1;
@@ -484,6 +490,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
             static_checks(i, a, &mut issues, &mut f);
             apply_effects(&keys, i, &mut model);
         }
+        execution_levels.push(ids);
     }
     for &i in dag.cyclic() {
         let a = &actions[i];
@@ -523,7 +530,6 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
     let evidence = evidence::build(&ctx, regions, &f, &issues, conflicts.len());
 
     let valid = !issues.iter().any(|i| i.severity == Severity::Error);
-    let execution_levels = dag.levels().iter().map(|l| l.iter().map(|&i| actions[i].id.clone()).collect()).collect();
     VerificationResult { valid, issues, simulated_state: state, execution_levels, conflicts, evidence }
 }
 
