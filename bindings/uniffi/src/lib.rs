@@ -227,6 +227,34 @@ pub trait ApprovalListener: Send + Sync {
     fn on_event(&self, event_json: String);
 }
 
+/// The watchdog period of a run's call pump: once the calling thread has sat
+/// in one tool call for two periods, the calls waiting behind it move to
+/// worker threads.
+const SPILL_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// How long the calling thread sleeps between checks while a run waits.
+const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Answers one queued tool call with the host's handler: skipped when nobody
+/// waits for it any more, given up when its deadline already passed.
+fn serve_call(handler: &dyn ToolHandler, c: car_runtime::api::callback::PumpedCall) {
+    use car_runtime::api::callback::{call_json, parse_tool_output};
+    use car_runtime::ir::ToolFailure;
+    if c.is_abandoned() {
+        return;
+    }
+    if c.is_expired() {
+        return c.expire();
+    }
+    let text = call_json(c.call());
+    let result = match handler.call(text) {
+        Ok(answer) => Ok(parse_tool_output(&answer)),
+        Err(ToolError::Failed { msg }) => Err(ToolFailure::ordinary(msg)),
+        Err(ToolError::Terminal { msg }) => Err(ToolFailure::terminal(msg)),
+    };
+    c.finish(result);
+}
+
 fn tokio_rt() -> Result<&'static tokio::runtime::Runtime, CarError> {
     static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     if let Some(rt) = RT.get() {
@@ -417,8 +445,11 @@ impl CarRuntime {
         Ok(self.core.verify_proposal(&proposal_json)?)
     }
 
-    /// Executes a proposal; every tool call goes to `handler` (on a worker
-    /// thread, so the handler may call back into this runtime).
+    /// Executes a proposal; every tool call goes to `handler`, on the thread
+    /// that called this (between polls of the engine, outside any async
+    /// context, so the handler may call back into this runtime, nested
+    /// proposals included). Calls that wait while the handler is stuck in a
+    /// slow call move to worker threads, so slow tools still overlap.
     #[uniffi::method(default(session_id = None, scope_json = None))]
     pub fn execute_proposal(
         &self,
@@ -427,16 +458,41 @@ impl CarRuntime {
         session_id: Option<String>,
         scope_json: Option<String>,
     ) -> Result<String, CarError> {
-        use car_runtime::api::callback::BlockingCallbackExecutor;
-        use car_runtime::ir::ToolFailure;
-        let exec = std::sync::Arc::new(BlockingCallbackExecutor::new(std::sync::Arc::new(move |call: String| {
-            handler.call(call).map_err(|e| match e {
-                ToolError::Failed { msg } => ToolFailure::ordinary(msg),
-                ToolError::Terminal { msg } => ToolFailure::terminal(msg),
-            })
-        })));
-        let fut = self.core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref());
-        Ok(tokio_rt()?.block_on(fut)?)
+        use car_runtime::api::callback::{CallPump, PumpedCall};
+        let rt = tokio_rt()?;
+        // The spill function may be dropped on a runtime thread after this
+        // call returns (its watchdog is cancelled, not awaited); it reaches
+        // the handler through a slot emptied below, so the host's object is
+        // released here, on the host's thread, and never later from a thread
+        // the host does not know (a Python interpreter shutting down would
+        // kill that thread).
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(handler.clone())));
+        let spilled = slot.clone();
+        let pump = CallPump::with_spill(
+            std::sync::Arc::new(move |c: PumpedCall| {
+                let h = spilled.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                match h {
+                    Some(h) => serve_call(h.as_ref(), c),
+                    None => c.finish(Err(car_runtime::ir::ToolFailure::ordinary("the run has ended"))),
+                }
+            }),
+            SPILL_AFTER,
+        );
+        let fut =
+            self.core.execute_proposal(&proposal_json, pump.executor(), session_id.as_deref(), scope_json.as_deref());
+        let out = pump.drive(
+            rt.handle(),
+            fut,
+            IDLE_TICK,
+            |pump| {
+                while let Some(c) = pump.pop() {
+                    serve_call(handler.as_ref(), c);
+                }
+            },
+            |_| {},
+        );
+        slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        Ok(out?)
     }
 
     /// Number of events held.

@@ -1,6 +1,8 @@
 """The UniFFI surface through its generated Python bindings: free functions,
 errors with codes, and a CarRuntime whose tools are Python ToolHandlers."""
 import json
+import threading
+import time
 
 import car_runtime_uniffi as car
 
@@ -63,7 +65,57 @@ def main():
         assert e.code
     else:
         raise AssertionError("expected CarError")
+    pumped(rt)
     print("uniffi python: ok")
+
+
+class Pumped(car.ToolHandler):
+    """Records the thread of each call; `nest` runs a proposal from inside a
+    tool, `slow` sleeps."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.threads = []
+        self.lock = threading.Lock()
+        self.active = 0
+        self.most_active = 0
+
+    def call(self, call_json):
+        call = json.loads(call_json)
+        self.threads.append(threading.get_ident())
+        if call["tool"] == "nest":
+            inner = json.loads(self.rt.execute_proposal(json.dumps({"id": "inner", "actions": [
+                {"id": "i", "type": "tool_call", "tool": "leaf"},
+            ]}), self, None, None))
+            return json.dumps({"inner": inner["results"][0]["output"]})
+        if call["tool"] == "slow":
+            with self.lock:
+                self.active += 1
+                self.most_active = max(self.most_active, self.active)
+            time.sleep(0.5)
+            with self.lock:
+                self.active -= 1
+        return json.dumps({"tool": call["tool"]})
+
+
+def pumped(rt):
+    for t in ("nest", "leaf", "slow"):
+        rt.register_tool(t)
+    tools = Pumped(rt)
+    # Tool calls run on the thread that called execute_proposal, and a tool
+    # may run a proposal of its own.
+    out = json.loads(rt.execute_proposal(json.dumps({"id": "outer", "actions": [
+        {"id": "n", "type": "tool_call", "tool": "nest"},
+    ]}), tools, None, None))
+    assert out["results"][0]["output"] == {"inner": {"tool": "leaf"}}, out
+    assert tools.threads == [threading.get_ident()] * 2, tools.threads
+    # Calls waiting behind a slow one move to other threads, so slow tools
+    # still run side by side.
+    out = json.loads(rt.execute_proposal(json.dumps({"id": "slow", "actions": [
+        {"id": f"s{i}", "type": "tool_call", "tool": "slow"} for i in range(4)
+    ]}), tools, None, None))
+    assert all(r["status"] == "succeeded" for r in out["results"]), out
+    assert tools.most_active >= 2, "slow tools ran one after another"
 
 
 if __name__ == "__main__":
