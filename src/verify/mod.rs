@@ -179,13 +179,13 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// Identical tool calls (same tool, same parameters, numbers by value),
+/// Groups of identical tool calls (same tool, canonically equal parameters),
 /// gathered call by call ([`CallGroups::add`]).
 ///
 /// Each call's canonical form is written into one shared buffer and hashed;
 /// groups with the same hash are told apart by comparing their bytes, so
 /// nothing is allocated per call.
-pub(crate) struct CallGroups<'a> {
+struct CallGroups<'a> {
     hasher: std::collections::hash_map::RandomState,
     arena: Vec<u8>,
     groups: Vec<Group<'a>>,
@@ -203,7 +203,7 @@ struct Group<'a> {
 
 /// A [`Hasher`](std::hash::Hasher) for keys that are hashes already.
 #[derive(Default)]
-pub(crate) struct Prehashed(u64);
+struct Prehashed(u64);
 
 impl std::hash::Hasher for Prehashed {
     fn finish(&self) -> u64 {
@@ -223,7 +223,7 @@ impl std::hash::Hasher for Prehashed {
 
 impl<'a> CallGroups<'a> {
     /// Room for about `n` calls.
-    pub(crate) fn with_capacity(n: usize) -> CallGroups<'a> {
+    fn with_capacity(n: usize) -> CallGroups<'a> {
         CallGroups {
             hasher: std::collections::hash_map::RandomState::new(),
             arena: Vec::with_capacity(n * 24),
@@ -233,7 +233,7 @@ impl<'a> CallGroups<'a> {
     }
 
     /// Adds one call.
-    pub(crate) fn add(&mut self, tool: &'a str, parameters: &Map<String, Value>) {
+    fn add(&mut self, tool: &'a str, parameters: &Map<String, Value>) {
         let arena = &mut self.arena;
         let start = arena.len();
         arena.extend_from_slice(tool.as_bytes());
@@ -256,7 +256,7 @@ impl<'a> CallGroups<'a> {
 
     /// `(tool, count)` for each call made more than once, in order of first
     /// occurrence.
-    pub(crate) fn repeated(self) -> Vec<(String, usize)> {
+    fn repeated(self) -> Vec<(String, usize)> {
         self.groups.into_iter().filter(|g| g.count >= 2).map(|g| (g.tool.to_string(), g.count)).collect()
     }
 }
@@ -348,7 +348,6 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         uses_explicit_deps |= !a.dependencies.is_empty();
         compensation_refs |= matches!(a.compensation, Some(Compensation::ActionRef { .. }));
     });
-
     let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
     let mut f = Findings::default();
     let mut issues: Vec<VerificationIssue> = Vec::new();
@@ -502,7 +501,6 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         f.explicit_deps += 1;
         static_checks(i, a, &mut issues, &mut f);
     }
-
     let state = final_state(&keys, &model);
 
     let conflicts: Vec<(String, String, String)> = write_conflicts(actions, &dag)
@@ -528,7 +526,6 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         explicit_deps_ran: uses_explicit_deps || !dag.cyclic().is_empty(),
     };
     let evidence = evidence::build(&ctx, regions, &f, &issues, conflicts.len());
-
     let valid = !issues.iter().any(|i| i.severity == Severity::Error);
     VerificationResult { valid, issues, simulated_state: state, execution_levels, conflicts, evidence }
 }
