@@ -25,25 +25,21 @@ pub fn runtime() -> (Runtime, Arc<dyn ToolExecutor>) {
 
 /// `n` independent calls of `noop`.
 pub fn independent(n: usize) -> ActionProposal {
-    ActionProposal::new(
-        (0..n)
-            .map(|i| {
-                let mut a = Action::tool_call("noop");
-                a.id = format!("a{i}");
-                a
-            })
-            .collect(),
-    )
+    calls(n, false)
 }
 
 /// `n` calls of `noop`, each depending on the previous one.
 pub fn chain(n: usize) -> ActionProposal {
+    calls(n, true)
+}
+
+fn calls(n: usize, chained: bool) -> ActionProposal {
     ActionProposal::new(
         (0..n)
             .map(|i| {
                 let mut a = Action::tool_call("noop");
                 a.id = format!("a{i}");
-                if i > 0 {
+                if chained && i > 0 {
                     a.dependencies.push(format!("a{}", i - 1));
                 }
                 a

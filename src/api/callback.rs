@@ -172,6 +172,20 @@ impl PumpedCall {
     pub fn expire(self) {
         let _ = self.reply.send(Reply::Late);
     }
+
+    /// Answers the call with `run`'s result, the way a binding serves a
+    /// queued call: `run` is skipped when nobody waits for the answer any
+    /// more, and the call is given up unrun when its deadline already passed.
+    pub fn serve(self, run: impl FnOnce(&ToolCall) -> Result<Value, ToolFailure>) {
+        if self.is_abandoned() {
+            return;
+        }
+        if self.is_expired() {
+            return self.expire();
+        }
+        let result = run(&self.call);
+        self.finish(result);
+    }
 }
 
 /// Runs a queued call on another thread when the pumping thread is stuck.
@@ -435,6 +449,19 @@ mod tests {
         (tokio_rt, engine)
     }
 
+    /// Runs `proposal` on `engine` with `pump` driving it on this thread and
+    /// `serve` answering the calls (a 10 ms tick, nothing to do when idle).
+    fn run(
+        tokio_rt: &tokio::runtime::Runtime,
+        engine: &Runtime,
+        pump: &CallPump,
+        proposal: ActionProposal,
+        serve: impl FnMut(&CallPump),
+    ) -> crate::Result<crate::ir::ProposalResult> {
+        let fut = engine.execute(proposal, pump.executor(), ExecOptions::default());
+        pump.drive(tokio_rt.handle(), fut, Duration::from_millis(10), serve, |_| {})
+    }
+
     fn calls(n: usize, chain: bool, timeout_ms: Option<u64>) -> ActionProposal {
         ActionProposal::new(
             (0..n)
@@ -459,24 +486,17 @@ mod tests {
             let me = std::thread::current().id();
             let mut served = 0;
             let mut batches = 0;
-            let fut = engine.execute(calls(300, chain, None), pump.executor(), ExecOptions::default());
-            let out = pump.drive(
-                tokio_rt.handle(),
-                fut,
-                Duration::from_millis(10),
-                |p| {
-                    batches += 1;
-                    // Outside any runtime context: a callback may block_on a nested run.
-                    assert!(tokio::runtime::Handle::try_current().is_err());
-                    while let Some(c) = p.pop() {
-                        assert_eq!(std::thread::current().id(), me);
-                        served += 1;
-                        let id = c.call().action_id.clone();
-                        c.finish(Ok(json!({ "id": id })));
-                    }
-                },
-                |_| {},
-            );
+            let out = run(&tokio_rt, &engine, &pump, calls(300, chain, None), |p| {
+                batches += 1;
+                // Outside any runtime context: a callback may block_on a nested run.
+                assert!(tokio::runtime::Handle::try_current().is_err());
+                while let Some(c) = p.pop() {
+                    assert_eq!(std::thread::current().id(), me);
+                    served += 1;
+                    let id = c.call().action_id.clone();
+                    c.finish(Ok(json!({ "id": id })));
+                }
+            });
             let out = out.unwrap();
             assert_eq!(served, 300);
             assert!(out.results.iter().all(|r| r.status == ActionStatus::Succeeded));
@@ -494,26 +514,18 @@ mod tests {
         let (tokio_rt, engine) = rt();
         let pump = CallPump::new();
         let mut ran = 0;
-        let fut = engine.execute(calls(2, false, Some(30)), pump.executor(), ExecOptions::default());
-        let out = pump
-            .drive(
-                tokio_rt.handle(),
-                fut,
-                Duration::from_millis(10),
-                |p| {
-                    while let Some(c) = p.pop() {
-                        if c.is_expired() {
-                            c.expire();
-                            continue;
-                        }
-                        ran += 1;
-                        std::thread::sleep(Duration::from_millis(60));
-                        c.finish(Ok(json!("late")));
-                    }
-                },
-                |_| {},
-            )
-            .unwrap();
+        let out = run(&tokio_rt, &engine, &pump, calls(2, false, Some(30)), |p| {
+            while let Some(c) = p.pop() {
+                if c.is_expired() {
+                    c.expire();
+                    continue;
+                }
+                ran += 1;
+                std::thread::sleep(Duration::from_millis(60));
+                c.finish(Ok(json!("late")));
+            }
+        })
+        .unwrap();
         assert_eq!(ran, 1, "the second call waited past its deadline and never ran");
         for r in &out.results {
             assert_eq!(r.status, ActionStatus::Failed);
@@ -533,26 +545,18 @@ mod tests {
             c.finish(Ok(json!("spilled")));
         });
         let pump = CallPump::with_spill(spill, Duration::from_millis(2));
-        let fut = engine.execute(calls(2, false, None), pump.executor(), ExecOptions::default());
-        let out = pump
-            .drive(
-                tokio_rt.handle(),
-                fut,
-                Duration::from_millis(10),
-                |p| {
-                    while let Some(c) = p.pop() {
-                        // Blocks until the other call has run elsewhere.
-                        let (lock, cv) = &*gate;
-                        let mut open = lock.lock().unwrap();
-                        while !*open {
-                            open = cv.wait(open).unwrap();
-                        }
-                        c.finish(Ok(json!("here")));
-                    }
-                },
-                |_| {},
-            )
-            .unwrap();
+        let out = run(&tokio_rt, &engine, &pump, calls(2, false, None), |p| {
+            while let Some(c) = p.pop() {
+                // Blocks until the other call has run elsewhere.
+                let (lock, cv) = &*gate;
+                let mut open = lock.lock().unwrap();
+                while !*open {
+                    open = cv.wait(open).unwrap();
+                }
+                c.finish(Ok(json!("here")));
+            }
+        })
+        .unwrap();
         let outputs: Vec<_> = out.results.iter().filter_map(|r| r.output.clone()).collect();
         assert_eq!(outputs.len(), 2);
         assert!(outputs.contains(&json!("here")) && outputs.contains(&json!("spilled")));

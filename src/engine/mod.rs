@@ -326,20 +326,10 @@ impl Runtime {
 
     /// `req-<n>`, written without the formatting machinery (once per call).
     pub(crate) fn next_request_id(&self) -> String {
-        let mut n = self.inner.request_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let mut s = String::with_capacity(4 + digits.len() - at);
+        let n = self.inner.request_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut s = String::with_capacity(24);
         s.push_str("req-");
-        s.extend(digits[at..].iter().map(|&d| char::from(d)));
+        crate::ir::push_decimal(&mut s, n);
         s
     }
 }

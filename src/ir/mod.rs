@@ -15,6 +15,7 @@ mod verification;
 pub use parse::{from_json_str, from_value, parse_proposal, parse_proposal_value, to_json_path_error};
 pub use precondition::{Operator, Precondition, json_eq};
 pub use proposal::{Action, ActionProposal, ActionType, FailureBehavior, StateAssumption, short_id};
+pub(crate) use result::push_decimal;
 pub use result::{
     ActionResult, ActionStatus, CostBudget, CostSummary, CostTarget, ProposalResult, StateMutation, ToolFailure,
     ToolFailureClassification,

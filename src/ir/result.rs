@@ -94,6 +94,10 @@ fn serialize_timestamp<S: serde::Serializer>(t: &chrono::DateTime<chrono::Utc>, 
     }
 }
 
+/// Appends the decimal digits of `n` to `out` without the formatting
+/// machinery (for text built once per call on hot paths).
+pub(crate) use write::uint as push_decimal;
+
 /// Direct JSON writing for [`ProposalResult::to_json_string`]: the same
 /// bytes serde_json's compact serializer writes, without its per-call
 /// machinery (keys are literals, strings that need no escape are copied).
@@ -129,7 +133,7 @@ mod write {
     }
 
     /// Decimal digits of `n`, without `fmt`.
-    pub(super) fn uint(out: &mut String, mut n: u64) {
+    pub(crate) fn uint(out: &mut String, mut n: u64) {
         let mut buf = [0u8; 20];
         let mut i = buf.len();
         loop {

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -67,16 +67,68 @@ pub trait ApprovalLedger: Send + Sync {
 /// The embedded ledger: an append-only JSONL file. A missing file is an
 /// empty ledger; a line that is not a record fails the read (naming the file
 /// and line) rather than being skipped.
+///
+/// Reads of the latest records go through a cache: the file is re-read and
+/// re-parsed only when its length, modification time or inode changed (an
+/// append always changes the length), so a long-lived ledger consulted on
+/// every admission does not parse the whole file each time.
 #[derive(Debug)]
 pub struct JsonlLedger {
     path: PathBuf,
     lock: Mutex<()>,
+    latest: Mutex<Option<(FileStamp, LatestRecords)>>,
+}
+
+/// The latest record of every fingerprint.
+pub type LatestRecords = Arc<HashMap<String, ApprovalRecord>>;
+
+/// What identifies one version of the ledger file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
 }
 
 impl JsonlLedger {
     /// A ledger at `path` (created on first append).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        JsonlLedger { path: path.into(), lock: Mutex::new(()) }
+        JsonlLedger { path: path.into(), lock: Mutex::new(()), latest: Mutex::new(None) }
+    }
+
+    /// The latest record of every fingerprint, shared: re-read only when the
+    /// file changed since the last read. A missing file is empty; an
+    /// unreadable or invalid one is an error (never cached, so it is reported
+    /// again on the next call).
+    pub fn latest_shared(&self) -> crate::Result<LatestRecords> {
+        let meta = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Arc::default()),
+            Err(e) => {
+                return Err(Error::runtime(
+                    "ledger_io_error",
+                    format!("cannot read approvals ledger `{}`: {e}", self.path.display()),
+                ));
+            }
+        };
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        let stamp = FileStamp { len: meta.len(), modified: meta.modified().ok(), inode };
+        if let Ok(slot) = self.latest.lock()
+            && let Some((cached, latest)) = &*slot
+            && *cached == stamp
+        {
+            return Ok(latest.clone());
+        }
+        // Read after the stat: the contents are at least as new as the
+        // stamp, so a write racing this read is seen on the next call.
+        let latest = Arc::new(latest_by_fingerprint(self.records()?));
+        if let Ok(mut slot) = self.latest.lock() {
+            *slot = Some((stamp, latest.clone()));
+        }
+        Ok(latest)
     }
 
     /// Its path.
@@ -128,11 +180,11 @@ impl JsonlLedger {
 
 impl ApprovalLedger for JsonlLedger {
     fn latest(&self, fingerprint: &str) -> crate::Result<Option<ApprovalRecord>> {
-        Ok(self.records()?.into_iter().rev().find(|r| r.fingerprint == fingerprint))
+        Ok(self.latest_shared()?.get(fingerprint).cloned())
     }
 
     fn latest_all(&self) -> crate::Result<HashMap<String, ApprovalRecord>> {
-        Ok(latest_by_fingerprint(self.records()?))
+        Ok(HashMap::clone(&*self.latest_shared()?))
     }
 
     fn append(&self, record: &ApprovalRecord) -> crate::Result<()> {
@@ -485,6 +537,38 @@ mod tests {
         a.id = id.into();
         a.parameters = params.as_object().cloned().unwrap_or_default();
         a
+    }
+
+    #[test]
+    fn the_latest_records_are_reread_when_the_ledger_changes() {
+        let dir = std::env::temp_dir().join(format!("car-approvals-cache-{}", uuid::Uuid::new_v4()));
+        let path = dir.join("approvals.jsonl");
+        let ledger = JsonlLedger::new(&path);
+        assert!(ledger.latest_shared().unwrap().is_empty(), "a missing ledger is empty");
+        let verdict = |l: &HashMap<String, ApprovalRecord>| l.values().next().unwrap().decision;
+        let deploy = act("d", "deploy", json!({"target": "prod"}));
+
+        // Recorded through another ledger of the same file.
+        let gate = PermissionGate::new().with_ledger(Box::new(JsonlLedger::new(&path)));
+        gate.record(&deploy, true, "al", "ok", None).unwrap();
+        let first = ledger.latest_shared().unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(verdict(&first), ApprovalVerdict::Approved);
+        assert!(Arc::ptr_eq(&first, &ledger.latest_shared().unwrap()), "an unchanged ledger is not re-read");
+
+        // A later verdict for the same operation wins once it is appended.
+        gate.record(&deploy, false, "bob", "not today", None).unwrap();
+        let second = ledger.latest_shared().unwrap();
+        assert_eq!(verdict(&second), ApprovalVerdict::Rejected);
+        assert_eq!(ledger.latest(&fingerprint(&deploy)).unwrap().unwrap().decision, ApprovalVerdict::Rejected);
+
+        // A corrupt ledger is an error every time, not a stale answer.
+        std::fs::write(&path, "not a record\n").unwrap();
+        assert!(ledger.latest_shared().is_err());
+        assert!(ledger.latest_shared().is_err());
+        std::fs::remove_file(&path).unwrap();
+        assert!(ledger.latest_shared().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -19,12 +19,12 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::Config;
-use super::approvals::ApprovalsCache;
 use super::auth::tokens_equal;
 use super::handshake;
 use super::rpc::{self, AUTH_REQUIRED, Frame, HANDSHAKE_REQUIRED, RpcError};
 use super::supervision::Supervisors;
 use crate::api::runtime::CarRuntime;
+use crate::policy::JsonlLedger;
 
 /// What the outcome of a server-initiated request carries back.
 pub(crate) type CallbackOutcome = Result<Value, Value>;
@@ -35,8 +35,9 @@ pub(crate) struct Conn {
     pub(crate) rt: CarRuntime,
     /// The daemon-wide supervision registry.
     pub(crate) supervisors: Arc<Supervisors>,
-    /// The daemon-wide read cache of the approvals ledger.
-    pub(crate) approvals: Arc<ApprovalsCache>,
+    /// The daemon's approvals ledger (`Config::ledger_path`), shared by
+    /// every connection for its read cache.
+    pub(crate) ledger: Option<Arc<JsonlLedger>>,
     /// This connection's session id, stamped on `tools.execute`.
     pub(crate) session_id: String,
     out: mpsc::UnboundedSender<Message>,
@@ -136,7 +137,7 @@ pub(crate) async fn serve_connection(
     peer: SocketAddr,
     config: Arc<Config>,
     supervisors: Arc<Supervisors>,
-    approvals: Arc<ApprovalsCache>,
+    ledger: Option<Arc<JsonlLedger>>,
 ) {
     // The hard cap tungstenite enforces (beyond it the connection cannot be
     // kept: the frame is never read). Below it, frames over the configured
@@ -201,7 +202,7 @@ pub(crate) async fn serve_connection(
         config: config.clone(),
         rt,
         supervisors,
-        approvals,
+        ledger,
         session_id: format!("sess-{}", uuid::Uuid::new_v4()),
         out: out.clone(),
         pending: Mutex::new(HashMap::new()),

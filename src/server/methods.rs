@@ -449,8 +449,8 @@ fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
         Err(e) => return Some(format!("refused: the session's permission tier is unreadable: {e}")),
     };
     let gate = crate::policy::PermissionGate::new();
-    let latest = match &conn.config.ledger_path {
-        Some(l) => match conn.approvals.latest(l) {
+    let latest = match &conn.ledger {
+        Some(l) => match l.latest_shared() {
             Ok(latest) => latest,
             Err(e) => return Some(format!("refused: the approvals ledger cannot be read: {e}")),
         },

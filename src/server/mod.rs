@@ -3,7 +3,6 @@
 //! Each connection is its own session (a [`crate::api::runtime::CarRuntime`]);
 //! every method is a thin call into the JSON facade. See `docs/server.md`.
 
-mod approvals;
 pub mod auth;
 pub mod cli;
 mod conn;
@@ -73,7 +72,8 @@ impl Default for Config {
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
     let supervisors = Arc::new(supervision::Supervisors::new(config.supervision_timeout));
-    let approvals = Arc::new(approvals::ApprovalsCache::default());
+    // One ledger for the daemon, so its read cache serves every connection.
+    let ledger = config.ledger_path.as_ref().map(|p| Arc::new(crate::policy::JsonlLedger::new(p)));
     let config = Arc::new(config);
     tokio::pin!(shutdown);
     loop {
@@ -86,7 +86,7 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<
                         peer,
                         config.clone(),
                         supervisors.clone(),
-                        approvals.clone(),
+                        ledger.clone(),
                     ));
                 }
                 Err(e) => {

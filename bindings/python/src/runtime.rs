@@ -51,17 +51,12 @@ const INTERRUPTED: &str = "interrupted (KeyboardInterrupt)";
 impl ToolFn {
     /// Answers one queued call with the GIL held.
     fn serve(&self, py: Python<'_>, pumped: PumpedCall) {
-        if pumped.is_abandoned() {
-            return;
-        }
-        if pumped.is_expired() {
-            return pumped.expire();
-        }
-        if self.interrupted.load(Ordering::SeqCst) {
-            return pumped.finish(Err(ToolFailure::terminal(INTERRUPTED)));
-        }
-        let result = self.call(py, pumped.call());
-        pumped.finish(result);
+        pumped.serve(|call| {
+            if self.interrupted.load(Ordering::SeqCst) {
+                return Err(ToolFailure::terminal(INTERRUPTED));
+            }
+            self.call(py, call)
+        });
     }
 
     /// Calls the Python tool function: one argument (the call JSON) or two

@@ -235,24 +235,15 @@ const SPILL_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long the calling thread sleeps between checks while a run waits.
 const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Answers one queued tool call with the host's handler: skipped when nobody
-/// waits for it any more, given up when its deadline already passed.
+/// Answers one queued tool call with the host's handler.
 fn serve_call(handler: &dyn ToolHandler, c: car_runtime::api::callback::PumpedCall) {
     use car_runtime::api::callback::{call_json, parse_tool_output};
     use car_runtime::ir::ToolFailure;
-    if c.is_abandoned() {
-        return;
-    }
-    if c.is_expired() {
-        return c.expire();
-    }
-    let text = call_json(c.call());
-    let result = match handler.call(text) {
+    c.serve(|call| match handler.call(call_json(call)) {
         Ok(answer) => Ok(parse_tool_output(&answer)),
         Err(ToolError::Failed { msg }) => Err(ToolFailure::ordinary(msg)),
         Err(ToolError::Terminal { msg }) => Err(ToolFailure::terminal(msg)),
-    };
-    c.finish(result);
+    });
 }
 
 fn tokio_rt() -> Result<&'static tokio::runtime::Runtime, CarError> {
