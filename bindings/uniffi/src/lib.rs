@@ -235,6 +235,27 @@ const SPILL_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long the calling thread sleeps between checks while a run waits.
 const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long `execute_proposal` waits for spilled calls to let go of the
+/// handler after the run.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Drops the host's handler on this (the host's) thread. A call that spilled
+/// to a worker thread holds a reference until just after it answers; if that
+/// reference were the last, the host's object would be released from the
+/// worker, a thread the host does not know (a Python interpreter shutting
+/// down kills such a thread mid-call, which aborts the process). So this
+/// waits briefly for those references to go; a call still running after the
+/// run (its answer came too late) keeps the object alive for good instead.
+fn release_here(handler: std::sync::Arc<dyn ToolHandler>) {
+    let until = std::time::Instant::now() + RELEASE_WAIT;
+    while std::sync::Arc::strong_count(&handler) > 1 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    if std::sync::Arc::strong_count(&handler) > 1 {
+        std::mem::forget(handler);
+    }
+}
+
 /// Answers one queued tool call with the host's handler.
 fn serve_call(handler: &dyn ToolHandler, c: car_runtime::api::callback::PumpedCall) {
     use car_runtime::api::callback::{call_json, parse_tool_output};
@@ -483,6 +504,7 @@ impl CarRuntime {
             |_| {},
         );
         slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        release_here(handler);
         Ok(out?)
     }
 
