@@ -47,11 +47,14 @@ pub enum EventKind {
     ToolStarted,
     /// A proposal finished; carries its cost and whether it aborted.
     ProposalCompleted,
+    /// The admission stage decided an action (verdict, deciding layer and
+    /// rule, required and granted tier; never parameter values).
+    AdmissionDecided,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 14] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::ProposalReceived,
         EventKind::ActionRejected,
         EventKind::ActionExecuting,
@@ -66,6 +69,7 @@ impl EventKind {
         EventKind::CompensationFailed,
         EventKind::ToolStarted,
         EventKind::ProposalCompleted,
+        EventKind::AdmissionDecided,
     ];
 
     /// The wire spelling (`ActionSucceeded`, ...).
@@ -85,6 +89,7 @@ impl EventKind {
             EventKind::CompensationFailed => "CompensationFailed",
             EventKind::ToolStarted => "ToolStarted",
             EventKind::ProposalCompleted => "ProposalCompleted",
+            EventKind::AdmissionDecided => "AdmissionDecided",
         }
     }
 

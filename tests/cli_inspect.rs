@@ -191,7 +191,7 @@ fn permission_explain() {
         serde_json::from_str(&r.stdout).unwrap()
     };
     let v = explain("shell", r#"{"command":"sh scripts/test.sh"}"#, &[]);
-    assert_eq!((v["verdict"].as_str(), v["decided_by"].as_str()), (Some("allow"), Some("hook")), "{v}");
+    assert_eq!((v["verdict"].as_str(), v["decided_by"].as_str()), (Some("allow"), Some("shell-allow")), "{v}");
     // An allowed segment next to an unknown one asks (the preset's execute rule).
     let v = explain("shell", r#"{"command":"sh scripts/test.sh && make"}"#, &[]);
     assert_eq!(v["verdict"], "ask", "{v}");

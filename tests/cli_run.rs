@@ -46,9 +46,13 @@ fn clean_build_denies_and_refuses_the_ask_under_no_input() {
     assert!(r.stdout.contains("[deny ] wipe-build"), "{}", r.stdout);
     assert!(r.stdout.contains("[ask  ] remove-objects"), "{}", r.stdout);
     let denied = r.stdout.lines().find(|l| l.contains("DENIED   wipe-build")).expect("wipe-build denied");
-    assert!(denied.contains("verdict deny") && denied.contains(r#""argv":"rm -rf **""#), "{denied}");
+    assert!(denied.contains("denied by deny-rule") && denied.contains(r#""argv":"rm -rf **""#), "{denied}");
     let refused = r.stdout.lines().find(|l| l.contains("DENIED   remove-objects")).expect("ask refused");
-    assert!(refused.contains("verdict ask") && refused.contains("--no-input") && refused.contains(r#""argv":"rm **""#));
+    assert!(
+        refused.contains("was denied: refused by --no-input")
+            && refused.contains(r#"ask-rule {"tool":"shell","argv":"rm **"}"#),
+        "{refused}"
+    );
     assert!(r.stdout.contains("Summary: 3 succeeded, 0 failed, 2 denied"), "{}", r.stdout);
     // Nothing denied ran.
     assert!(ex.join("workspace/build/obj/app.o").exists());

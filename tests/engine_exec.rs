@@ -472,14 +472,17 @@ async fn trace_rules_deny_at_dispatch_as_rejected_by_policy() {
         ]}),
     )
     .await;
-    assert_eq!(status(&r, "y1"), ActionStatus::Skipped);
+    // A dispatch-time denial is `rejected`, like every other denial (issue #18).
+    assert_eq!(status(&r, "y1"), ActionStatus::Rejected);
     assert!(result(&r, "y1").error.as_deref().unwrap().starts_with("denied by policy: trace_rule:y"));
     assert_eq!(status(&r, "y2"), ActionStatus::Succeeded);
-    let failed = rt
+    assert_eq!(r.cost.actions_rejected, 1);
+    let rejected = rt
         .events()
-        .query(&serde_json::from_value(json!({"kinds": ["ActionFailed"], "action_id": "y1"})).unwrap())
+        .query(&serde_json::from_value(json!({"kinds": ["ActionRejected"], "action_id": "y1"})).unwrap())
         .unwrap();
-    assert_eq!(failed[0].data.to_value()["error_class"], "rejected_by_policy");
+    assert_eq!(rejected[0].data.to_value()["layer"], "trace");
+    assert_eq!(rejected[0].data.to_value()["stage"], "dispatch");
 }
 
 #[tokio::test]

@@ -14,18 +14,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::engine::{
-    AdmissionHook, AdmissionVerdict, CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall,
-    ToolExecutor,
-};
+use crate::admission::{AdmissionConfig, AdmissionStage, HostLayers};
+use crate::engine::{CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
 use crate::events::{EventQuery, RetentionPolicy};
-use crate::gate::{
-    ApprovalCallback, ApprovalDecision, ApprovalEvent, ApprovalStore, DEFAULT_APPROVAL_TIMEOUT_MS, Ticket, input_digest,
-};
-use crate::ir::{Action, ActionType};
+use crate::gate::{ApprovalCallback, ApprovalEvent, ApprovalStore};
 use crate::ir::{ToolFailure, ToolSource};
 use crate::ir::{ToolSchema, from_json_str};
-use crate::permission::{PermissionChain, ToolDefinition, Verdict};
+use crate::permission::{CanUseToolFn, HookFn};
 use crate::policy::{
     DenyCallback, PermissionTier, PolicyFn, deny_tool, deny_tool_callback, deny_tool_param, require_state,
 };
@@ -37,7 +32,10 @@ use crate::{Error, Result};
 #[derive(Clone, Debug)]
 pub struct CarRuntime {
     rt: Runtime,
-    tier: Arc<RwLock<PermissionTier>>,
+    /// Host closures taking part in the chain (`set_permission_hooks`).
+    host_layers: Arc<RwLock<HostLayers>>,
+    /// Serialises reconfigurations (read, rebuild, install).
+    configure: Arc<Mutex<()>>,
     /// Where the built-in tools run, once `register_agent_basics` was called.
     builtin_root: Arc<RwLock<Option<Root>>>,
     /// The approvals store of `set_permissions` and the attached approvers.
@@ -142,7 +140,8 @@ impl CarRuntime {
     pub fn with_options(options: RuntimeOptions) -> Self {
         CarRuntime {
             rt: Runtime::new(options),
-            tier: Arc::new(RwLock::new(PermissionTier::default())),
+            host_layers: Arc::new(RwLock::new(HostLayers::default())),
+            configure: Arc::new(Mutex::new(())),
             builtin_root: Arc::new(RwLock::new(None)),
             approvals: Arc::new(Mutex::new(Approvals::default())),
         }
@@ -153,12 +152,25 @@ impl CarRuntime {
         &self.rt
     }
 
-    /// Registers the built-in tools (`read_file`, `write_file`, `edit_file`,
-    /// `list_dir`, `find_files`, `grep_files`, `calculate`, `shell`) with their
-    /// schemas (source `builtin`). Their calls run in-process, confined to
-    /// `root` (default: the current directory); calls of every other tool
-    /// still go to the host's executor.
+    /// Registers the published built-in tools (`read_file`, `write_file`,
+    /// `edit_file`, `list_dir`, `find_files`, `grep_files`, `calculate`) with
+    /// their schemas (source `builtin`). Their calls run in-process, confined
+    /// to `root` (default: the current directory); calls of every other tool
+    /// still go to the host's executor. `shell` is not among them: see
+    /// [`CarRuntime::register_shell_tool`].
     pub fn register_agent_basics(&self, root: Option<&str>) -> Result<()> {
+        self.register_builtins(root, false)
+    }
+
+    /// Registers the built-in tools and also the built-in `shell` (its
+    /// commands run with `sh -c` in the root and pass the admission stage
+    /// like every call; the `[shell]` table and argv rules govern them). The
+    /// command line uses it; the bindings' published surface does not.
+    pub fn register_shell_tool(&self, root: Option<&str>) -> Result<()> {
+        self.register_builtins(root, true)
+    }
+
+    fn register_builtins(&self, root: Option<&str>, with_shell: bool) -> Result<()> {
         let dir = match root {
             Some(r) => std::path::PathBuf::from(r),
             None => std::env::current_dir()
@@ -166,6 +178,9 @@ impl CarRuntime {
         };
         let root = Root::new(&dir)?;
         for t in crate::tools::builtin_tools() {
+            if t.schema.name == crate::admission::SHELL_TOOL && !with_shell {
+                continue;
+            }
             self.rt.register_tool_with_source(t.schema, ToolSource::Builtin)?;
         }
         *self.builtin_root.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(root);
@@ -449,141 +464,79 @@ impl CarRuntime {
         self.rt.subscribe_tool_stream()
     }
 
-    /// Evaluates the permission chain at admission of every `tool_call`
-    /// (`None` removes it). `config_json` is the chain configuration of
-    /// `docs/permissions.md` (`{preset?, deny?, ask?, hooks?, can_use_tool?}`
-    /// or `{engine, profile}`), optionally with `tools`: tool definitions
-    /// declaring `risk` / `needs_approval` (the built-in tools declare their
-    /// own; any other tool is `undeclared`), and `approval_timeout_ms`: how
-    /// long a live approver has to answer (default
-    /// [`DEFAULT_APPROVAL_TIMEOUT_MS`], five minutes; at least 1).
+    /// Configures this runtime's admission stage from the admission
+    /// configuration document (`docs/admission.md`; `None`, empty or `null`
+    /// removes every layer but the tier), as JSON text. The old shape
+    /// (`{preset?, deny?, ask?, hooks?, can_use_tool?, tools?,
+    /// approval_timeout_ms?}` or `{engine, profile}`) is a subset of it.
+    /// `approvals_dir` (or the document's `approvals_dir`) opens the durable
+    /// approvals store an ask consults:
+    /// - an approval already resolved for this tool and post-hook input
+    ///   applies (allow runs, deny rejects);
+    /// - otherwise, with an approver attached ([`CarRuntime::on_approval`] or
+    ///   a live [`CarRuntime::approvals_subscribe`] receiver), the action is
+    ///   held until the approval closes (an explicit allow runs it, anything
+    ///   else rejects it, the deadline denies);
+    /// - with no approver, the action is rejected naming the approval key.
     ///
-    /// A deny rejects the action with the chain's reason. An ask consults the
-    /// durable approvals store under `approvals_dir` (`approvals.jsonl`): an
-    /// approval already resolved for this tool and post-hook input applies
-    /// (allow runs, deny rejects). Otherwise a pending approval is recorded
-    /// and announced, and then:
-    /// - with an approver attached ([`CarRuntime::on_approval`] or a live
-    ///   [`CarRuntime::approvals_subscribe`] receiver), the action is held,
-    ///   without blocking a worker thread or the proposal's other actions,
-    ///   until the approval closes: an explicit allow runs it, anything else
-    ///   rejects it with the reason, and an approval unanswered at its
-    ///   deadline is denied (first-closing-wins: never both);
-    /// - with no approver, the action is rejected with an error naming the
-    ///   approval key, so a host can resolve it (`approvals_pending` /
-    ///   `approval_resolve`) and resubmit.
-    ///
-    /// Without `approvals_dir` an ask is a rejection. A chain whose hooks
-    /// substitute the input is refused at admission (the substituted input
-    /// cannot reach the tool yet), never silently bypassed.
+    /// Without a store an ask is a rejection. A malformed document is an
+    /// error naming the bad key, and changes nothing. The granted tier set by
+    /// [`CarRuntime::permission_set_tier`] is kept unless the document
+    /// names a `tier`.
     pub fn set_permissions(&self, config_json: Option<&str>, approvals_dir: Option<&str>) -> Result<()> {
-        let Some(text) = config_json.filter(|t| !t.trim().is_empty() && t.trim() != "null") else {
-            self.rt.set_admission_hook(None);
-            return Ok(());
-        };
-        let mut config: Value = from_json_str(text)?;
-        let mut defs: std::collections::HashMap<String, ToolDefinition> = crate::tools::builtin_tools()
-            .into_iter()
-            .filter_map(|t| {
-                let def = ToolDefinition::from_value(json!({
-                    "name": t.schema.name, "description": t.schema.description,
-                    "parameters": t.schema.parameters, "risk": t.risk,
-                }))
-                .ok()?;
-                Some((def.name.clone(), def))
-            })
-            .collect();
-        if let Some(tools) = config.as_object_mut().and_then(|o| o.remove("tools")) {
-            let Value::Array(tools) = tools else {
-                return Err(Error::invalid_argument("tools", "must be an array of tool definitions"));
-            };
-            for t in tools {
-                let def = ToolDefinition::from_value(t)?;
-                defs.insert(def.name.clone(), def);
-            }
+        let mut config = AdmissionConfig::from_json(config_json.unwrap_or(""))?;
+        if let Some(dir) = approvals_dir {
+            config.approvals_dir = Some(dir.to_string());
         }
-        let timeout_ms = match config.as_object_mut().and_then(|o| o.remove("approval_timeout_ms")) {
-            None => DEFAULT_APPROVAL_TIMEOUT_MS,
-            Some(v) => v.as_u64().filter(|ms| *ms >= 1).ok_or_else(|| {
-                Error::invalid_argument(
-                    "approval_timeout_ms",
-                    format!("must be a whole number of milliseconds >= 1, got {v}"),
-                )
-            })?,
-        };
-        let timeout = chrono::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
-        let chain = PermissionChain::from_json(&config)?;
-        let store = match approvals_dir {
+        self.configure_admission(config)
+    }
+
+    /// [`CarRuntime::set_permissions`] with the document already read.
+    pub fn configure_admission(&self, mut config: AdmissionConfig) -> Result<()> {
+        let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.rt.admission_stage();
+        if config.tier.is_none() {
+            config.tier = current.tier();
+        }
+        let store = match &config.approvals_dir {
             None => None,
             Some(dir) => {
-                let current = self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).store.clone();
-                match current.filter(|s| s.path() == Path::new(dir).join(crate::gate::APPROVALS_FILE)) {
+                let open = self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).store.clone();
+                match open.filter(|s| s.path() == Path::new(dir).join(crate::gate::APPROVALS_FILE)) {
                     Some(s) => Some(s),
                     None => Some(Arc::new(ApprovalStore::open(dir)?)),
                 }
             }
         };
-        let held = store.clone();
-        let check: AdmissionHook = Arc::new(move |a: &Action, _session: Option<&str>| {
-            if a.action_type != ActionType::ToolCall {
-                return AdmissionVerdict::Admit;
-            }
-            let name = a.tool.as_deref().unwrap_or_default();
-            let undeclared;
-            let def = match defs.get(name) {
-                Some(d) => d,
-                None => {
-                    undeclared = ToolDefinition::undeclared(name);
-                    &undeclared
-                }
-            };
-            let input = Value::Object(a.parameters.clone());
-            let ev = chain.evaluate(def, &input);
-            if ev.verdict != Verdict::Deny && ev.input != input {
-                return AdmissionVerdict::Refuse(format!(
-                    "the permission chain substituted the input of `{name}` ({}); input substitution at admission is not supported, so the call is refused",
-                    ev.decided_by.as_str()
-                ));
-            }
-            match ev.verdict {
-                Verdict::Allow => AdmissionVerdict::Admit,
-                Verdict::Deny => {
-                    AdmissionVerdict::Refuse(format!("denied by {}: {}", ev.decided_by.as_str(), ev.reason))
-                }
-                Verdict::Ask => match &held {
-                    None => AdmissionVerdict::Refuse(format!(
-                        "approval required for `{name}` ({}); no approvals store is configured",
-                        ev.reason
-                    )),
-                    Some(store) => {
-                        let deadline = chrono::Utc::now() + timeout;
-                        match input_digest(&ev.input).and_then(|d| store.request(name, &d, Some(deadline))) {
-                            Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => AdmissionVerdict::Admit,
-                            Ok(Ticket::Resolved(r)) => {
-                                AdmissionVerdict::Refuse(format!("approval `{}` was denied: {}", r.key, r.reason))
-                            }
-                            Ok(Ticket::Pending(p)) => {
-                                let store = store.clone();
-                                AdmissionVerdict::Hold(Box::pin(async move {
-                                    match store.wait_pending(&p, Some(deadline)).await {
-                                        Ok(r) if r.decision == ApprovalDecision::Allow => None,
-                                        Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
-                                        // Fail closed: an approval whose outcome cannot be learnt is a deny.
-                                        Err(e) => Some(format!("approval `{}` was denied: {e}", p.key)),
-                                    }
-                                }))
-                            }
-                            Err(e) => AdmissionVerdict::Refuse(e.to_string()),
-                        }
-                    }
-                },
-            }
-        });
+        let host = self.host_layers.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let stage = AdmissionStage::build(config, &host, store.clone())?;
         if let Some(store) = &store {
             self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).install(Some(store.clone()));
         }
-        self.rt.set_admission_hook(Some(check));
+        self.rt.set_admission_stage(Arc::new(stage));
         Ok(())
+    }
+
+    /// The admission configuration document in force, as JSON text.
+    pub fn admission_config(&self) -> String {
+        to_text(&self.rt.admission_stage().config().to_value())
+    }
+
+    /// Registers host closures in the chain: `hooks` run after the
+    /// document's declarative hooks, `can_use_tool` fills its slot. A
+    /// panicking closure denies. Replaces earlier host closures; the
+    /// document in force is rebuilt with them.
+    pub fn set_permission_hooks(&self, hooks: Vec<HookFn>, can_use_tool: Option<CanUseToolFn>) -> Result<()> {
+        let previous = {
+            let mut h = self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            std::mem::replace(&mut *h, HostLayers { hooks, can_use_tool })
+        };
+        let config = self.rt.admission_stage().config().clone();
+        let result = self.configure_admission(config);
+        if result.is_err() {
+            *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
+        }
+        result
     }
 
     fn approvals_store(&self) -> Result<Arc<ApprovalStore>> {
@@ -666,15 +619,27 @@ impl CarRuntime {
 
     /// The granted permission tier (`sandbox_edit` by default).
     pub fn permission_get_tier(&self) -> String {
-        self.tier.read().map(|t| t.as_str().to_string()).unwrap_or_else(|_| PermissionTier::default().to_string())
+        self.rt.admission_stage().tier().unwrap_or_default().as_str().to_string()
     }
 
-    /// Sets the granted tier; returns it. Unknown tiers are an error.
+    /// Sets the granted tier and turns the tier layer on: from this
+    /// runtime's next proposal, an action above the tier (and every
+    /// `full_access` action) refuses the proposal unless the approvals
+    /// ledger approves it, as the daemon does. Returns the tier. Unknown
+    /// tiers are an error.
     pub fn permission_set_tier(&self, tier: &str) -> Result<String> {
         let t: PermissionTier = tier.parse()?;
-        if let Ok(mut g) = self.tier.write() {
-            *g = t;
-        }
+        let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stage = self.rt.admission_stage().with_tier(Some(t));
+        self.rt.set_admission_stage(Arc::new(stage));
         Ok(t.as_str().to_string())
+    }
+
+    /// Points the tier layer at an approvals ledger (the daemon's, shared).
+    pub fn set_tier_ledger(&self, ledger: Option<Arc<crate::policy::JsonlLedger>>) {
+        let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.rt.admission_stage();
+        let stage = current.with_tier(current.tier()).with_ledger(ledger);
+        self.rt.set_admission_stage(Arc::new(stage));
     }
 }

@@ -1,6 +1,8 @@
-//! The permission chain the CLI evaluates: a preset (`--preset`, else the
-//! file's `preset`, else `standard`) plus the rules of the nearest
-//! `.car/permissions.toml` (walking up from the root):
+//! The admission configuration the CLI runs with: the nearest
+//! `.car/permissions.toml` (walking up from the root), which is the TOML form
+//! of the admission configuration document (`docs/admission.md`), plus the
+//! command line's flags (`--preset` wins over the file's `preset`, which
+//! defaults to `standard`):
 //!
 //! ```toml
 //! preset = "standard"              # optional; --preset wins
@@ -17,61 +19,33 @@
 //! ```
 //!
 //! Shell `deny` and `ask` patterns become chain rules `{tool = "shell", argv
-//! = P}`, so the dry run names them. A command every segment of which is
-//! allowed by an `allow` pattern (and matched by no deny or ask pattern, as
-//! the shell matcher decides) is allowed by a hook before the preset's ask
-//! for `execute` applies; anything else falls through to the rules.
+//! = P}`. A command every segment of which matches an `allow` pattern is
+//! allowed only after the whole deny layer found nothing (deny always wins),
+//! before the ask layer; anything else falls through to the rules. The same
+//! document drives `car run`, the bindings and the daemon; nothing here
+//! decides on its own.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use car_runtime::permission::{
-    HookDecision, OneOrMany, PermissionChain, PermissionConfig, PermissionEvaluation, Preset, Risk, RuleSpec,
-    ShellRules, ToolDefinition, Verdict,
-};
+use car_runtime::admission::{AdmissionConfig, AdmissionStage, Decision, HostLayers};
+use car_runtime::ir::Action;
+use car_runtime::permission::Preset;
 
 use super::{CliError, CliResult, pretty, read_text};
 
-/// The name of the shell tool the `[shell]` table governs.
-pub const SHELL_TOOL: &str = "shell";
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ShellTable {
-    #[serde(default)]
-    allow: Vec<String>,
-    #[serde(default)]
-    ask: Vec<String>,
-    #[serde(default)]
-    deny: Vec<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PermissionsFile {
-    #[serde(default)]
-    preset: Option<String>,
-    #[serde(default)]
-    shell: ShellTable,
-    #[serde(default)]
-    deny: Vec<RuleSpec>,
-    #[serde(default)]
-    ask: Vec<RuleSpec>,
-}
-
-/// The compiled chain and where it came from.
+/// The admission document and where it came from.
 pub struct Permissions {
-    /// The chain.
-    pub chain: PermissionChain,
+    /// The document (file plus flags).
+    pub config: AdmissionConfig,
+    /// The stage built from it (for the plan; no approvals store).
+    pub stage: AdmissionStage,
     /// The preset in force.
     pub preset: Preset,
     /// The permissions file loaded, when one was found.
     pub file: Option<PathBuf>,
-    /// The shell allow patterns (for explanations).
-    pub shell_allow: Vec<String>,
 }
 
 /// The nearest `.car/permissions.toml` walking up from `start`.
@@ -79,84 +53,49 @@ pub fn discover(start: &Path) -> Option<PathBuf> {
     start.ancestors().map(|d| d.join(".car").join("permissions.toml")).find(|p| p.exists())
 }
 
-/// Loads the permissions of `root` (its nearest `.car/permissions.toml`) with
-/// the preset of the command line, if given.
+/// Loads the admission document of `root` (its nearest
+/// `.car/permissions.toml`) with the preset of the command line, if given.
 pub fn load(root: &Path, preset_flag: Option<&str>) -> Result<Permissions, CliError> {
     let file = discover(root);
-    let parsed: PermissionsFile = match &file {
-        Some(f) => {
-            let text = read_text(f)?;
-            toml::from_str(&text).map_err(|e| CliError::Input(format!("{}: {}", f.display(), e.to_string().trim())))?
-        }
-        None => PermissionsFile::default(),
-    };
     let shown = |f: &Option<PathBuf>| f.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let preset_name = preset_flag.or(parsed.preset.as_deref()).unwrap_or("standard");
-    let preset = Preset::parse(preset_name).map_err(|e| match preset_flag {
+    let bad = |e: car_runtime::Error| CliError::Input(format!("{}: {e}", shown(&file)));
+    let mut config = match &file {
+        Some(f) => AdmissionConfig::from_toml(&read_text(f)?).map_err(bad)?,
+        None => AdmissionConfig::default(),
+    };
+    let preset_name = preset_flag.or(config.preset.as_deref()).unwrap_or("standard").to_string();
+    let preset = Preset::parse(&preset_name).map_err(|e| match preset_flag {
         Some(_) => CliError::Input(format!("--preset: {e}")),
         None => CliError::Input(format!("{}: preset: {e}", shown(&file))),
     })?;
-    let bad = |e: car_runtime::Error| CliError::Input(format!("{}: {e}", shown(&file)));
-    let shell_rules = ShellRules::new(&parsed.shell.allow, &parsed.shell.ask, &parsed.shell.deny).map_err(bad)?;
-    let argv_rule = |p: &String| RuleSpec {
-        tool: Some(OneOrMany::One(SHELL_TOOL.to_string())),
-        argv: Some(p.clone()),
-        ..RuleSpec::default()
-    };
-    let mut deny: Vec<RuleSpec> = parsed.shell.deny.iter().map(argv_rule).collect();
-    deny.extend(parsed.deny);
-    let mut ask: Vec<RuleSpec> = parsed.shell.ask.iter().map(argv_rule).collect();
-    ask.extend(parsed.ask);
-    let mut config = PermissionConfig { preset: Some(preset), deny, ask, ..PermissionConfig::default() };
-    if !parsed.shell.allow.is_empty() {
-        config = config.with_hook(move |tool, input| {
-            if tool != SHELL_TOOL {
-                return HookDecision::Pass;
-            }
-            match input.get("command").and_then(Value::as_str) {
-                Some(cmd) if shell_rules.check(cmd) == Verdict::Allow => HookDecision::Allow,
-                _ => HookDecision::Pass,
-            }
-        });
-    }
-    let chain = PermissionChain::from_config(&config).map_err(bad)?;
-    Ok(Permissions { chain, preset, file, shell_allow: parsed.shell.allow })
+    config.preset = Some(preset_name);
+    let stage = AdmissionStage::build(config.clone(), &HostLayers::default(), None).map_err(bad)?;
+    Ok(Permissions { config, stage, preset, file })
 }
 
-/// The chain's view of a tool: a built-in tool with its declared risk, any
-/// other name as an undeclared tool.
-pub fn definition(tool: &str) -> ToolDefinition {
-    match car_runtime::tools::builtin_tool(tool) {
-        Some(t) => {
-            let risk: Option<Risk> = serde_json::from_value(json!(t.risk)).ok();
-            let def = ToolDefinition::new(t.schema.name.clone(), t.schema.description.clone(), t.schema.parameters)
-                .unwrap_or_else(|_| ToolDefinition::undeclared(tool));
-            match risk {
-                Some(r) => def.with_risk(r),
-                None => def,
-            }
-        }
-        None => ToolDefinition::undeclared(tool),
-    }
+/// A `tool_call` of `tool` with `input`, as the stage sees it.
+pub fn call(tool: &str, input: &Value) -> Action {
+    let mut a = Action::tool_call(tool);
+    a.parameters = input.as_object().cloned().unwrap_or_default();
+    a
 }
 
 impl Permissions {
-    /// Evaluates one call (the dry run).
-    pub fn evaluate(&self, tool: &str, input: &Value) -> PermissionEvaluation {
-        self.chain.evaluate(&definition(tool), input)
+    /// The chain's verdict for one call (the dry run) and the post-hook input.
+    pub fn evaluate(&self, a: &Action) -> Option<(Decision, Value)> {
+        self.stage.preview(a)
     }
 
     /// Which layer decided, in words: `deny-rule {"tool":"shell",...}`.
-    pub fn describe(&self, tool: &str, e: &PermissionEvaluation) -> String {
-        let by = serde_json::to_value(e.decided_by).ok().and_then(|v| v.as_str().map(str::to_string));
-        let by = by.unwrap_or_else(|| "?".into());
-        match (&e.rule, by.as_str()) {
-            (Some(rule), _) => format!("{by} {}", serde_json::to_string(rule).unwrap_or_default()),
-            (None, "hook") if tool == SHELL_TOOL && !self.shell_allow.is_empty() => {
-                "every segment matches a [shell] allow pattern of .car/permissions.toml".to_string()
+    pub fn describe(&self, d: &Decision) -> String {
+        match (&d.rule, d.layer.as_str()) {
+            (Some(rule), by) => format!("{by} {}", serde_json::to_string(rule).unwrap_or_default()),
+            (None, "shell-allow") => {
+                "every segment matches a [shell] allow pattern of .car/permissions.toml (no deny rule matched)"
+                    .to_string()
             }
             (None, "default") => format!("default ({} preset)", self.preset.as_str()),
-            (None, _) => by,
+            (None, by) => by.to_string(),
         }
     }
 }
@@ -186,32 +125,31 @@ pub fn explain(a: ExplainArgs) -> CliResult {
         car_runtime::ir::from_json_str(&a.input).map_err(|e| CliError::Input(format!("--input: {e}")))?;
     let root = a.root.canonicalize().map_err(|e| CliError::Input(format!("--root {}: {e}", a.root.display())))?;
     let perms = load(&root, a.preset.as_deref())?;
-    let e = perms.evaluate(&a.tool, &input);
+    let Some((d, after)) = perms.evaluate(&call(&a.tool, &input)) else {
+        return Err(CliError::Input("no permission chain is configured".to_string()));
+    };
     if a.json {
-        println!("{}", pretty(&e.to_json()));
+        let mut v = serde_json::to_value(&d).unwrap_or(Value::Null);
+        v["decided_by"] = Value::String(d.layer.clone());
+        v["input"] = after.clone();
+        println!("{}", pretty(&v));
         return Ok(0);
     }
     println!("tool:       {}", a.tool);
-    println!("verdict:    {}", e.verdict.as_str());
-    println!(
-        "decided by: {}",
-        serde_json::to_value(e.decided_by).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-    );
+    println!("verdict:    {}", d.verdict.as_str());
+    println!("decided by: {}", d.layer);
     println!(
         "rule:       {}",
-        e.rule.as_ref().map_or("none".to_string(), |r| serde_json::to_string(r).unwrap_or_default())
+        d.rule.as_ref().map_or("none".to_string(), |r| serde_json::to_string(r).unwrap_or_default())
     );
-    println!("reason:     {}", if e.reason.is_empty() { perms.describe(&a.tool, &e) } else { e.reason.clone() });
+    println!("reason:     {}", if d.reason.is_empty() { perms.describe(&d) } else { d.reason.clone() });
     println!("preset:     {}", perms.preset.as_str());
     println!(
         "rules from: {}",
         perms.file.as_ref().map_or("no .car/permissions.toml found".to_string(), |f| f.display().to_string())
     );
-    if e.input != input {
-        println!("input:      {} (after hooks)", e.input);
-    }
-    for adv in &e.advisory {
-        println!("advisory:   {} rule matched host {} (not enforced for this tool)", adv.layer, adv.host);
+    if after != input {
+        println!("input:      {after} (after hooks)");
     }
     Ok(0)
 }

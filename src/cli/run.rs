@@ -7,12 +7,17 @@
 //!    evaluated on the action's parameters), the policy rules it would meet,
 //!    and for `write_file` / `edit_file` a unified diff computed without
 //!    writing.
-//! 3. Decide every `ask`: `--yes` approves, `--no-input` denies, a terminal
-//!    prompts (approve, deny, approve this tool for the session), anything
-//!    else denies (a non-interactive run never waits).
-//! 4. Execute through `CarRuntime::execute_proposal` with a session policy
-//!    rejecting exactly the refused action ids (the reason names the verdict
-//!    and the rule), so they come back `rejected` and are reported as denied.
+//! 3. Decide every `ask` (the action's own and its compensation's): `--yes`
+//!    approves, `--no-input` denies, a terminal prompts (approve, deny,
+//!    approve this tool for the session), anything else denies (a
+//!    non-interactive run never waits).
+//! 4. Execute through `CarRuntime::execute_proposal` with the runtime's one
+//!    admission stage configured from the same document. The plan above is
+//!    that stage's own preview, and the answers reach it as an approver of
+//!    its `approval` layer: every ask the stage meets (also one the plan did
+//!    not show) is resolved from them, and denied when nobody decided it.
+//!    Nothing here decides on its own: a deny rule or a policy refuses the
+//!    action at admission whatever was answered.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, IsTerminal, Write};
@@ -30,6 +35,9 @@ use car_runtime::engine::{RuntimeOptions, ToolCall, ToolExecutor};
 use car_runtime::ir::{Action, ActionProposal, ActionStatus, ActionType, Compensation, ProposalResult, ToolFailure};
 use car_runtime::permission::Verdict;
 use car_runtime::tools::{BuiltinExecutor, Root};
+
+use car_runtime::admission::Decision;
+use car_runtime::gate::ApprovalEvent;
 
 use super::permissions::{self, Permissions};
 use super::{CliError, CliResult, pretty, read_plan, read_state};
@@ -88,6 +96,10 @@ struct PlanItem {
     verdict: Verdict,
     why: String,
     policy: Vec<(String, String)>,
+    /// The approval key parts of an ask: `(tool, post-hook input digest)`.
+    ask_key: Option<(String, String)>,
+    /// The compensation's own verdict, when it has a `tool` compensation.
+    compensation: Option<(Verdict, String, Option<(String, String)>)>,
 }
 
 fn input_error(e: impl std::fmt::Display) -> CliError {
@@ -137,45 +149,60 @@ fn policy_preview(dir: Option<&Path>, text: &str) -> BTreeMap<String, Vec<(Strin
     out
 }
 
+/// The stage's verdict of one call: `(verdict, why, ask key)`.
+fn preview(
+    perms: &Permissions,
+    stage: &car_runtime::admission::AdmissionStage,
+    a: &Action,
+) -> (Verdict, String, Option<(String, String)>) {
+    match stage.preview(a) {
+        Some((d, input)) => {
+            let key = (d.verdict == Verdict::Ask)
+                .then(|| car_runtime::gate::input_digest(&input).ok())
+                .flatten()
+                .map(|dg| (a.tool.clone().unwrap_or_default(), dg));
+            let why = describe(perms, &d);
+            (d.verdict, why, key)
+        }
+        None => (Verdict::Allow, "state operation, not a tool call".to_string(), None),
+    }
+}
+
+fn describe(perms: &Permissions, d: &Decision) -> String {
+    perms.describe(d)
+}
+
 fn plan_items(
     proposal: &ActionProposal,
     perms: &Permissions,
+    stage: &car_runtime::admission::AdmissionStage,
     policy: &BTreeMap<String, Vec<(String, String)>>,
 ) -> Vec<PlanItem> {
+    // The tier refuses a proposal as a whole.
+    let tier: Vec<(bool, Decision)> = stage.tier_decisions(&proposal.actions);
     proposal
         .actions
         .iter()
-        .map(|a| {
+        .enumerate()
+        .map(|(i, a)| {
             let policy = policy.get(&a.id).cloned().unwrap_or_default();
-            let (verdict, why) = match (a.action_type, a.tool.as_deref()) {
-                (ActionType::ToolCall, Some(tool)) => {
-                    let e = perms.evaluate(tool, &Value::Object(a.parameters.clone()));
-                    (e.verdict, perms.describe(tool, &e))
-                }
-                (ActionType::ToolCall, None) => (Verdict::Deny, "a tool_call without a tool".to_string()),
-                _ => (Verdict::Allow, "state operation, not a tool call".to_string()),
+            let (verdict, why, ask_key) = match tier.get(i) {
+                Some((true, d)) => (Verdict::Deny, format!("tier: {}", d.reason), None),
+                _ => match (a.action_type, a.tool.as_deref()) {
+                    (ActionType::ToolCall, None) => (Verdict::Deny, "a tool_call without a tool".to_string(), None),
+                    _ => preview(perms, stage, a),
+                },
             };
-            // A compensation tool runs without admission when the proposal
-            // aborts, so the action is only as allowed as its compensation.
-            let (verdict, why) = match &a.compensation {
+            // A compensation passes admission when it runs: show its own verdict.
+            let compensation = match &a.compensation {
                 Some(Compensation::Tool { tool, parameters }) => {
-                    let e = perms.evaluate(tool, &Value::Object(parameters.clone()));
-                    if e.verdict > verdict {
-                        (
-                            e.verdict,
-                            format!(
-                                "its compensation `{tool}` is {}: {}",
-                                e.verdict.as_str(),
-                                perms.describe(tool, &e)
-                            ),
-                        )
-                    } else {
-                        (verdict, why)
-                    }
+                    let mut c = Action::tool_call(tool.clone());
+                    c.parameters = parameters.clone();
+                    Some(preview(perms, stage, &c))
                 }
-                _ => (verdict, why),
+                _ => None,
             };
-            PlanItem { id: a.id.clone(), tool: a.tool.clone(), verdict, why, policy }
+            PlanItem { id: a.id.clone(), tool: a.tool.clone(), verdict, why, policy, ask_key, compensation }
         })
         .collect()
 }
@@ -213,7 +240,8 @@ fn print_plan(
         if let Some(Compensation::Tool { tool, parameters }) = &a.compensation {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
-            out.line(format!("            compensation on abort: {}", summary(&c)));
+            let verdict = item.compensation.as_ref().map_or("allow", |(v, _, _)| v.as_str());
+            out.line(format!("            compensation on abort: {} (permission {verdict})", summary(&c)));
         }
         if let Some(tool) = &item.tool {
             match car_runtime::tools::preview(root, tool, &a.parameters) {
@@ -261,13 +289,11 @@ enum Answer {
     Session,
 }
 
-fn prompt(item: &PlanItem, summary: &str) -> Answer {
+fn prompt(id: &str, tool: &str, summary: &str) -> Answer {
     let mut err = std::io::stderr().lock();
     let _ = write!(
         err,
-        "\nApprove {} ({summary})?\n  [y] approve  [n] deny  [a] approve `{}` for the rest of this run: ",
-        item.id,
-        item.tool.as_deref().unwrap_or("")
+        "\nApprove {id} ({summary})?\n  [y] approve  [n] deny  [a] approve `{tool}` for the rest of this run: "
     );
     let _ = err.flush();
     drop(err);
@@ -282,10 +308,12 @@ fn prompt(item: &PlanItem, summary: &str) -> Answer {
     }
 }
 
-/// Decides every action; returns the refused ones: action id → the reason
-/// (naming the verdict and the deciding rule) the session policy gives.
-fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> BTreeMap<String, String> {
-    let mut refused = BTreeMap::new();
+/// The answers to the plan's asks: approval key parts → (approved, reason).
+type Answers = std::collections::HashMap<(String, String), (bool, String)>;
+
+/// Decides every ask of the plan (an action's and its compensation's).
+fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> Answers {
+    let mut answers = Answers::new();
     let mut session_tools: HashSet<String> = HashSet::new();
     let interactive = !a.yes && !a.no_input && std::io::stdin().is_terminal();
     let mut told = false;
@@ -293,57 +321,49 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
         if !item.policy.is_empty() {
             continue; // the policy engine rejects it at admission
         }
-        match item.verdict {
-            Verdict::Allow => {}
-            Verdict::Deny => {
-                refused.insert(item.id.clone(), format!("permission verdict deny, decided by {}", item.why));
-            }
-            Verdict::Ask => {
-                let tool = item.tool.clone().unwrap_or_default();
-                let approved = if a.yes {
-                    true
-                } else if a.no_input {
-                    refused.insert(
-                        item.id.clone(),
-                        format!("permission verdict ask, refused by --no-input; decided by {}", item.why),
-                    );
-                    false
-                } else if !interactive {
-                    if !told {
-                        out.line("stdin is not a terminal: every `ask` is denied (pass --yes to approve, --no-input to silence this)");
-                        told = true;
-                    }
-                    refused.insert(
-                        item.id.clone(),
-                        format!("permission verdict ask, no terminal to ask; decided by {}", item.why),
-                    );
-                    false
-                } else if session_tools.contains(&tool) {
-                    out.line(format!("  {} approved: `{tool}` was approved for this run", item.id));
-                    true
-                } else {
-                    match prompt(item, &summary(act)) {
-                        Answer::Yes => true,
-                        Answer::Session => {
-                            session_tools.insert(tool);
-                            true
-                        }
-                        Answer::No => {
-                            refused.insert(
-                                item.id.clone(),
-                                format!("permission verdict ask, denied by the user; decided by {}", item.why),
-                            );
-                            false
-                        }
-                    }
-                };
-                if approved && !interactive {
-                    out.line(format!("  {} approved by --yes", item.id));
+        let mut asks: Vec<(String, String, String, (String, String))> = Vec::new();
+        if item.verdict == Verdict::Ask
+            && let Some(k) = &item.ask_key
+        {
+            asks.push((item.id.clone(), summary(act), item.why.clone(), k.clone()));
+        }
+        if let (Some((Verdict::Ask, why, Some(k))), Some(Compensation::Tool { tool, parameters })) =
+            (&item.compensation, &act.compensation)
+        {
+            let mut c = Action::tool_call(tool.clone());
+            c.parameters = parameters.clone();
+            asks.push((format!("{} (its compensation)", item.id), summary(&c), why.clone(), k.clone()));
+        }
+        for (id, what, why, key) in asks {
+            let tool = key.0.clone();
+            let (approved, reason) = if a.yes {
+                out.line(format!("  {id} approved by --yes"));
+                (true, format!("approved by --yes; decided by {why}"))
+            } else if a.no_input {
+                (false, format!("refused by --no-input; decided by {why}"))
+            } else if !interactive {
+                if !told {
+                    out.line("stdin is not a terminal: every `ask` is denied (pass --yes to approve, --no-input to silence this)");
+                    told = true;
                 }
-            }
+                (false, format!("no terminal to ask; decided by {why}"))
+            } else if session_tools.contains(&tool) {
+                out.line(format!("  {id} approved: `{tool}` was approved for this run"));
+                (true, format!("`{tool}` approved for this run"))
+            } else {
+                match prompt(&id, &tool, &what) {
+                    Answer::Yes => (true, "approved by the user".to_string()),
+                    Answer::Session => {
+                        session_tools.insert(tool.clone());
+                        (true, format!("`{tool}` approved for this run by the user"))
+                    }
+                    Answer::No => (false, format!("denied by the user; decided by {why}")),
+                }
+            };
+            answers.insert(key, (approved, reason));
         }
     }
-    refused
+    answers
 }
 
 /// The built-in executor with one progress line per call.
@@ -398,6 +418,40 @@ impl ToolExecutor for Progress {
     }
 }
 
+/// A refusal by a deciding layer (not a malformed action).
+fn is_denial(e: &str) -> bool {
+    e.starts_with("permission:")
+        || e.starts_with("refused:")
+        || e.contains("permission tier escalated")
+        || e.contains("approval required")
+        || e.contains("policy '")
+        || e.contains("denied by policy")
+        || e.contains("denied by inspector")
+}
+
+/// A private directory for one run's approvals, removed on drop.
+struct ApprovalsDir(PathBuf);
+
+impl ApprovalsDir {
+    fn create() -> Result<Self, CliError> {
+        let dir = std::env::temp_dir().join(format!("car-run-{}-{}", std::process::id(), uuid_like()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CliError::Runtime(format!("cannot create the approvals directory {}: {e}", dir.display())))?;
+        Ok(ApprovalsDir(dir))
+    }
+}
+
+impl Drop for ApprovalsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn uuid_like() -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{t:x}")
+}
+
 fn save_state(rt: &CarRuntime, file: &Path) -> Result<(), CliError> {
     let snap = rt.state_snapshot(None).map_err(|e| CliError::Runtime(e.to_string()))?;
     let v: Value = serde_json::from_str(&snap).unwrap_or(Value::Object(Map::new()));
@@ -424,7 +478,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let root = Root::new(&a.root).map_err(|e| CliError::Input(format!("--root: {e}")))?;
     let out = Out { err: a.json };
 
-    let rt = CarRuntime::with_options(RuntimeOptions::default().compensate_on_abort(!a.no_compensate));
+    let rt = CarRuntime::with_options(RuntimeOptions::default());
     for t in car_runtime::tools::builtin_tools() {
         let schema = serde_json::to_string(&t.schema).unwrap_or_default();
         rt.register_tool_schema(&schema).map_err(|e| CliError::Runtime(e.to_string()))?;
@@ -441,29 +495,36 @@ pub fn run(a: RunArgs) -> CliResult {
         }
     }
 
+    // The run's approvals live in a private directory, removed afterwards.
+    let approvals = ApprovalsDir::create()?;
+    let mut config = perms.config.clone();
+    if a.no_compensate {
+        config.compensate_on_abort = Some(false);
+    } else if config.compensate_on_abort.is_none() {
+        config.compensate_on_abort = Some(true);
+    }
+    config.approvals_dir = Some(approvals.0.to_string_lossy().into_owned());
+    rt.configure_admission(config).map_err(|e| CliError::Input(e.to_string()))?;
+    let stage = rt.runtime().admission_stage();
+
     let policy = policy_preview(policy_dir.as_deref(), &text);
-    let items = plan_items(&proposal, &perms, &policy);
+    let items = plan_items(&proposal, &perms, &stage, &policy);
     print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
     print_verification(out, &rt, &text);
-    let refused = decide(&a, out, &proposal, &items);
+    let answers = Arc::new(decide(&a, out, &proposal, &items));
 
-    let session = rt.open_session().map_err(|e| CliError::Runtime(e.to_string()))?;
-    if !refused.is_empty() {
-        let map = refused.clone();
-        let rule: car_runtime::policy::PolicyFn =
-            Arc::new(move |act: &Action, _: &Map<String, Value>| map.get(&act.id).cloned());
-        rt.runtime()
-            .with_policies_mut(|p| {
-                p.register_in_session(
-                    &session,
-                    "permission",
-                    rule,
-                    "actions refused by the permission chain or the user",
-                )
-            })
-            .and_then(|r| r)
-            .map_err(|e| CliError::Runtime(e.to_string()))?;
-    }
+    // The approver of the stage's `approval` layer: the answers above, and a
+    // deny for an ask nobody answered.
+    let resolver = rt.clone();
+    rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
+        if let ApprovalEvent::Pending(p) = ev {
+            let (ok, reason) = answers
+                .get(&(p.tool.clone(), p.input_digest.clone()))
+                .cloned()
+                .unwrap_or((false, "not approved before the run".to_string()));
+            let _ = resolver.approval_resolve(&p.key, if ok { "allow" } else { "deny" }, &reason);
+        }
+    }));
 
     out.line("");
     out.line("Running:");
@@ -471,7 +532,7 @@ pub fn run(a: RunArgs) -> CliResult {
         .actions
         .iter()
         .zip(&items)
-        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.policy.is_empty() && !refused.contains_key(&x.id))
+        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.policy.is_empty() && i.verdict != Verdict::Deny)
         .count();
     let exec = Arc::new(Progress {
         inner: BuiltinExecutor::new(root.clone()),
@@ -486,11 +547,11 @@ pub fn run(a: RunArgs) -> CliResult {
         .build()
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
     let result_json = tokio_rt
-        .block_on(rt.execute_proposal(&text, exec, Some(&session), None))
+        .block_on(rt.execute_proposal(&text, exec, None, None))
         .map_err(|e| CliError::Runtime(e.to_string()))?;
     let result: ProposalResult =
         serde_json::from_str(&result_json).map_err(|e| CliError::Runtime(format!("unreadable ProposalResult: {e}")))?;
-    let _ = rt.close_session(&session);
+    drop(approvals);
 
     if let Some(f) = &a.state {
         save_state(&rt, f)?;
@@ -501,12 +562,10 @@ pub fn run(a: RunArgs) -> CliResult {
     out.line("Results:");
     let (mut ok, mut failed, mut denied, mut rejected, mut skipped) = (0, 0, 0, 0, 0);
     for r in &result.results {
-        // Denied: refused by the permission chain, the user or a policy;
-        // otherwise a rejection is an admission check (schema, unknown tool, ...).
-        // The error is the first refusal admission met (a session
-        // permission refusal reads `policy 'permission': ...`).
-        let is_denied = r.status == ActionStatus::Rejected
-            && r.error.as_deref().is_some_and(|e| e.contains("policy '") || e.contains("denied by policy"));
+        // Denied: refused by the permission chain, the tier, the user or a
+        // policy; otherwise a rejection is an admission check (schema,
+        // unknown tool, a precondition, ...).
+        let is_denied = r.status == ActionStatus::Rejected && r.error.as_deref().is_some_and(is_denial);
         match r.status {
             ActionStatus::Succeeded => ok += 1,
             ActionStatus::Failed => failed += 1,

@@ -51,7 +51,20 @@ pub struct RuntimeOptions {
     /// At most this many independent actions of a proposal in flight at once
     /// (default 256).
     pub max_concurrency: usize,
+    /// At most this many retries of one action, whatever its `max_retries`
+    /// says (default [`DEFAULT_RETRY_CAP`]).
+    pub retry_cap: u32,
+    /// The first retry waits about this long (half to all of it, jittered);
+    /// each later one twice as long, at most [`MAX_RETRY_BACKOFF_MS`]. 0: no wait.
+    pub retry_backoff_ms: u64,
 }
+
+/// The default cap on retries of one action.
+pub const DEFAULT_RETRY_CAP: u32 = 10;
+/// The default base of the retry backoff.
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 10;
+/// The longest wait between two attempts.
+pub const MAX_RETRY_BACKOFF_MS: u64 = 5_000;
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
@@ -61,6 +74,8 @@ impl Default for RuntimeOptions {
             chunk_buffer_size: 1024,
             cost_budget: None,
             max_concurrency: 256,
+            retry_cap: DEFAULT_RETRY_CAP,
+            retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
         }
     }
 }
@@ -87,6 +102,18 @@ impl RuntimeOptions {
     /// Sets the in-flight window for independent actions (at least 1).
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// Sets the retry cap.
+    pub fn retry_cap(mut self, n: u32) -> Self {
+        self.retry_cap = n;
+        self
+    }
+
+    /// Sets the retry backoff base (0: retry at once).
+    pub fn retry_backoff_ms(mut self, ms: u64) -> Self {
+        self.retry_backoff_ms = ms;
         self
     }
 
@@ -153,6 +180,8 @@ pub(crate) struct Inner {
     pub(crate) detached: Arc<DetachedTools>,
     pub(crate) request_seq: AtomicU64,
     pub(crate) admission: RwLock<Option<AdmissionHook>>,
+    /// The admission stage (`crate::admission`): tier, chain, approvals, inspectors.
+    pub(crate) stage: RwLock<Arc<crate::admission::AdmissionStage>>,
 }
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
@@ -195,6 +224,7 @@ impl Runtime {
                 detached,
                 request_seq: AtomicU64::new(0),
                 admission: RwLock::new(None),
+                stage: RwLock::new(Arc::new(crate::admission::AdmissionStage::empty())),
             }),
         }
     }
@@ -215,6 +245,20 @@ impl Runtime {
         if let Ok(mut a) = self.inner.admission.write() {
             *a = hook;
         }
+    }
+
+    /// Installs the admission stage every later proposal is decided by
+    /// (a proposal already running keeps the stage it started with).
+    pub fn set_admission_stage(&self, stage: Arc<crate::admission::AdmissionStage>) {
+        match self.inner.stage.write() {
+            Ok(mut s) => *s = stage,
+            Err(p) => *p.into_inner() = stage,
+        }
+    }
+
+    /// The admission stage in force.
+    pub fn admission_stage(&self) -> Arc<crate::admission::AdmissionStage> {
+        self.inner.stage.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// The options.

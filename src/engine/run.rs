@@ -17,12 +17,14 @@ use super::executor::{CancelToken, ToolCall, ToolExecutor};
 use super::registry::RegisteredTool;
 use super::{AdmissionVerdict, ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
+use crate::admission::{AdmissionStage, Decision, StageVerdict, layer};
 use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
     Operator, Precondition, ProposalResult, Reversibility, ToolFailure, json_eq,
 };
+use crate::permission::Verdict;
 use crate::state::{Scope, Transaction};
 
 /// The normalized class of a post-dispatch failure.
@@ -92,6 +94,10 @@ struct Ctx {
     abort_tx: Option<tokio::sync::watch::Sender<bool>>,
     /// `(action index, handle)` of every detached tool this proposal started.
     detached: Mutex<Vec<(usize, String)>>,
+    /// The admission stage this proposal is decided by.
+    stage: Arc<AdmissionStage>,
+    /// Actions refused at admission (their compensation refs are refused too).
+    refused: Vec<bool>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -158,12 +164,15 @@ impl Runtime {
             holds: std::sync::Mutex::new(HashMap::new()),
             abort_tx: None,
             detached: Mutex::new(Vec::new()),
+            stage: self.admission_stage(),
+            refused: Vec::new(),
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
         let mut completion: Vec<usize> = Vec::new();
         let mut budget_exhausted = false;
-        let max_duration = self.inner.options.cost_budget.as_ref().and_then(|b| b.max_duration_ms);
+        let max_duration = ctx.budget().and_then(|b| b.max_duration_ms);
+        let window = ctx.max_concurrency();
         if !aborted {
             for level in dag.levels() {
                 if max_duration.is_some_and(|m| ms(start.elapsed()) > m) {
@@ -192,7 +201,6 @@ impl Runtime {
                     // run them in place, with its window accounting (an abort
                     // lets exactly the actions already started finish), and
                     // without a task per action.
-                    let window = self.inner.options.max_concurrency.max(1);
                     let mut started = window.min(runnable.len());
                     let mut k = 0;
                     while k < started {
@@ -207,7 +215,6 @@ impl Runtime {
                 } else if !runnable.is_empty() {
                     // A window of at most `max_concurrency` actions in flight:
                     // concurrent, with memory bounded by the window, not the level.
-                    let window = self.inner.options.max_concurrency.max(1);
                     let mut pending = runnable.iter().copied();
                     let ctx_ref = &ctx;
                     let start_one = move |i: usize| async move { (i, run_action(ctx_ref, i).await) };
@@ -274,7 +281,7 @@ impl Runtime {
                 r.state_changes.clear();
                 r.error = Some(ROLLBACK_WARNING.to_string());
             }
-            if self.inner.options.compensate_on_abort {
+            if ctx.stage.compensate_on_abort().unwrap_or(self.inner.options.compensate_on_abort) {
                 for &i in completion.iter().rev() {
                     let a = &proposal.actions[i];
                     if a.reversibility != Reversibility::Compensable {
@@ -318,21 +325,25 @@ impl Runtime {
     }
 
     /// Admission before anything runs. Returns true when a refused action's
-    /// failure behavior aborts the proposal.
+    /// failure behavior aborts the proposal. The layers and their order are
+    /// those of [`crate::admission`].
     fn admit(&self, ctx: &mut Ctx, dag: &Dag, results: &mut [Option<ActionResult>]) -> bool {
         let proposal = ctx.proposal.clone();
         let actions = &proposal.actions;
         let n = actions.len();
-        let mut refusals: Vec<Option<String>> = vec![None; n];
+        let stage = ctx.stage.clone();
+        let mut refusals: Vec<Option<Decision>> = vec![None; n];
         let mut policy_refused = vec![false; n];
 
         for &i in dag.cyclic() {
-            refusals[i] = Some("action is part of a dependency cycle".to_string());
+            refusals[i] = Some(Decision::deny(layer::VALIDATION, "action is part of a dependency cycle"));
         }
         for (i, dep) in dag.unknown_dependencies() {
-            refusals[*i].get_or_insert_with(|| format!("dependency '{dep}' is not an action of this proposal"));
+            refusals[*i].get_or_insert_with(|| {
+                Decision::deny(layer::VALIDATION, format!("dependency '{dep}' is not an action of this proposal"))
+            });
         }
-        if let Some(b) = &self.inner.options.cost_budget {
+        if let Some(b) = ctx.budget() {
             let tool_calls = actions.iter().filter(|a| a.action_type == ActionType::ToolCall).count() as u64;
             let over = match (b.max_actions, b.max_tool_calls) {
                 (Some(m), _) if n as u64 > m => Some(format!("cost budget exceeded: {n} actions > max_actions {m}")),
@@ -342,7 +353,7 @@ impl Runtime {
                 _ => None,
             };
             if let Some(reason) = over {
-                refusals.iter_mut().for_each(|r| *r = Some(reason.clone()));
+                refusals.iter_mut().for_each(|r| *r = Some(Decision::deny(layer::BUDGET, reason.clone())));
             }
         }
 
@@ -354,14 +365,17 @@ impl Runtime {
                 let name = a.tool.as_deref().unwrap_or("");
                 match tools.get(name) {
                     None => {
-                        refusals[i].get_or_insert_with(|| format!("tool '{name}' is not registered"));
+                        refusals[i].get_or_insert_with(|| {
+                            Decision::deny(layer::TOOL, format!("tool '{name}' is not registered"))
+                        });
                     }
                     Some(t) => {
                         if t.validates_params()
                             && refusals[i].is_none()
                             && let Some(e) = t.check_params(&Value::Object(a.parameters.clone()))
                         {
-                            refusals[i] = Some(format!("tool '{name}' parameter validation: {e}"));
+                            refusals[i] =
+                                Some(Decision::deny(layer::TOOL, format!("tool '{name}' parameter validation: {e}")));
                         }
                         ctx.tools[i] = Some(t);
                     }
@@ -392,25 +406,60 @@ impl Runtime {
                     }
                     policy_refused[i] = true;
                     if refusals[i].is_none() {
-                        refusals[i] = Some(reasons.join("; "));
+                        let mut d = Decision::deny(layer::POLICY, reasons.join("; "));
+                        d.rule = Some(Value::String(violations[0].policy_name.clone()));
+                        refusals[i] = Some(d);
                     }
                 }
             }
         }
 
+        // The stage's layers: the tier (the whole proposal), then the chain
+        // and ask approvals per action.
+        let mut allowed: Vec<Option<Decision>> = vec![None; n];
         let mut permission_refused = vec![false; n];
-        let check = self.inner.admission.read().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some(check) = check {
+        if !stage.is_empty() {
+            for (i, (refused, d)) in stage.tier_decisions(actions).into_iter().enumerate() {
+                if refused {
+                    permission_refused[i] = true;
+                    refusals[i].get_or_insert(d);
+                } else {
+                    allowed[i] = Some(d);
+                }
+            }
             for (i, a) in actions.iter().enumerate() {
-                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
-                    .unwrap_or_else(|_| AdmissionVerdict::Refuse("the admission check panicked; refused".to_string()));
+                if refusals[i].is_some() {
+                    continue;
+                }
+                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| stage.decide(a))).unwrap_or_else(|_| {
+                    StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
+                });
                 match verdict {
-                    AdmissionVerdict::Admit => {}
-                    AdmissionVerdict::Refuse(reason) => {
-                        permission_refused[i] = true;
-                        refusals[i].get_or_insert_with(|| format!("permission: {reason}"));
+                    StageVerdict::Admit(d) => {
+                        if let Some(mut d) = d {
+                            if let Some(t) = &allowed[i] {
+                                d.required_tier = t.required_tier;
+                                d.granted_tier = t.granted_tier;
+                            }
+                            allowed[i] = Some(d);
+                        }
                     }
-                    AdmissionVerdict::Hold(wait) => {
+                    StageVerdict::Refuse(mut d) => {
+                        if let Some(t) = &allowed[i] {
+                            d.required_tier = t.required_tier;
+                            d.granted_tier = t.granted_tier;
+                        }
+                        permission_refused[i] = true;
+                        d.reason = format!("permission: {}", d.reason);
+                        refusals[i] = Some(d);
+                    }
+                    StageVerdict::Hold(d, wait) => {
+                        self.inner.events.record(
+                            EventKind::AdmissionDecided,
+                            Some(&ctx.pid),
+                            Some(&a.id),
+                            d.event_data(a.tool.as_deref(), "admission"),
+                        );
                         ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, wait);
                         ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
                     }
@@ -418,15 +467,67 @@ impl Runtime {
             }
         }
 
+        let check = self.inner.admission.read().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(check) = check {
+            for (i, a) in actions.iter().enumerate() {
+                if refusals[i].is_some() {
+                    continue;
+                }
+                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
+                    .unwrap_or_else(|_| AdmissionVerdict::Refuse("the admission check panicked; refused".to_string()));
+                match verdict {
+                    AdmissionVerdict::Admit => {}
+                    AdmissionVerdict::Refuse(reason) => {
+                        permission_refused[i] = true;
+                        refusals[i] = Some(Decision::deny(layer::HOST, format!("permission: {reason}")));
+                    }
+                    AdmissionVerdict::Hold(wait) => {
+                        let holds = ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner);
+                        // Both the stage and the host hold: the host's wait runs after the stage's.
+                        let wait = match holds.remove(&i) {
+                            None => wait,
+                            Some(first) => Box::pin(async move {
+                                match first.await {
+                                    None => wait.await,
+                                    refused => refused,
+                                }
+                            }),
+                        };
+                        holds.insert(i, wait);
+                        ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
+                    }
+                }
+            }
+        }
+
         let mut abort = false;
-        for (i, reason) in refusals.into_iter().enumerate() {
-            let Some(reason) = reason else { continue };
+        let record_all = !stage.is_empty();
+        ctx.refused = refusals.iter().map(Option::is_some).collect();
+        for (i, refusal) in refusals.into_iter().enumerate() {
             let a = &actions[i];
+            let Some(d) = refusal else {
+                if record_all && let Some(d) = allowed[i].take() {
+                    self.inner.events.record(
+                        EventKind::AdmissionDecided,
+                        Some(&ctx.pid),
+                        Some(&a.id),
+                        d.event_data(a.tool.as_deref(), "admission"),
+                    );
+                }
+                continue;
+            };
+            self.inner.events.record(
+                EventKind::AdmissionDecided,
+                Some(&ctx.pid),
+                Some(&a.id),
+                d.event_data(a.tool.as_deref(), "admission"),
+            );
+            let reason = d.reason;
             self.inner.events.record(
                 EventKind::ActionRejected,
                 Some(&ctx.pid),
                 Some(&a.id),
-                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "permission": permission_refused[i], "stage": "admission"}),
+                json!({"tool": a.tool, "reason": reason, "policy": policy_refused[i], "permission": permission_refused[i], "stage": "admission", "layer": d.layer}),
             );
             let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
             r.error = Some(reason);
@@ -437,6 +538,72 @@ impl Runtime {
             }
         }
         abort
+    }
+}
+
+impl Ctx {
+    /// The cost budget in force: the stage's, else the runtime's.
+    fn budget(&self) -> Option<&crate::ir::CostBudget> {
+        self.stage.budget().or(self.rt.inner.options.cost_budget.as_ref())
+    }
+
+    /// The in-flight window: the stage's, else the runtime's (at least 1).
+    fn max_concurrency(&self) -> usize {
+        self.stage.max_concurrency().unwrap_or(self.rt.inner.options.max_concurrency).max(1)
+    }
+
+    /// Records a refusal decided after admission (approval, dispatch) and
+    /// builds the `rejected` outcome.
+    fn reject(&self, a: &Action, d: Decision, stage: &str) -> Outcome {
+        let events = &self.rt.inner.events;
+        events.record(
+            EventKind::AdmissionDecided,
+            Some(&self.pid),
+            Some(&a.id),
+            d.event_data(a.tool.as_deref(), stage),
+        );
+        let permission = matches!(d.layer.as_str(), layer::APPROVAL | layer::HOST | layer::INSPECTOR);
+        let policy = matches!(d.layer.as_str(), layer::POLICY | layer::TRACE);
+        events.record(
+            EventKind::ActionRejected,
+            Some(&self.pid),
+            Some(&a.id),
+            json!({"tool": a.tool, "reason": d.reason, "policy": policy, "permission": permission, "stage": stage, "layer": d.layer}),
+        );
+        let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
+        r.error = Some(d.reason);
+        Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip }
+    }
+
+    /// The dispatch-time layers for one attempt: inspectors, then trace rules.
+    fn dispatch_layers(&self, a: &Action) -> Option<Decision> {
+        if let Some(d) = self.stage.dispatch(a) {
+            return Some(d);
+        }
+        if a.action_type != ActionType::ToolCall {
+            return None;
+        }
+        let policies = self.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
+        if policies.trace_rules().is_empty() {
+            return None;
+        }
+        let violations = policies.check_dispatch(a, self.session_id.as_deref());
+        if violations.is_empty() {
+            return None;
+        }
+        let mut reasons = Vec::with_capacity(violations.len());
+        for v in &violations {
+            self.rt.inner.events.record(
+                EventKind::PolicyViolation,
+                Some(&self.pid),
+                Some(&a.id),
+                json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason, "stage": "dispatch"}),
+            );
+            reasons.push(format!("{}: {}", v.policy_name, v.reason));
+        }
+        let mut d = Decision::deny(layer::TRACE, format!("denied by policy: {}", reasons.join("; ")));
+        d.rule = Some(Value::String(violations[0].policy_name.clone()));
+        Some(d)
     }
 }
 
@@ -471,8 +638,10 @@ fn dispatch_check(ctx: &Ctx, a: &Action) -> Option<String> {
 
 /// How the admission hold of an action ended.
 enum HoldEnd {
-    /// No hold, or the hold admitted the action.
+    /// No hold.
     Admitted,
+    /// The hold admitted the action (an approval).
+    Approved,
     /// The hold refused it.
     Refused(String),
     /// The proposal aborted while the action was held.
@@ -494,7 +663,7 @@ async fn await_hold(ctx: &Ctx, i: usize) -> HoldEnd {
         biased;
         _ = aborted.wait_for(|a| *a) => HoldEnd::Aborted,
         r = hold => match r {
-            Ok(None) => HoldEnd::Admitted,
+            Ok(None) => HoldEnd::Approved,
             Ok(Some(reason)) => HoldEnd::Refused(reason),
             Err(_) => HoldEnd::Refused("the admission hold panicked; refused".to_string()),
         },
@@ -517,17 +686,18 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     let t0 = Instant::now();
     match await_hold(ctx, i).await {
         HoldEnd::Admitted => {}
-        HoldEnd::Refused(reason) => {
-            let reason = format!("permission: {reason}");
+        HoldEnd::Approved => {
+            let d = Decision::new(Verdict::Allow, layer::APPROVAL, "approved while held");
             events.record(
-                EventKind::ActionRejected,
+                EventKind::AdmissionDecided,
                 Some(&ctx.pid),
                 Some(&a.id),
-                json!({"tool": a.tool, "reason": reason, "policy": false, "permission": true, "stage": "approval"}),
+                d.event_data(a.tool.as_deref(), "approval"),
             );
-            let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
-            r.error = Some(reason);
-            return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+        }
+        HoldEnd::Refused(reason) => {
+            let d = Decision::deny(layer::APPROVAL, format!("permission: {reason}"));
+            return ctx.reject(a, d, "approval");
         }
         HoldEnd::Aborted => {
             let reason = "skipped due to abort";
@@ -538,50 +708,13 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
         }
     }
     if let Some(reason) = dispatch_check(ctx, a) {
-        events.record(
-            EventKind::ActionRejected,
-            Some(&ctx.pid),
-            Some(&a.id),
-            json!({"tool": a.tool, "reason": reason, "policy": false, "stage": "dispatch"}),
-        );
-        let mut r = ActionResult::new(a.id.clone(), ActionStatus::Rejected);
-        r.error = Some(reason);
-        return Outcome { result: r, abort: a.failure_behavior != FailureBehavior::Skip };
+        return ctx.reject(a, Decision::deny(layer::DISPATCH, reason), "dispatch");
     }
-
+    if let Some(d) = ctx.dispatch_layers(a) {
+        return ctx.reject(a, d, "dispatch");
+    }
     let traced = a.action_type == ActionType::ToolCall
         && !ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner).trace_rules().is_empty();
-    if traced {
-        let session = ctx.session_id.as_deref();
-        let violations =
-            ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner).check_dispatch(a, session);
-        if !violations.is_empty() {
-            let mut reasons = Vec::with_capacity(violations.len());
-            for v in &violations {
-                events.record(
-                    EventKind::PolicyViolation,
-                    Some(&ctx.pid),
-                    Some(&a.id),
-                    json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason, "stage": "dispatch"}),
-                );
-                reasons.push(format!("{}: {}", v.policy_name, v.reason));
-            }
-            let message = format!("denied by policy: {}", reasons.join("; "));
-            let duration = ms(t0.elapsed());
-            let mut ev = action_event(ctx, i, ActionPhase::Failed, 1);
-            ev.duration_ms = Some(duration);
-            ev.error = Some(message.clone());
-            ev.error_class = Some(ErrorClass::RejectedByPolicy.as_str());
-            events.append(EventKind::ActionFailed, Some(&ctx.pid), Some(&ctx.action_ids[i]), EventData::Action(ev));
-            // A denial is not retried: `retry` acts as `abort`.
-            let skip = a.failure_behavior == FailureBehavior::Skip;
-            let mut r =
-                ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
-            r.error = Some(message);
-            r.duration_ms = Some(duration);
-            return Outcome { result: r, abort: !skip };
-        }
-    }
     let outcome = run_attempts(ctx, i, a, t0).await;
     if traced {
         let p = ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
@@ -610,9 +743,19 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
     let events = &ctx.rt.inner.events;
     let aid = &ctx.action_ids[i];
     let pid = Some(&ctx.pid);
-    let max_attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
+    let opts = &ctx.rt.inner.options;
+    // Retries are capped (a proposal may ask for 4294967295) and backed off.
+    let retries = a.max_retries.min(ctx.stage.retry_cap().unwrap_or(opts.retry_cap));
+    let max_attempts = if a.failure_behavior == FailureBehavior::Retry { retries.saturating_add(1) } else { 1 };
     let mut attempt: u32 = 1;
     loop {
+        // A retry is dispatched again: the dispatch-time inspectors see it.
+        if attempt > 1
+            && ctx.stage.has_dispatch_layers()
+            && let Some(d) = ctx.stage.dispatch(a)
+        {
+            return ctx.reject(a, d, "dispatch");
+        }
         let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
         events.append(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev));
         match attempt_action(ctx, i, a, attempt, Some(&ctx.tx)).await {
@@ -645,6 +788,10 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                     ev.error = Some(f.message);
                     ev.error_class = Some(f.class.as_str());
                     events.append(EventKind::ActionRetrying, pid, Some(aid), EventData::Action(ev));
+                    let base = ctx.stage.retry_backoff_ms().unwrap_or(opts.retry_backoff_ms);
+                    if base > 0 {
+                        tokio::time::sleep(backoff(base, attempt)).await;
+                    }
                     attempt += 1;
                     continue;
                 }
@@ -665,6 +812,14 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
             }
         }
     }
+}
+
+/// The wait before retry `attempt + 1`: exponential from `base_ms`, capped
+/// at [`super::MAX_RETRY_BACKOFF_MS`], with jitter (between half and all of it).
+fn backoff(base_ms: u64, attempt: u32) -> Duration {
+    let exp = base_ms.saturating_mul(1u64 << attempt.saturating_sub(1).min(20)).min(super::MAX_RETRY_BACKOFF_MS);
+    let jitter = (uuid::Uuid::new_v4().as_u128() % 1024) as u64;
+    Duration::from_millis(exp / 2 + exp / 2 * jitter / 1023)
 }
 
 /// `{"op": "set", "value": v}` or `{"op": "delete"}`, cloned from prebuilt
@@ -965,21 +1120,133 @@ async fn start_detached(ctx: &Ctx, i: usize, tool: &RegisteredTool, a: &Action, 
     Ok(Done { output: Some(json!({"tool_handle": handle.id, "status": "running"})), changes: Map::new(), cached: None })
 }
 
-/// Runs one compensation once; its state writes are not transactional.
+/// Runs one compensation once; its state writes are not transactional. A
+/// compensation is an action like any other: it passes admission (tool,
+/// policies, tier, chain, approvals, host hook) and the dispatch layers
+/// before it runs, and an `action_ref` to an action refused at admission
+/// never runs.
 async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), String> {
     match comp {
         Compensation::Tool { tool, parameters } => {
-            let registered = ctx.rt.inner.tools.read().ok().and_then(|t| t.get(tool));
-            if registered.is_none() {
-                return Err(format!("compensation tool '{tool}' is not registered"));
-            }
+            let mut c = Action::tool_call(tool.clone());
+            c.id = a.id.clone();
+            c.parameters = parameters.clone();
+            admit_compensation(ctx, &c).await?;
             invoke(ctx, make_call(ctx, tool, parameters, a, 1)).await.map(|_| ()).map_err(|f| f.message)
         }
         Compensation::ActionRef { action_id } => {
             let Some((j, target)) = ctx.proposal.actions.iter().enumerate().find(|(_, b)| b.id == *action_id) else {
                 return Err(format!("compensation action '{action_id}' is not in the proposal"));
             };
+            if ctx.refused.get(j).copied().unwrap_or(true) {
+                let d = Decision::deny(
+                    layer::VALIDATION,
+                    format!("compensation refused: action '{action_id}' was refused at admission"),
+                );
+                let events = &ctx.rt.inner.events;
+                events.record(
+                    EventKind::AdmissionDecided,
+                    Some(&ctx.pid),
+                    Some(&a.id),
+                    d.event_data(target.tool.as_deref(), "compensation"),
+                );
+                return Err(d.reason);
+            }
+            admit_compensation(ctx, target).await?;
             attempt_action(ctx, j, target, 1, None).await.map(|_| ()).map_err(|f| f.message)
         }
     }
+}
+
+/// Admission of one compensation, recorded as an `AdmissionDecided` event
+/// with `stage: "compensation"`; `Err` with the refusal.
+async fn admit_compensation(ctx: &Ctx, c: &Action) -> Result<(), String> {
+    let decision = decide_compensation(ctx, c).await;
+    let events = &ctx.rt.inner.events;
+    if let Some(d) = &decision {
+        events.record(
+            EventKind::AdmissionDecided,
+            Some(&ctx.pid),
+            Some(&c.id),
+            d.event_data(c.tool.as_deref(), "compensation"),
+        );
+    }
+    match decision {
+        Some(d) if d.verdict != Verdict::Allow => Err(format!("compensation refused: {}", d.reason)),
+        _ => Ok(()),
+    }
+}
+
+/// The admission layers for a compensation, in order; `Some` with the
+/// refusal (or the allow decision of the stage), `None` when nothing spoke.
+async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
+    let inner = &ctx.rt.inner;
+    if c.action_type == ActionType::ToolCall {
+        let name = c.tool.as_deref().unwrap_or("");
+        let tool = inner.tools.read().ok().and_then(|t| t.get(name));
+        match tool {
+            None => return Some(Decision::deny(layer::TOOL, format!("tool '{name}' is not registered"))),
+            Some(t) => {
+                if t.validates_params()
+                    && let Some(e) = t.check_params(&Value::Object(c.parameters.clone()))
+                {
+                    return Some(Decision::deny(layer::TOOL, format!("tool '{name}' parameter validation: {e}")));
+                }
+            }
+        }
+    }
+    {
+        let policies = inner.policies.read().unwrap_or_else(PoisonError::into_inner);
+        let session = ctx.session_id.as_deref();
+        if !policies.is_empty() || session.is_some() {
+            let state = inner.state.snapshot(&ctx.scope);
+            let violations = policies.check_in_session(c, &state, session);
+            if let Some(v) = violations.first() {
+                let reasons: Vec<String> =
+                    violations.iter().map(|v| format!("policy '{}': {}", v.policy_name, v.reason)).collect();
+                let mut d = Decision::deny(layer::POLICY, reasons.join("; "));
+                d.rule = Some(Value::String(v.policy_name.clone()));
+                return Some(d);
+            }
+        }
+    }
+    let mut allowed = None;
+    if !ctx.stage.is_empty() {
+        if let Some((refused, d)) = ctx.stage.tier_decisions(std::slice::from_ref(c)).into_iter().next() {
+            if refused {
+                return Some(d);
+            }
+            allowed = Some(d);
+        }
+        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| ctx.stage.decide(c))).unwrap_or_else(|_| {
+            StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
+        });
+        match verdict {
+            StageVerdict::Admit(d) => allowed = d.or(allowed),
+            StageVerdict::Refuse(d) => return Some(d),
+            StageVerdict::Hold(d, wait) => match AssertUnwindSafe(wait).catch_unwind().await {
+                Ok(None) => allowed = Some(Decision { verdict: Verdict::Allow, layer: layer::APPROVAL.into(), ..d }),
+                Ok(Some(reason)) => return Some(Decision::deny(layer::APPROVAL, reason)),
+                Err(_) => return Some(Decision::deny(layer::APPROVAL, "the admission hold panicked; refused")),
+            },
+        }
+    }
+    let check = inner.admission.read().unwrap_or_else(PoisonError::into_inner).clone();
+    if let Some(check) = check {
+        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(c, ctx.session_id.as_deref())))
+            .unwrap_or_else(|_| AdmissionVerdict::Refuse("the admission check panicked; refused".to_string()));
+        match verdict {
+            AdmissionVerdict::Admit => {}
+            AdmissionVerdict::Refuse(reason) => return Some(Decision::deny(layer::HOST, reason)),
+            AdmissionVerdict::Hold(wait) => match AssertUnwindSafe(wait).catch_unwind().await {
+                Ok(None) => {}
+                Ok(Some(reason)) => return Some(Decision::deny(layer::HOST, reason)),
+                Err(_) => return Some(Decision::deny(layer::HOST, "the admission hold panicked; refused")),
+            },
+        }
+    }
+    if let Some(d) = ctx.dispatch_layers(c) {
+        return Some(d);
+    }
+    allowed
 }

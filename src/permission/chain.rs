@@ -502,6 +502,10 @@ pub enum DecidedBy {
     /// The `can_use_tool` slot.
     #[serde(rename = "can_use_tool")]
     CanUseTool,
+    /// A shell allowlist (`[shell] allow`): consulted only after the deny
+    /// layer, so a deny rule always wins over an allow pattern.
+    #[serde(rename = "shell-allow")]
+    ShellAllow,
     /// The terminal default.
     #[serde(rename = "default")]
     Default,
@@ -515,6 +519,7 @@ impl DecidedBy {
             DecidedBy::DenyRule => "deny-rule",
             DecidedBy::AskRule => "ask-rule",
             DecidedBy::CanUseTool => "can_use_tool",
+            DecidedBy::ShellAllow => "shell-allow",
             DecidedBy::Default => "default",
         }
     }
@@ -562,6 +567,8 @@ pub struct PermissionChain {
     deny: Vec<Rule>,
     ask: Vec<Rule>,
     can_use_tool: Option<CanUseTool>,
+    /// `(tool, rules)`: a shell allowlist for one tool's `command` input.
+    shell_allow: Option<(String, Arc<super::shell::ShellRules>)>,
 }
 
 fn compile_rules(specs: &[RuleSpec], layer: Layer, out: &mut Vec<Rule>) -> crate::Result<()> {
@@ -655,9 +662,24 @@ impl PermissionChain {
         self
     }
 
+    /// Adds a shell allowlist for `tool`'s `command` input: a command every
+    /// segment of which the rules allow (no deny or ask pattern matching, no
+    /// uncertain segment) is allowed, but only after the whole deny layer
+    /// found nothing: an allow pattern never overrides a deny rule. It is
+    /// consulted before the ask layer, so it lifts a preset's ask for the
+    /// commands it names.
+    pub fn with_shell_allow(mut self, tool: impl Into<String>, rules: super::shell::ShellRules) -> Self {
+        self.shell_allow = Some((tool.into(), Arc::new(rules)));
+        self
+    }
+
     /// True when no layer is configured: every call gets the terminal default.
     pub fn is_empty(&self) -> bool {
-        self.hooks.is_empty() && self.deny.is_empty() && self.ask.is_empty() && self.can_use_tool.is_none()
+        self.hooks.is_empty()
+            && self.deny.is_empty()
+            && self.ask.is_empty()
+            && self.can_use_tool.is_none()
+            && self.shell_allow.is_none()
     }
 
     /// The deny rules in evaluation order.
@@ -819,6 +841,20 @@ impl PermissionChain {
         if let Some(rule) = uncertain {
             let r = format!("tool `{name}`: deny rule `{}` cannot be ruled out; asking", text(rule));
             return Some(eval(Verdict::Ask, DecidedBy::DenyRule, rule, r));
+        }
+        if let Some((tool_name, rules)) = &self.shell_allow
+            && tool_name == name
+            && let Some(cmd) = input.get("command").and_then(Value::as_str)
+            && rules.check(cmd) == Verdict::Allow
+        {
+            return Some(PermissionEvaluation {
+                verdict: Verdict::Allow,
+                decided_by: DecidedBy::ShellAllow,
+                rule: None,
+                input: input.clone(),
+                advisory: Vec::new(),
+                reason: format!("every segment of the `{name}` command matches a shell allow pattern"),
+            });
         }
         for rule in &self.ask {
             if rule.check(tool, input) != RuleMatch::NoMatch {

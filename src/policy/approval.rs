@@ -440,6 +440,12 @@ impl PermissionGate {
         Self::tier_refusal(self.evaluate_with(actions, granted, latest), granted)
     }
 
+    /// The refusal reason of a proposal whose per-action decisions are
+    /// `decisions` (see [`Self::admit_tier`]), `None` when it may run.
+    pub fn tier_refusal_of(decisions: Vec<PermissionDecision>, granted: PermissionTier) -> Option<String> {
+        Self::tier_refusal(decisions, granted)
+    }
+
     fn tier_refusal(decisions: Vec<PermissionDecision>, granted: PermissionTier) -> Option<String> {
         let mut escalated: Vec<String> = Vec::new();
         let mut unapproved: Vec<String> = Vec::new();

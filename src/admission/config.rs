@@ -1,0 +1,248 @@
+//! The admission configuration document: one JSON (or TOML) document that
+//! describes everything a runtime decides at admission and dispatch.
+//!
+//! ```json
+//! {
+//!   "tier": "sandbox_edit",
+//!   "ledger_path": "/var/lib/car/approvals.jsonl",
+//!   "preset": "standard",
+//!   "hooks": [{"tool": "fetch", "verdict": "ask"}],
+//!   "deny": [{"tool": "shell", "argv": "rm **"}],
+//!   "ask": [{"risk": "network"}],
+//!   "can_use_tool": {"tool": "deploy", "verdict": "allow"},
+//!   "shell": {"allow": ["git status"], "ask": ["git push **"], "deny": ["sudo **"]},
+//!   "tools": [{"name": "deploy", "description": "...", "parameters": {}, "risk": "execute"}],
+//!   "inspectors": {"egress_allowlist": ["api.example.com"], "repetition_limit": 3},
+//!   "approval_timeout_ms": 300000,
+//!   "approvals_dir": "/var/lib/car",
+//!   "compensate_on_abort": true,
+//!   "budget": {"max_actions": 100, "max_tool_calls": 50},
+//!   "max_concurrency": 16,
+//!   "retry_cap": 5,
+//!   "retry_backoff_ms": 50
+//! }
+//! ```
+//!
+//! Every key is optional; an absent key leaves its layer unconfigured (and so
+//! skipped). Unknown keys are errors naming the key. `engine` / `profile`
+//! (two chain levels) may replace the flat chain keys, as in
+//! `docs/permissions.md`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ir::CostBudget;
+use crate::permission::{RuleSpec, StaticHook};
+use crate::policy::PermissionTier;
+
+/// The `[shell]` table: argv patterns for the `shell` tool's `command`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellTable {
+    /// Commands every segment of which matches one of these are allowed,
+    /// once the deny layer found nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Ask rules `{tool: "shell", argv: P}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
+    /// Deny rules `{tool: "shell", argv: P}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl ShellTable {
+    fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.ask.is_empty() && self.deny.is_empty()
+    }
+}
+
+/// Dispatch-time inspectors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InspectorsConfig {
+    /// Hosts (and their subdomains) a call's `url` / `uri` / `endpoint` /
+    /// `host` parameter may name; any other host is denied at dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_allowlist: Option<Vec<String>>,
+    /// At most this many consecutive calls with the same tool and parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetition_limit: Option<usize>,
+}
+
+impl InspectorsConfig {
+    /// True when no inspector is configured.
+    pub fn is_empty(&self) -> bool {
+        self.egress_allowlist.is_none() && self.repetition_limit.is_none()
+    }
+}
+
+/// The admission configuration document (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionConfig {
+    /// The granted permission tier; setting it turns the tier layer on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<PermissionTier>,
+    /// The approvals ledger (JSONL) consulted for tier escalations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_path: Option<String>,
+    /// `strict`, `standard` or `open`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Declarative hooks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<StaticHook>,
+    /// Deny rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<RuleSpec>,
+    /// Ask rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<RuleSpec>,
+    /// A declarative `can_use_tool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub can_use_tool: Option<StaticHook>,
+    /// `inherit_permissions` of the chain form (kept for the old shape).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_permissions: bool,
+    /// Two chain levels instead of the flat keys: `{engine, profile}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Value>,
+    /// See `engine`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Value>,
+    /// Shell argv rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<ShellTable>,
+    /// Tool definitions declaring `risk` / `needs_approval` (the built-in
+    /// tools declare their own; any other tool is `undeclared`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
+    /// Dispatch-time inspectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspectors: Option<InspectorsConfig>,
+    /// How long a live approver has to answer an ask (default five minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_ms: Option<u64>,
+    /// Where the durable ask approvals live (`approvals.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_dir: Option<String>,
+    /// Run compensations when a proposal aborts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensate_on_abort: Option<bool>,
+    /// A hard cost budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<CostBudget>,
+    /// At most this many independent actions in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
+    /// At most this many retries of one action (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_cap: Option<u32>,
+    /// The base of the retry backoff in milliseconds (default 10; 0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff_ms: Option<u64>,
+}
+
+impl AdmissionConfig {
+    /// Reads the document from JSON text (`null` or empty text: nothing configured).
+    pub fn from_json(text: &str) -> crate::Result<Self> {
+        let t = text.trim();
+        if t.is_empty() || t == "null" {
+            return Ok(AdmissionConfig::default());
+        }
+        crate::ir::from_json_str(t).map_err(Self::named)
+    }
+
+    /// Reads the document from a JSON value.
+    pub fn from_value(v: Value) -> crate::Result<Self> {
+        if v.is_null() {
+            return Ok(AdmissionConfig::default());
+        }
+        crate::ir::from_value(v).map_err(Self::named)
+    }
+
+    /// Reads the document from TOML text (`.car/permissions.toml`).
+    /// Errors name the line and the key.
+    pub fn from_toml(text: &str) -> crate::Result<Self> {
+        toml::from_str(text).map_err(|e| {
+            crate::Error::config(
+                "invalid_admission_config",
+                format!("invalid admission configuration: {}", e.to_string().trim()),
+                serde_json::json!({}),
+            )
+        })
+    }
+
+    fn named(e: crate::Error) -> crate::Error {
+        crate::Error::config(
+            "invalid_admission_config",
+            format!("invalid admission configuration: {e}"),
+            serde_json::json!({}),
+        )
+    }
+
+    /// The document as JSON.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// True when some permission-chain key (or a tool definition) is present.
+    pub fn has_chain(&self) -> bool {
+        self.preset.is_some()
+            || !self.hooks.is_empty()
+            || !self.deny.is_empty()
+            || !self.ask.is_empty()
+            || self.can_use_tool.is_some()
+            || self.engine.is_some()
+            || self.profile.is_some()
+            || self.shell.as_ref().is_some_and(|s| !s.is_empty())
+            // A tool declaring `needs_approval` changes the terminal default.
+            || !self.tools.is_empty()
+    }
+
+    /// The chain part in the JSON shape `PermissionChain::from_json` reads,
+    /// with the `[shell]` deny and ask patterns as argv rules.
+    pub(crate) fn chain_json(&self) -> Value {
+        if self.engine.is_some() || self.profile.is_some() {
+            let mut m = serde_json::Map::new();
+            if let Some(e) = &self.engine {
+                m.insert("engine".into(), e.clone());
+            }
+            if let Some(p) = &self.profile {
+                m.insert("profile".into(), p.clone());
+            }
+            return Value::Object(m);
+        }
+        let argv_rule = |p: &String| RuleSpec {
+            tool: Some(crate::permission::OneOrMany::One(super::SHELL_TOOL.to_string())),
+            argv: Some(p.clone()),
+            ..RuleSpec::default()
+        };
+        let shell = self.shell.clone().unwrap_or_default();
+        let mut deny: Vec<RuleSpec> = shell.deny.iter().map(argv_rule).collect();
+        deny.extend(self.deny.iter().cloned());
+        let mut ask: Vec<RuleSpec> = shell.ask.iter().map(argv_rule).collect();
+        ask.extend(self.ask.iter().cloned());
+        let mut m = serde_json::Map::new();
+        if let Some(p) = &self.preset {
+            m.insert("preset".into(), Value::String(p.clone()));
+        }
+        if !self.hooks.is_empty() {
+            m.insert("hooks".into(), serde_json::to_value(&self.hooks).unwrap_or_default());
+        }
+        if !deny.is_empty() {
+            m.insert("deny".into(), serde_json::to_value(&deny).unwrap_or_default());
+        }
+        if !ask.is_empty() {
+            m.insert("ask".into(), serde_json::to_value(&ask).unwrap_or_default());
+        }
+        if let Some(c) = &self.can_use_tool {
+            m.insert("can_use_tool".into(), serde_json::to_value(c).unwrap_or_default());
+        }
+        if self.inherit_permissions {
+            m.insert("inherit_permissions".into(), Value::Bool(true));
+        }
+        Value::Object(m)
+    }
+}

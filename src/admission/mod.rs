@@ -1,0 +1,557 @@
+//! The admission stage: the one place that decides whether an action runs.
+//!
+//! The engine asks this stage about every action it is about to run: the
+//! actions of a proposal at admission, every attempt at dispatch, and every
+//! compensation (by `tool` or by `action_ref`) before it runs. Front ends do
+//! not decide; they build an [`AdmissionConfig`] and hand it over.
+//!
+//! Layers, in order (an unconfigured layer is skipped; the first refusal
+//! wins; `docs/admission.md` has a worked example per layer):
+//!
+//! | # | layer | where | can yield |
+//! |---|---|---|---|
+//! | 1 | `validation` | engine | deny (duplicate ids, cycles, unknown dependencies) |
+//! | 2 | `budget` | engine | deny (the whole proposal) |
+//! | 3 | `tool` | engine | deny (unregistered tool, parameters invalid against its schema) |
+//! | 4 | `policy` | engine ([`crate::policy::PolicyEngine`]) | deny |
+//! | 5 | `tier` | this stage | deny (the whole proposal, as the daemon does) |
+//! | 6 | permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default` | this stage | allow, ask, deny |
+//! | 7 | `approval` | this stage | an ask becomes allow (approved), deny, or a hold |
+//! | 8 | `host` | the engine's admission hook (supervision, a host's own check) | allow, deny, hold |
+//! | 9 | `dispatch` | engine, per attempt | deny (preconditions, state dependencies) |
+//! | 10 | `inspector` | this stage, per attempt | deny |
+//! | 11 | `trace` | engine ([`crate::policy::PolicyEngine::check_dispatch`]), per attempt | deny |
+//!
+//! Every decision is an `AdmissionDecided` event (verdict, layer, rule,
+//! required and granted tier; never parameter values). A refusal from any
+//! layer is a `rejected` result counted in `actions_rejected`.
+
+mod config;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+pub use config::{AdmissionConfig, InspectorsConfig, ShellTable};
+
+use crate::gate::{ApprovalDecision, ApprovalStore, DEFAULT_APPROVAL_TIMEOUT_MS, Ticket, input_digest};
+use crate::ir::{Action, ActionType, CostBudget};
+use crate::permission::{CanUseToolFn, HookFn, PermissionChain, PermissionConfig, ShellRules, ToolDefinition, Verdict};
+use crate::policy::{InspectorChain, JsonlLedger, PermissionGate, PermissionTier};
+use crate::{Error, Result};
+
+/// The tool the `[shell]` table governs.
+pub const SHELL_TOOL: &str = "shell";
+
+/// The layer names that appear in decisions, events and the conformance corpus.
+pub mod layer {
+    /// Duplicate ids, cycles, unknown dependencies.
+    pub const VALIDATION: &str = "validation";
+    /// The cost budget.
+    pub const BUDGET: &str = "budget";
+    /// An unregistered tool or parameters invalid against its schema.
+    pub const TOOL: &str = "tool";
+    /// A registered policy or a policy file rule.
+    pub const POLICY: &str = "policy";
+    /// The permission tier and its approvals ledger.
+    pub const TIER: &str = "tier";
+    /// An ask approval.
+    pub const APPROVAL: &str = "approval";
+    /// The engine's host admission hook (supervision, a host check).
+    pub const HOST: &str = "host";
+    /// Preconditions and state dependencies at dispatch.
+    pub const DISPATCH: &str = "dispatch";
+    /// A dispatch-time inspector.
+    pub const INSPECTOR: &str = "inspector";
+    /// A trace rule at dispatch.
+    pub const TRACE: &str = "trace";
+    /// Nothing refused the action (no layer decided anything).
+    pub const NONE: &str = "none";
+}
+
+/// One admission decision, as recorded in the event log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// `allow`, `ask` or `deny`.
+    pub verdict: Verdict,
+    /// The deciding layer (see [`layer`] and the chain's `decided_by`).
+    pub layer: String,
+    /// The matched rule, when a rule decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<Value>,
+    /// Why, in words.
+    pub reason: String,
+    /// The tier the action requires (when the tier layer is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_tier: Option<PermissionTier>,
+    /// The granted tier (when the tier layer is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub granted_tier: Option<PermissionTier>,
+}
+
+impl Decision {
+    /// A decision by `layer`.
+    pub fn new(verdict: Verdict, layer: &str, reason: impl Into<String>) -> Self {
+        Decision {
+            verdict,
+            layer: layer.to_string(),
+            rule: None,
+            reason: reason.into(),
+            required_tier: None,
+            granted_tier: None,
+        }
+    }
+
+    /// A denial by `layer`.
+    pub fn deny(layer: &str, reason: impl Into<String>) -> Self {
+        Decision::new(Verdict::Deny, layer, reason)
+    }
+
+    /// The event data (`stage` says where: admission, approval, dispatch, compensation).
+    pub fn event_data(&self, tool: Option<&str>, stage: &str) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or_else(|_| json!({}));
+        if let Value::Object(m) = &mut v {
+            m.insert("tool".into(), tool.map_or(Value::Null, |t| Value::String(t.to_string())));
+            m.insert("stage".into(), Value::String(stage.to_string()));
+        }
+        v
+    }
+}
+
+/// What the stage decides for one action at admission.
+pub enum StageVerdict {
+    /// Admitted (the decision that admitted it; `None` when no layer of
+    /// this stage had anything to say).
+    Admit(Option<Decision>),
+    /// Refused.
+    Refuse(Decision),
+    /// An ask waiting for a live approver: the future settles with `None`
+    /// (approved) or the refusal reason.
+    Hold(Decision, BoxFuture<'static, Option<String>>),
+}
+
+impl std::fmt::Debug for StageVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageVerdict::Admit(d) => f.debug_tuple("Admit").field(d).finish(),
+            StageVerdict::Refuse(d) => f.debug_tuple("Refuse").field(d).finish(),
+            StageVerdict::Hold(d, _) => f.debug_tuple("Hold").field(d).finish(),
+        }
+    }
+}
+
+/// Host closures that take part in the chain (bindings register them).
+#[derive(Clone, Default)]
+pub struct HostLayers {
+    /// Hooks run after the document's declarative hooks.
+    pub hooks: Vec<HookFn>,
+    /// The `can_use_tool` slot (wins over the document's).
+    pub can_use_tool: Option<CanUseToolFn>,
+}
+
+impl std::fmt::Debug for HostLayers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostLayers")
+            .field("hooks", &self.hooks.len())
+            .field("can_use_tool", &self.can_use_tool.is_some())
+            .finish()
+    }
+}
+
+/// The composed admission stage of one runtime. Immutable once built; a
+/// runtime swaps in a new one when its configuration changes.
+pub struct AdmissionStage {
+    config: AdmissionConfig,
+    tier: Option<PermissionTier>,
+    ledger: Option<Arc<JsonlLedger>>,
+    chain: Option<PermissionChain>,
+    defs: HashMap<String, ToolDefinition>,
+    approvals: Option<Arc<ApprovalStore>>,
+    approval_timeout: chrono::Duration,
+    inspectors: Option<InspectorChain>,
+}
+
+impl std::fmt::Debug for AdmissionStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdmissionStage").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Default for AdmissionStage {
+    fn default() -> Self {
+        AdmissionStage::empty()
+    }
+}
+
+/// The chain's view of the built-in tools: their declared risk.
+fn builtin_definitions() -> HashMap<String, ToolDefinition> {
+    crate::tools::builtin_tools()
+        .into_iter()
+        .filter_map(|t| {
+            let def = ToolDefinition::from_value(json!({
+                "name": t.schema.name, "description": t.schema.description,
+                "parameters": t.schema.parameters, "risk": t.risk,
+            }))
+            .ok()?;
+            Some((def.name.clone(), def))
+        })
+        .collect()
+}
+
+impl AdmissionStage {
+    /// Nothing configured: every layer of this stage is skipped.
+    pub fn empty() -> Self {
+        AdmissionStage {
+            config: AdmissionConfig::default(),
+            tier: None,
+            ledger: None,
+            chain: None,
+            defs: HashMap::new(),
+            approvals: None,
+            approval_timeout: chrono::Duration::milliseconds(DEFAULT_APPROVAL_TIMEOUT_MS as i64),
+            inspectors: None,
+        }
+    }
+
+    /// Builds the stage from its document, the host's closures and an
+    /// already-open approvals store (else one is opened at
+    /// `config.approvals_dir`). Any error leaves nothing built.
+    pub fn build(config: AdmissionConfig, host: &HostLayers, approvals: Option<Arc<ApprovalStore>>) -> Result<Self> {
+        let mut defs = builtin_definitions();
+        for t in &config.tools {
+            let def = ToolDefinition::from_value(t.clone())?;
+            defs.insert(def.name.clone(), def);
+        }
+        let approval_timeout_ms = match config.approval_timeout_ms {
+            None => DEFAULT_APPROVAL_TIMEOUT_MS,
+            Some(0) => {
+                return Err(Error::invalid_argument(
+                    "approval_timeout_ms",
+                    "must be a whole number of milliseconds >= 1, got 0",
+                ));
+            }
+            Some(ms) => ms,
+        };
+        let host_configured = !host.hooks.is_empty() || host.can_use_tool.is_some();
+        let chain = if config.has_chain() || host_configured {
+            let json = config.chain_json();
+            let mut chain = if json.get("engine").is_some() || json.get("profile").is_some() {
+                if host_configured {
+                    return Err(Error::invalid_argument(
+                        "engine",
+                        "host hooks and can_use_tool need the flat chain form, not `engine`/`profile`",
+                    ));
+                }
+                PermissionChain::from_json(&json)?
+            } else {
+                let mut pc = PermissionConfig::from_value(json)?;
+                for h in &host.hooks {
+                    pc.hooks.push(crate::permission::Hook::Closure(h.clone()));
+                }
+                if let Some(c) = &host.can_use_tool {
+                    pc.can_use_tool = Some(crate::permission::CanUseTool::Closure(c.clone()));
+                }
+                PermissionChain::from_config(&pc)?
+            };
+            if let Some(shell) = &config.shell
+                && !shell.allow.is_empty()
+            {
+                let rules = ShellRules::new(&shell.allow, &shell.ask, &shell.deny)?;
+                chain = chain.with_shell_allow(SHELL_TOOL, rules);
+            }
+            Some(chain)
+        } else {
+            None
+        };
+        if let Some(c) = config.max_concurrency
+            && c == 0
+        {
+            return Err(Error::invalid_argument("max_concurrency", "must be at least 1"));
+        }
+        let inspectors = match &config.inspectors {
+            Some(i) if !i.is_empty() => {
+                let mut chain = InspectorChain::new();
+                if let Some(hosts) = &i.egress_allowlist {
+                    chain.push_fn("egress_allowlist", crate::policy::inspectors::egress_allowlist(hosts.clone()));
+                }
+                if let Some(n) = i.repetition_limit {
+                    chain.push_fn("repetition_limit", crate::policy::inspectors::repetition_limit(n));
+                }
+                Some(chain)
+            }
+            _ => None,
+        };
+        let approvals = match (approvals, &config.approvals_dir) {
+            (Some(s), _) => Some(s),
+            (None, Some(dir)) => Some(Arc::new(ApprovalStore::open(dir)?)),
+            (None, None) => None,
+        };
+        let ledger = config.ledger_path.as_ref().map(|p| Arc::new(JsonlLedger::new(Path::new(p))));
+        Ok(AdmissionStage {
+            tier: config.tier,
+            ledger,
+            chain,
+            defs,
+            approvals,
+            approval_timeout: chrono::Duration::milliseconds(i64::try_from(approval_timeout_ms).unwrap_or(i64::MAX)),
+            inspectors,
+            config,
+        })
+    }
+
+    /// The same stage with another granted tier (the ledger and store kept).
+    pub fn with_tier(&self, tier: Option<PermissionTier>) -> Self {
+        let mut config = self.config.clone();
+        config.tier = tier;
+        AdmissionStage {
+            config,
+            tier,
+            ledger: self.ledger.clone(),
+            chain: self.chain.clone(),
+            defs: self.defs.clone(),
+            approvals: self.approvals.clone(),
+            approval_timeout: self.approval_timeout,
+            inspectors: self.inspectors.clone(),
+        }
+    }
+
+    /// The same stage reading tier approvals from `ledger` (a daemon shares one).
+    pub fn with_ledger(mut self, ledger: Option<Arc<JsonlLedger>>) -> Self {
+        if ledger.is_some() {
+            self.config.ledger_path = ledger.as_ref().map(|l| l.path().to_string_lossy().into_owned());
+        }
+        self.ledger = ledger;
+        self
+    }
+
+    /// The document this stage was built from.
+    pub fn config(&self) -> &AdmissionConfig {
+        &self.config
+    }
+
+    /// The granted tier, when the tier layer is on.
+    pub fn tier(&self) -> Option<PermissionTier> {
+        self.tier
+    }
+
+    /// The approvals store of the `approval` layer.
+    pub fn approvals(&self) -> Option<&Arc<ApprovalStore>> {
+        self.approvals.as_ref()
+    }
+
+    /// True when no layer of this stage is configured (admission costs
+    /// nothing beyond the engine's own checks).
+    pub fn is_empty(&self) -> bool {
+        self.tier.is_none() && self.chain.is_none() && self.inspectors.is_none()
+    }
+
+    /// True when a dispatch-time layer of this stage is configured.
+    pub fn has_dispatch_layers(&self) -> bool {
+        self.inspectors.is_some()
+    }
+
+    /// `compensate_on_abort` of the document, when given.
+    pub fn compensate_on_abort(&self) -> Option<bool> {
+        self.config.compensate_on_abort
+    }
+
+    /// The budget of the document, when given.
+    pub fn budget(&self) -> Option<&CostBudget> {
+        self.config.budget.as_ref()
+    }
+
+    /// `max_concurrency` of the document, when given.
+    pub fn max_concurrency(&self) -> Option<usize> {
+        self.config.max_concurrency
+    }
+
+    /// `retry_cap` of the document, when given.
+    pub fn retry_cap(&self) -> Option<u32> {
+        self.config.retry_cap
+    }
+
+    /// `retry_backoff_ms` of the document, when given.
+    pub fn retry_backoff_ms(&self) -> Option<u64> {
+        self.config.retry_backoff_ms
+    }
+
+    /// The chain's view of a tool: its definition, else undeclared.
+    pub fn definition(&self, tool: &str) -> ToolDefinition {
+        self.defs.get(tool).cloned().unwrap_or_else(|| ToolDefinition::undeclared(tool))
+    }
+
+    /// The tier layer for a whole proposal: one entry per action, `Some`
+    /// with the refusal when the proposal is refused (every action then
+    /// carries it, as the daemon refuses an escalated proposal as a whole),
+    /// else the per-action allow decisions. Empty when the layer is off. A
+    /// ledger that cannot be read refuses (fail closed).
+    pub fn tier_decisions(&self, actions: &[Action]) -> Vec<(bool, Decision)> {
+        let Some(granted) = self.tier else {
+            return Vec::new();
+        };
+        let latest = match &self.ledger {
+            Some(l) => match l.latest_shared() {
+                Ok(latest) => latest,
+                Err(e) => {
+                    let reason = format!("refused: the approvals ledger cannot be read: {e}");
+                    return actions
+                        .iter()
+                        .map(|_| {
+                            let mut d = Decision::deny(layer::TIER, reason.clone());
+                            d.granted_tier = Some(granted);
+                            (true, d)
+                        })
+                        .collect();
+                }
+            },
+            None => Default::default(),
+        };
+        let gate = PermissionGate::new();
+        let decisions = gate.evaluate_with(actions, granted, &latest);
+        let required: Vec<PermissionTier> = decisions.iter().map(|d| d.required).collect();
+        let refusal = PermissionGate::tier_refusal_of(decisions, granted);
+        actions
+            .iter()
+            .zip(required)
+            .map(|(_, req)| {
+                let mut d = match &refusal {
+                    Some(r) => Decision::deny(layer::TIER, r.clone()),
+                    None => Decision::new(Verdict::Allow, layer::TIER, format!("within the granted tier `{granted}`")),
+                };
+                d.required_tier = Some(req);
+                d.granted_tier = Some(granted);
+                (refusal.is_some(), d)
+            })
+            .collect()
+    }
+
+    /// The chain's verdict for one action without consulting or recording
+    /// approvals (the plan a host shows before anything runs), with the
+    /// post-hook input an approval would be keyed by. `None` for an action
+    /// the chain does not judge (no chain, or not a `tool_call`).
+    pub fn preview(&self, a: &Action) -> Option<(Decision, Value)> {
+        let chain = self.chain.as_ref()?;
+        if a.action_type != ActionType::ToolCall {
+            return None;
+        }
+        let name = a.tool.as_deref().unwrap_or_default();
+        let input = Value::Object(a.parameters.clone());
+        let ev = chain.evaluate(&self.definition(name), &input);
+        let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason.clone());
+        d.rule = ev.rule.as_ref().and_then(|r| serde_json::to_value(r).ok());
+        Some((d, ev.input))
+    }
+
+    /// The permission chain and ask approvals for one action.
+    pub fn decide(&self, a: &Action) -> StageVerdict {
+        let Some(chain) = &self.chain else {
+            return StageVerdict::Admit(None);
+        };
+        if a.action_type != ActionType::ToolCall {
+            return StageVerdict::Admit(None);
+        }
+        let name = a.tool.as_deref().unwrap_or_default();
+        let def = self.definition(name);
+        let input = Value::Object(a.parameters.clone());
+        let ev = chain.evaluate(&def, &input);
+        let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason.clone());
+        d.rule = ev.rule.as_ref().and_then(|r| serde_json::to_value(r).ok());
+        if ev.verdict != Verdict::Deny && ev.input != input {
+            d.verdict = Verdict::Deny;
+            d.reason = format!(
+                "the permission chain substituted the input of `{name}` ({}); input substitution at admission is not supported, so the call is refused",
+                ev.decided_by.as_str()
+            );
+            return StageVerdict::Refuse(d);
+        }
+        match ev.verdict {
+            Verdict::Allow => StageVerdict::Admit(Some(d)),
+            Verdict::Deny => {
+                d.reason = format!("denied by {}: {}", ev.decided_by.as_str(), ev.reason);
+                StageVerdict::Refuse(d)
+            }
+            Verdict::Ask => self.ask(name, &ev.input, d),
+        }
+    }
+
+    /// An ask: an approval already resolved applies; otherwise a pending
+    /// approval holds the action (or refuses it without a store).
+    fn ask(&self, name: &str, input: &Value, asked: Decision) -> StageVerdict {
+        let Some(store) = &self.approvals else {
+            let mut d = asked;
+            d.verdict = Verdict::Deny;
+            d.reason = format!("approval required for `{name}` ({}); no approvals store is configured", d.reason);
+            return StageVerdict::Refuse(d);
+        };
+        let deadline = chrono::Utc::now() + self.approval_timeout;
+        let refuse = |reason: String| {
+            let mut d = asked.clone();
+            d.verdict = Verdict::Deny;
+            d.layer = layer::APPROVAL.to_string();
+            d.reason = reason;
+            StageVerdict::Refuse(d)
+        };
+        match input_digest(input).and_then(|dg| store.request(name, &dg, Some(deadline))) {
+            Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => {
+                let mut d = asked;
+                d.verdict = Verdict::Allow;
+                d.layer = layer::APPROVAL.to_string();
+                d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
+                StageVerdict::Admit(Some(d))
+            }
+            Ok(Ticket::Resolved(r)) => refuse(format!("approval `{}` was denied: {}", r.key, r.reason)),
+            // An approver that answered while being notified (a host that
+            // decided before the run): the answer applies at admission.
+            Ok(Ticket::Pending(p)) if matches!(store.resolution(&p.key), Ok(Some(_))) => {
+                match input_digest(input).and_then(|dg| store.request(name, &dg, Some(deadline))) {
+                    Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => {
+                        let mut d = asked;
+                        d.verdict = Verdict::Allow;
+                        d.layer = layer::APPROVAL.to_string();
+                        d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
+                        StageVerdict::Admit(Some(d))
+                    }
+                    Ok(Ticket::Resolved(r)) => refuse(format!("approval `{}` was denied: {}", r.key, r.reason)),
+                    Ok(Ticket::Pending(p)) => refuse(format!("approval `{}` could not be read back; refused", p.key)),
+                    Err(e) => refuse(e.to_string()),
+                }
+            }
+            Ok(Ticket::Pending(p)) => {
+                let store = store.clone();
+                StageVerdict::Hold(
+                    asked,
+                    Box::pin(async move {
+                        match store.wait_pending(&p, Some(deadline)).await {
+                            Ok(r) if r.decision == ApprovalDecision::Allow => None,
+                            Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
+                            // Fail closed: an approval whose outcome cannot be learnt is a deny.
+                            Err(e) => Some(format!("approval `{}` was denied: {e}", p.key)),
+                        }
+                    }),
+                )
+            }
+            Err(e) => refuse(e.to_string()),
+        }
+    }
+
+    /// The dispatch-time inspectors for one attempt of a `tool_call`.
+    pub fn dispatch(&self, a: &Action) -> Option<Decision> {
+        let inspectors = self.inspectors.as_ref()?;
+        if a.action_type != ActionType::ToolCall {
+            return None;
+        }
+        let name = a.tool.as_deref().unwrap_or_default();
+        inspectors.inspect(name, &a.parameters).err().map(|denial| {
+            let mut d = Decision::deny(
+                layer::INSPECTOR,
+                format!("denied by inspector `{}`: {}", denial.inspector, denial.reason),
+            );
+            d.rule = Some(Value::String(denial.inspector));
+            d
+        })
+    }
+}

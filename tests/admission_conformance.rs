@@ -1,0 +1,337 @@
+//! The admission conformance corpus (`tests/conformance/admission/cases.json`)
+//! through the Rust facade, plus regression tests for the admission bypasses
+//! of issue #18. The same corpus runs through the Python, Node and UniFFI
+//! bindings, the daemon and `car run` (see `docs/admission.md`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use car_runtime::api::runtime::CarRuntime;
+use car_runtime::engine::{FnExecutor, ToolCall};
+use car_runtime::gate::ApprovalEvent;
+use car_runtime::ir::ToolFailure;
+use serde_json::{Value, json};
+
+fn corpus() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/admission/cases.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "car-adm-{}-{}-{}",
+        std::process::id(),
+        name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"),
+        uuid_suffix()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn uuid_suffix() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+fn stub() -> Arc<FnExecutor<impl Fn(ToolCall) -> Result<Value, ToolFailure> + Send + Sync>> {
+    Arc::new(FnExecutor(|call: ToolCall| {
+        if call.params.get("fail") == Some(&Value::Bool(true)) {
+            Err(ToolFailure::ordinary("stub failure"))
+        } else {
+            Ok(json!({"ok": true}))
+        }
+    }))
+}
+
+/// Sets up a runtime for one case: tools, policies, policy files, ledger,
+/// the admission document, the approver.
+fn runtime_for(tools: &[Value], case: &Value, dir: &Path) -> CarRuntime {
+    let rt = CarRuntime::new();
+    for t in tools.iter().chain(case["extra_tools"].as_array().into_iter().flatten()) {
+        rt.register_tool_schema(&t.to_string()).unwrap();
+    }
+    for p in case["policies"].as_array().into_iter().flatten() {
+        let s = |k: &str| p[k].as_str();
+        rt.register_policy(
+            s("name").unwrap(),
+            s("rule").unwrap(),
+            s("target"),
+            s("key"),
+            s("pattern"),
+            s("value_json"),
+            None,
+        )
+        .unwrap();
+    }
+    if let Some(files) = case["policy_files"].as_object() {
+        let pd = dir.join("policies");
+        std::fs::create_dir_all(&pd).unwrap();
+        for (name, text) in files {
+            std::fs::write(pd.join(name), text.as_str().unwrap()).unwrap();
+        }
+        rt.load_policies(pd.to_str().unwrap()).unwrap();
+    }
+    let mut config = case["config"].clone();
+    if let Some(lines) = case["ledger"].as_array() {
+        let path = dir.join("ledger.jsonl");
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        config["ledger_path"] = json!(path.to_string_lossy());
+    }
+    let approvals = (case["approvals"] != json!(false)).then(|| dir.join("approvals"));
+    rt.set_permissions(Some(&config.to_string()), approvals.as_deref().and_then(Path::to_str)).unwrap();
+    if let Some(mode) = case["approver"].as_str() {
+        let resolver = rt.clone();
+        let mode = mode.to_string();
+        rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
+            if let ApprovalEvent::Pending(p) = ev {
+                match mode.as_str() {
+                    "approve" => drop(resolver.approval_resolve(&p.key, "allow", "conformance approver")),
+                    "deny" => drop(resolver.approval_resolve(&p.key, "deny", "conformance approver")),
+                    _ => {} // "timeout": never answers
+                }
+            }
+        }));
+    }
+    rt
+}
+
+/// `(id, status, layer)` per action, plus the result.
+fn outcome(rt: &CarRuntime, result: &Value) -> Vec<(String, String, String)> {
+    let events: Value = serde_json::from_str(&rt.event_query(r#"{"kinds":["AdmissionDecided"]}"#).unwrap()).unwrap();
+    result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let id = r["action_id"].as_str().unwrap().to_string();
+            // Newest first: the first event of the action outside the compensation stage.
+            let layer = events["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["action_id"] == json!(id) && e["data"]["stage"] != json!("compensation"))
+                .and_then(|e| e["data"]["layer"].as_str())
+                .unwrap_or("none")
+                .to_string();
+            (id, r["status"].as_str().unwrap().to_string(), layer)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_through_the_rust_facade() {
+    let corpus = corpus();
+    let tools = corpus["tools"].as_array().unwrap().clone();
+    let cases = corpus["cases"].as_array().unwrap();
+    assert!(cases.len() >= 40, "the corpus holds {} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let dir = scratch(name);
+        let rt = runtime_for(&tools, case, &dir);
+        let out = rt.execute_proposal(&case["proposal"].to_string(), stub(), None, None).await.unwrap();
+        let result: Value = serde_json::from_str(&out).unwrap();
+        let got = outcome(&rt, &result);
+        let want: Vec<(String, String, String)> = case["expected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["id"].as_str().unwrap().into(),
+                    e["status"].as_str().unwrap().into(),
+                    e["layer"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        if got != want {
+            failures.push(format!("{name}: got {got:?}, want {want:?}; results {}", result["results"]));
+        }
+        if let Some(comp) = case["compensation"].as_object() {
+            for (id, what) in comp {
+                let r = result["results"].as_array().unwrap().iter().find(|r| r["action_id"] == json!(id)).unwrap();
+                let seen = if r["compensated"] == json!(true) {
+                    "compensated"
+                } else if r["compensation_error"].is_string() {
+                    "refused"
+                } else {
+                    "none"
+                };
+                if seen != what.as_str().unwrap() {
+                    failures.push(format!("{name}: compensation of {id} is {seen}, want {what}: {r}"));
+                }
+            }
+        }
+        if let Some(cost) = case["cost"].as_object() {
+            for (k, v) in cost {
+                if result["cost"][k] != *v {
+                    failures.push(format!("{name}: cost.{k} is {}, want {v}", result["cost"][k]));
+                }
+            }
+        }
+        // Every verdict is recorded, without the parameter values.
+        let events = rt.event_query(r#"{"kinds":["AdmissionDecided"]}"#).unwrap();
+        for secret in ["rm -rf victim", "evil.test"] {
+            if events.contains(secret) {
+                failures.push(format!("{name}: an AdmissionDecided event carries the parameter value `{secret}`"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+/// Issue #18: a denied action still ran when another action named it as
+/// its compensation (generated over deny layers and compensation kinds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_action_never_runs_as_a_compensation() {
+    let ran = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let layers: [(&str, Value, Option<(&str, &str)>); 4] = [
+        ("argv deny", json!({"shell": {"deny": ["rm **"]}, "preset": "open", "compensate_on_abort": true}), None),
+        ("tool deny", json!({"deny": [{"tool": "shell"}], "compensate_on_abort": true}), None),
+        ("hook deny", json!({"hooks": [{"tool": "shell", "verdict": "deny"}], "compensate_on_abort": true}), None),
+        ("policy", json!({"compensate_on_abort": true, "preset": "open"}), Some(("no_shell", "shell"))),
+    ];
+    for (what, config, policy) in layers {
+        for by_ref in [true, false] {
+            let rt = CarRuntime::new();
+            for t in ["shell", "lookup", "work"] {
+                rt.register_tool(t).unwrap();
+            }
+            if let Some((name, tool)) = policy {
+                rt.register_policy(name, "deny_tool", Some(tool), None, None, None, None).unwrap();
+            }
+            rt.set_permissions(Some(&config.to_string()), None).unwrap();
+            let comp = if by_ref {
+                json!({"type": "action_ref", "action_id": "evil"})
+            } else {
+                json!({"type": "tool", "tool": "shell", "parameters": {"command": "rm -rf victim"}})
+            };
+            let plan = json!({"actions": [
+                {"id": "evil", "type": "tool_call", "tool": "shell", "parameters": {"command": "rm -rf victim"}, "failure_behavior": "skip"},
+                {"id": "step", "type": "tool_call", "tool": "lookup", "reversibility": "compensable", "compensation": comp},
+                {"id": "boom", "type": "tool_call", "tool": "work", "dependencies": ["step"], "parameters": {"fail": true}, "max_retries": 0}
+            ]});
+            let log = ran.clone();
+            let exec = Arc::new(FnExecutor(move |call: ToolCall| {
+                log.lock().unwrap().push(call.tool.clone());
+                if call.tool == "work" { Err(ToolFailure::ordinary("boom")) } else { Ok(json!({})) }
+            }));
+            let out: Value =
+                serde_json::from_str(&rt.execute_proposal(&plan.to_string(), exec, None, None).await.unwrap()).unwrap();
+            assert_eq!(out["results"][0]["status"], "rejected", "{what}: {out}");
+            let comp_error = out["results"][1]["compensation_error"].as_str().unwrap_or_default().to_string();
+            assert!(comp_error.starts_with("compensation refused"), "{what} (by_ref {by_ref}): {out}");
+            let calls = std::mem::take(&mut *ran.lock().unwrap());
+            assert!(!calls.contains(&"shell".to_string()), "{what} (by_ref {by_ref}): shell ran: {calls:?}");
+        }
+    }
+}
+
+/// Issue #18: `permission_set_tier("read_only")` on an in-process runtime
+/// did not stop `rm -rf /`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tier_is_enforced_in_process() {
+    for (tier, command, runs) in [
+        ("read_only", "rm -rf /", false),
+        ("sandbox_edit", "rm -rf /", false),
+        ("full_access", "rm -rf /", false), // full_access always needs an approval
+        ("sandbox_edit", "ls", true),
+    ] {
+        let rt = CarRuntime::new();
+        rt.register_tool("shell").unwrap();
+        rt.permission_set_tier(tier).unwrap();
+        let plan =
+            json!({"actions": [{"id": "a", "type": "tool_call", "tool": "shell", "parameters": {"command": command}}]});
+        let out: Value =
+            serde_json::from_str(&rt.execute_proposal(&plan.to_string(), stub(), None, None).await.unwrap()).unwrap();
+        let status = out["results"][0]["status"].as_str().unwrap();
+        assert_eq!(status == "succeeded", runs, "{tier} {command}: {out}");
+        if !runs {
+            assert_eq!(out["cost"]["actions_rejected"], 1);
+        }
+    }
+}
+
+/// Issue #18: `[shell] allow = ["touch **"]` with `[[deny]] tool = "shell"`
+/// ran `touch marker` (an allow pattern decided before the deny rules).
+#[test]
+fn deny_always_beats_a_shell_allow_pattern() {
+    use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers, StageVerdict};
+    let denies = [
+        json!([{"tool": "shell"}]),
+        json!([{"tool": "shell", "argv": "touch **"}]),
+        json!([{"risk": "execute"}]),
+        json!([{"tool": ["x", "shell"]}]),
+    ];
+    for preset in ["strict", "standard", "open"] {
+        for deny in &denies {
+            let config =
+                AdmissionConfig::from_value(json!({"preset": preset, "shell": {"allow": ["touch **"]}, "deny": deny}))
+                    .unwrap();
+            let stage = AdmissionStage::build(config, &HostLayers::default(), None).unwrap();
+            let mut a = car_runtime::ir::Action::tool_call("shell");
+            a.parameters = json!({"command": "touch marker"}).as_object().unwrap().clone();
+            match stage.decide(&a) {
+                StageVerdict::Refuse(d) => assert_eq!(d.layer, "deny-rule", "{preset} {deny}"),
+                other => panic!("{preset} {deny}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Issue #18: a trace-rule denial was `failed` and counted as executed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_denial_is_rejected() {
+    let dir = scratch("trace");
+    std::fs::write(dir.join("t.toml"), "[[trace_rule]]\ntool = \"deploy\"\nrequire_before = [\"test\"]\n").unwrap();
+    for behavior in ["abort", "skip", "retry"] {
+        let rt = CarRuntime::new();
+        rt.register_tool("deploy").unwrap();
+        rt.load_policies(dir.to_str().unwrap()).unwrap();
+        let plan =
+            json!({"actions": [{"id": "d", "type": "tool_call", "tool": "deploy", "failure_behavior": behavior}]});
+        let out: Value =
+            serde_json::from_str(&rt.execute_proposal(&plan.to_string(), stub(), None, None).await.unwrap()).unwrap();
+        assert_eq!(out["results"][0]["status"], "rejected", "{behavior}: {out}");
+        assert_eq!(out["cost"]["actions_rejected"], 1, "{behavior}: {out}");
+        assert_eq!(out["cost"]["actions_executed"], 0, "{behavior}: {out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue #18: the bindings' `register_agent_basics` registered `shell`,
+/// which is not a published built-in tool.
+#[test]
+fn agent_basics_are_the_published_list() {
+    let rt = CarRuntime::new();
+    let dir = scratch("basics");
+    rt.register_agent_basics(dir.to_str()).unwrap();
+    let tools: Value = serde_json::from_str(&rt.list_tools()).unwrap();
+    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["calculate", "edit_file", "find_files", "grep_files", "list_dir", "read_file", "write_file"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A malformed document is an error naming the key and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_document_changes_nothing() {
+    let rt = CarRuntime::new();
+    rt.register_tool("deploy").unwrap();
+    rt.set_permissions(Some(r#"{"deny": [{"tool": "deploy"}]}"#), None).unwrap();
+    for (bad, key) in [
+        (r#"{"deny": [{"tool": "deploy"}], "dney": []}"#, "dney"),
+        (r#"{"shell": {"alow": ["x"]}}"#, "alow"),
+        (r#"{"inspectors": {"egress": []}}"#, "egress"),
+        (r#"{"tier": "root"}"#, "tier"),
+        (r#"{"preset": "lax"}"#, "lax"),
+        (r#"{"approval_timeout_ms": 0}"#, "approval_timeout_ms"),
+    ] {
+        let e = rt.set_permissions(Some(bad), None).unwrap_err();
+        assert!(e.to_string().contains(key), "{bad}: {e}");
+    }
+    assert!(rt.admission_config().contains("deploy"), "{}", rt.admission_config());
+    let plan = r#"{"actions":[{"id":"d","type":"tool_call","tool":"deploy"}]}"#;
+    let out: Value = serde_json::from_str(&rt.execute_proposal(plan, stub(), None, None).await.unwrap()).unwrap();
+    assert_eq!(out["results"][0]["status"], "rejected");
+}
