@@ -184,6 +184,10 @@ pub(crate) async fn serve_connection(
     });
 
     let rt = CarRuntime::new();
+    // The session's tier layer: on from the start (`sandbox_edit`), reading
+    // the daemon's one approvals ledger (websocket-methods.md).
+    let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
+    rt.set_tier_ledger(ledger.clone());
     if let Some(dir) = &config.policy_dir
         && dir.is_dir()
         && let Err(e) = rt.load_policies(&dir.to_string_lossy())

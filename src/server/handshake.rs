@@ -118,6 +118,8 @@ const fn m(method: &'static str, params: &'static str, result: &'static str) -> 
 
 /// Every method this daemon answers, sorted by name.
 pub const METHODS: &[MethodSpec] = &[
+    m("admission.configure", "{config: the admission document}", "the document in force"),
+    m("admission.get", "{}", "the document in force"),
     m("capabilities.list", "{}", "{caller_role, count, methods: [{method, role}]}"),
     m("events.chain.enable", "{}", "{ok: true}"),
     m("events.chain.verify", "{}", "{verified: n} | {tampered_at: i}"),

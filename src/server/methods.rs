@@ -243,6 +243,11 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             Ok(json!({"ok": true}))
         }
         "events.chain.verify" => parse(&rt.verify_event_log_chain()),
+        "admission.configure" => {
+            configure_admission(conn, req(p, "config")?)?;
+            parse(&rt.admission_config())
+        }
+        "admission.get" => parse(&rt.admission_config()),
         "permission.get_tier" => Ok(json!({"granted_tier": rt.permission_get_tier()})),
         "permission.set_tier" => Ok(json!({"granted_tier": rt.permission_set_tier(req_str(p, "tier")?)?})),
         "permission.classify" => {
@@ -386,7 +391,16 @@ fn session_init(conn: &Conn, p: &Value) -> R {
             }
         }
     }
+    let admission = obj(p)?.get("admission").filter(|v| !v.is_null()).cloned();
+    if let Some(config) = &admission {
+        // Checked before anything is registered: a bad document changes nothing.
+        crate::admission::AdmissionConfig::from_value(config.clone())
+            .map_err(|e| RpcError::invalid_params(format!("admission: {e}")))?;
+    }
     let tools_registered = register_tools(conn, &tools)?;
+    if let Some(config) = &admission {
+        configure_admission(conn, config)?;
+    }
     for (i, pol) in policies.iter().enumerate() {
         let (name, rule) = (req_str(pol, "name")?, req_str(pol, "rule")?);
         register_policy(conn, pol, name, rule, opt_str(pol, "session_id")?)
@@ -439,36 +453,38 @@ impl Submission {
     }
 }
 
-/// The session's permission tier at admission: the refusal reason when an
-/// action needs a higher tier than the session is granted and no approval of
-/// it is on the ledger, or when its operation was rejected. A ledger that
-/// cannot be read refuses (fail closed).
-fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
-    let granted = match conn.rt.permission_get_tier().parse::<crate::policy::PermissionTier>() {
-        Ok(t) => t,
-        Err(e) => return Some(format!("refused: the session's permission tier is unreadable: {e}")),
-    };
-    let gate = crate::policy::PermissionGate::new();
-    let latest = match &conn.ledger {
-        Some(l) => match l.latest_shared() {
-            Ok(latest) => latest,
-            Err(e) => return Some(format!("refused: the approvals ledger cannot be read: {e}")),
-        },
-        None => Default::default(),
-    };
-    gate.admit_tier_with(&proposal.actions, granted, &latest)
+/// Keys of the admission document only the operator sets (never over the
+/// wire): the granted tier has `permission.set_tier`, and the ledger and
+/// approvals files are the daemon's own.
+const OPERATOR_KEYS: [&str; 3] = ["tier", "ledger_path", "approvals_dir"];
+
+/// `admission.configure` / `session.init {admission}`: the session's
+/// admission document (`docs/admission.md`). The session keeps its tier and
+/// the daemon's ledger; a bad document changes nothing.
+fn configure_admission(conn: &Conn, config: &Value) -> Result<(), RpcError> {
+    let o =
+        config.as_object().ok_or_else(|| RpcError::invalid_params("config must be an admission document object"))?;
+    if let Some(k) = OPERATOR_KEYS.iter().find(|k| o.contains_key(**k)) {
+        return Err(RpcError::invalid_params(format!(
+            "config.{k} cannot be set over the wire (the operator sets it; the tier has permission.set_tier)"
+        )));
+    }
+    // Every error here is the document's: invalid params, naming the key.
+    conn.rt
+        .set_permissions(Some(&config.to_string()), None)
+        .map_err(|e| RpcError::invalid_params(format!("config: {e}")))?;
+    conn.rt.set_tier_ledger(conn.ledger.clone());
+    Ok(())
 }
 
 /// Admission of a submission: `Some(result)` when it is refused as a whole
-/// (a halted session, an escalated permission tier, a supervisor's refusal or
-/// silence), `None` to execute it.
+/// (a halted session, a supervisor's refusal or silence), `None` to execute
+/// it. Everything else (the tier with the daemon's ledger, policies, the
+/// session's admission document) is the runtime's one admission stage.
 async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcError> {
     let proposal = &sub.proposal;
     if conn.halted.load(Ordering::SeqCst) {
         return reject_all(proposal, HALTED).map(Some);
-    }
-    if let Some(reason) = tier_refusal(conn, proposal) {
-        return reject_all(proposal, &reason).map(Some);
     }
     let stamp = sub.session.as_deref().unwrap_or(&conn.session_id);
     if let Admission::Refuse(reason) = conn.supervisors.admit(proposal, stamp).await? {

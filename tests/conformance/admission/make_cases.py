@@ -3,7 +3,8 @@
 
 Each case: a configuration (the admission document; the CLI runs its TOML
 form), optional registered policies, policy files, an approvals ledger and an
-approver, a proposal, and per action the expected status and deciding layer
+approver, a proposal, and per action the expected status and deciding layer (every case has a
+`tier`: the daemon's sessions always run with the tier layer on)
 (the `layer` of the action's last AdmissionDecided event outside the
 `compensation` stage; "none" when no layer recorded a decision), and for a
 compensable action what became of its compensation on abort: `compensated`,
@@ -17,6 +18,7 @@ TOOLS = [
     {"name": "shell", "parameters": {"type": "object", "properties": {"command": {"type": "string"}, "fail": {"type": "boolean"}}, "required": ["command"]}},
     {"name": "write_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path"]}},
     {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    {"name": "migrate", "parameters": {"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]}},
     {"name": "deploy", "parameters": {"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]}},
     {"name": "fetch", "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}},
     {"name": "lookup", "parameters": {"type": "object"}},
@@ -41,6 +43,12 @@ FAILING = tc("boom", "work", {"fail": True}, max_retries=0)
 
 cases = []
 def case(name, config, actions, expected, **extra):
+    # Every case runs with the tier layer on, as a daemon session always does
+    # (it starts at sandbox_edit); an action no other layer decided is then
+    # decided by the tier.
+    if "tier" not in config:
+        config = dict(config, tier="sandbox_edit")
+        expected = [dict(e, layer="tier") if e["layer"] == "none" else e for e in expected]
     c = {"name": name, "config": config, "proposal": {"id": name.replace(" ", "-"), "actions": actions}, "expected": expected}
     c.update(extra)
     cases.append(c)
@@ -59,21 +67,21 @@ case("budget on tool calls", {"budget": {"max_tool_calls": 2}}, [tc("a", "lookup
      exp(("a", "succeeded", "none"), ("s", "succeeded", "none")))
 case("unregistered tool is refused", {}, [tc("a", "no_such_tool", **SKIP), tc("b", "lookup")],
      exp(("a", "rejected", "tool"), ("b", "succeeded", "none")))
-case("parameters invalid against the schema", {}, [tc("a", "deploy", {"env": 3}, **SKIP), tc("b", "deploy", {"env": "dev"})],
+case("parameters invalid against the schema", {}, [tc("a", "migrate", {"env": 3}, **SKIP), tc("b", "migrate", {"env": "dev"})],
      exp(("a", "rejected", "tool"), ("b", "succeeded", "none")))
 # --- policies ---
-case("registered deny_tool policy", {}, [tc("a", "deploy", {"env": "dev"}, **SKIP), tc("b", "lookup")],
+case("registered deny_tool policy", {}, [tc("a", "migrate", {"env": "dev"}, **SKIP), tc("b", "lookup")],
      exp(("a", "rejected", "policy"), ("b", "succeeded", "none")),
-     policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "deploy"}])
-case("deny_tool_param policy", {}, [tc("a", "deploy", {"env": "prod"}, **SKIP), tc("b", "deploy", {"env": "dev"})],
+     policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "migrate"}])
+case("deny_tool_param policy", {}, [tc("a", "migrate", {"env": "prod"}, **SKIP), tc("b", "migrate", {"env": "dev"})],
      exp(("a", "rejected", "policy"), ("b", "succeeded", "none")),
-     policies=[{"name": "no_prod", "rule": "deny_tool_param", "target": "deploy", "key": "env", "pattern": "prod"}])
+     policies=[{"name": "no_prod", "rule": "deny_tool_param", "target": "migrate", "key": "env", "pattern": "prod"}])
 case("policy file deny_tool", {}, [tc("a", "shell", {"command": "ls"}, **SKIP), tc("b", "lookup")],
      exp(("a", "rejected", "policy"), ("b", "succeeded", "none")),
      policy_files={"base.toml": "deny_tool = [\"shell\"]\n"})
-case("policy beats an allow preset", {"preset": "open"}, [tc("a", "deploy", {"env": "dev"}, **SKIP)],
+case("policy beats an allow preset", {"preset": "open"}, [tc("a", "migrate", {"env": "dev"}, **SKIP)],
      exp(("a", "rejected", "policy")),
-     policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "deploy"}])
+     policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "migrate"}])
 # --- tier ---
 case("tier escalation refuses the proposal", {"tier": "sandbox_edit"}, [tc("a", "lookup"), tc("b", "shell", {"command": "rm -rf /"})],
      exp(("a", "rejected", "tier"), ("b", "rejected", "tier")))
@@ -98,9 +106,9 @@ case("static hook denies", {"hooks": [{"tool": "lookup", "verdict": "deny"}]}, [
      exp(("a", "rejected", "hook"), ("b", "succeeded", "default")))
 case("static hook allows before the preset", {"preset": "strict", "hooks": [{"tool": "write_file", "verdict": "allow"}]}, [tc("w", "write_file", {"path": "x"})],
      exp(("w", "succeeded", "hook")))
-case("deny rule by tool", {"deny": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP), tc("l", "lookup")],
+case("deny rule by tool", {"deny": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP), tc("l", "lookup")],
      exp(("d", "rejected", "deny-rule"), ("l", "succeeded", "default")))
-case("deny rule by argv", {"shell": {"deny": ["rm **"]}, "preset": "open"}, [tc("a", "shell", {"command": "rm -rf victim"}, **SKIP), tc("b", "shell", {"command": "ls"})],
+case("deny rule by argv", {"shell": {"deny": ["touch **"]}, "preset": "open"}, [tc("a", "shell", {"command": "touch victim"}, **SKIP), tc("b", "shell", {"command": "ls"})],
      exp(("a", "rejected", "deny-rule"), ("b", "succeeded", "default")))
 case("deny rule by risk", {"deny": [{"risk": "write"}]}, [tc("w", "write_file", {"path": "x"}, **SKIP), tc("r", "read_file", {"path": "x"})],
      exp(("w", "rejected", "deny-rule"), ("r", "succeeded", "default")))
@@ -110,39 +118,40 @@ case("shell deny pattern beats a shell allow pattern", {"shell": {"allow": ["tou
      exp(("t", "rejected", "deny-rule"), ("u", "succeeded", "shell-allow")))
 case("shell allow lifts the preset ask", {"preset": "standard", "shell": {"allow": ["git status"]}}, [tc("g", "shell", {"command": "git status"}), tc("h", "shell", {"command": "git status; make"}, **SKIP)],
      exp(("g", "succeeded", "shell-allow"), ("h", "rejected", "ask-rule")), approvals=False)
-case("a substitution is never shell-allowed", {"preset": "standard", "shell": {"allow": ["echo **"]}}, [tc("e", "shell", {"command": "echo $(rm -rf x)"}, **SKIP)],
+case("a substitution is never shell-allowed", {"preset": "standard", "shell": {"allow": ["echo **"]}}, [tc("e", "shell", {"command": "echo $(touch x)"}, **SKIP)],
      exp(("e", "rejected", "ask-rule")), approvals=False)
-case("ask without an approvals store is refused", {"ask": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP), tc("l", "lookup")],
+case("ask without an approvals store is refused", {"ask": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP), tc("l", "lookup")],
      exp(("d", "rejected", "ask-rule"), ("l", "succeeded", "default")), approvals=False)
 case("preset standard asks for execute", {"preset": "standard"}, [tc("s", "shell", {"command": "make"}, **SKIP), tc("r", "read_file", {"path": "x"})],
      exp(("s", "rejected", "ask-rule"), ("r", "succeeded", "default")), approvals=False)
-case("preset strict denies destructive", {"preset": "strict", "tools": [{"name": "wipe", "description": "", "parameters": {"type": "object"}, "risk": "destructive"}]},
-     [tc("w", "wipe", **SKIP)], exp(("w", "rejected", "deny-rule")), extra_tools=[{"name": "wipe", "parameters": {"type": "object"}}])
+case("preset strict denies destructive", {"preset": "strict", "tools": [{"name": "tidy", "description": "", "parameters": {"type": "object"}, "risk": "destructive"}]},
+     [tc("w", "tidy", **SKIP)], exp(("w", "rejected", "deny-rule")), extra_tools=[{"name": "tidy", "parameters": {"type": "object"}}])
 case("preset open allows undeclared", {"preset": "open"}, [tc("l", "lookup")], exp(("l", "succeeded", "default")))
 case("can_use_tool denies", {"can_use_tool": {"tool": "lookup", "verdict": "deny"}}, [tc("l", "lookup", **SKIP), tc("r", "read_file", {"path": "x"})],
      exp(("l", "rejected", "can_use_tool"), ("r", "succeeded", "default")))
-case("can_use_tool allows a needs_approval tool", {"can_use_tool": {"tool": "deploy", "verdict": "allow"}, "tools": [{"name": "deploy", "description": "", "parameters": {"type": "object"}, "needs_approval": True}]},
-     [tc("d", "deploy", {"env": "dev"})], exp(("d", "succeeded", "can_use_tool")))
-case("needs_approval asks by default", {"tools": [{"name": "deploy", "description": "", "parameters": {"type": "object"}, "needs_approval": True}]},
-     [tc("d", "deploy", {"env": "dev"}, **SKIP)], exp(("d", "rejected", "default")), approvals=False)
-case("layer order: deny rule before ask rule", {"deny": [{"tool": "deploy"}], "ask": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP)],
+case("can_use_tool allows a needs_approval tool", {"can_use_tool": {"tool": "migrate", "verdict": "allow"}, "tools": [{"name": "migrate", "description": "", "parameters": {"type": "object"}, "needs_approval": True}]},
+     [tc("d", "migrate", {"env": "dev"})], exp(("d", "succeeded", "can_use_tool")))
+case("needs_approval asks by default", {"tools": [{"name": "migrate", "description": "", "parameters": {"type": "object"}, "needs_approval": True}]},
+     [tc("d", "migrate", {"env": "dev"}, **SKIP)], exp(("d", "rejected", "default")), approvals=False)
+case("layer order: deny rule before ask rule", {"deny": [{"tool": "migrate"}], "ask": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP)],
      exp(("d", "rejected", "deny-rule")))
-case("layer order: hook before deny rule", {"hooks": [{"tool": "deploy", "verdict": "ask"}], "deny": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP)],
+case("layer order: hook before deny rule", {"hooks": [{"tool": "migrate", "verdict": "ask"}], "deny": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP)],
      exp(("d", "rejected", "hook")), approvals=False)
-case("layer order: policy before chain", {"deny": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP)],
-     exp(("d", "rejected", "policy")), policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "deploy"}])
+case("layer order: policy before chain", {"deny": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP)],
+     exp(("d", "rejected", "policy")), policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "migrate"}])
 case("layer order: tier before chain", {"tier": "read_only", "preset": "open"}, [tc("w", "write_file", {"path": "x"})],
      exp(("w", "rejected", "tier")))
 # --- ask approvals ---
-case("ask approved by the approver", {"ask": [{"tool": "deploy"}], "approval_timeout_ms": 5000}, [tc("d", "deploy", {"env": "dev"})],
-     exp(("d", "succeeded", "approval")), approver="approve")
-case("ask denied by the approver", {"ask": [{"tool": "deploy"}], "approval_timeout_ms": 5000}, [tc("d", "deploy", {"env": "dev"}, **SKIP), tc("l", "lookup")],
-     exp(("d", "rejected", "approval"), ("l", "succeeded", "default")), approver="deny")
-case("ask times out", {"ask": [{"tool": "deploy"}], "approval_timeout_ms": 300}, [tc("d", "deploy", {"env": "dev"}, **SKIP)],
-     exp(("d", "rejected", "approval")), approver="timeout")
-case("ask with no approver attached is refused", {"ask": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP)],
-     exp(("d", "rejected", "approval")))
-case("approval does not override a deny", {"ask": [{"tool": "deploy"}], "deny": [{"tool": "deploy"}]}, [tc("d", "deploy", {"env": "dev"}, **SKIP)],
+NO_WIRE_APPROVALS = "ask approvals over the wire are issue #19: the daemon has no approvals store yet"
+case("ask approved by the approver", {"ask": [{"tool": "migrate"}], "approval_timeout_ms": 5000}, [tc("d", "migrate", {"env": "dev"})],
+     exp(("d", "succeeded", "approval")), approver="approve", daemon_skip=NO_WIRE_APPROVALS)
+case("ask denied by the approver", {"ask": [{"tool": "migrate"}], "approval_timeout_ms": 5000}, [tc("d", "migrate", {"env": "dev"}, **SKIP), tc("l", "lookup")],
+     exp(("d", "rejected", "approval"), ("l", "succeeded", "default")), approver="deny", daemon_skip=NO_WIRE_APPROVALS)
+case("ask times out", {"ask": [{"tool": "migrate"}], "approval_timeout_ms": 300}, [tc("d", "migrate", {"env": "dev"}, **SKIP)],
+     exp(("d", "rejected", "approval")), approver="timeout", daemon_skip=NO_WIRE_APPROVALS)
+case("ask with no approver attached is refused", {"ask": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP)],
+     exp(("d", "rejected", "approval")), daemon_skip=NO_WIRE_APPROVALS)
+case("approval does not override a deny", {"ask": [{"tool": "migrate"}], "deny": [{"tool": "migrate"}]}, [tc("d", "migrate", {"env": "dev"}, **SKIP)],
      exp(("d", "rejected", "deny-rule")), approver="approve")
 # --- dispatch ---
 case("precondition fails at dispatch", {}, [tc("a", "lookup", preconditions=[{"key": "ready", "operator": "eq", "value": True}], **SKIP), tc("b", "lookup")],
@@ -153,18 +162,18 @@ case("inspector egress allowlist denies at dispatch", {"inspectors": {"egress_al
 case("inspector repetition limit", {"inspectors": {"repetition_limit": 1}},
      [tc("a", "lookup", {"q": 1}), tc("b", "lookup", {"q": 1}, dependencies=["a"], **SKIP)],
      exp(("a", "succeeded", "none"), ("b", "rejected", "inspector")))
-case("trace rule denial is rejected", {}, [tc("d", "deploy", {"env": "dev"}, **SKIP), tc("l", "lookup")],
+case("trace rule denial is rejected", {}, [tc("d", "migrate", {"env": "dev"}, **SKIP), tc("l", "lookup")],
      exp(("d", "rejected", "trace"), ("l", "succeeded", "none")),
-     policy_files={"trace.toml": "[[trace_rule]]\ntool = \"deploy\"\nrequire_before = [\"work\"]\n"})
+     policy_files={"trace.toml": "[[trace_rule]]\ntool = \"migrate\"\nrequire_before = [\"work\"]\n"})
 # --- compensation passes admission ---
-case("a denied action_ref compensation never runs", {"shell": {"deny": ["rm **"]}, "compensate_on_abort": True, "preset": "open"},
-     [tc("evil", "shell", {"command": "rm -rf victim"}, **SKIP),
+case("a denied action_ref compensation never runs", {"shell": {"deny": ["touch **"]}, "compensate_on_abort": True, "preset": "open"},
+     [tc("evil", "shell", {"command": "touch victim"}, **SKIP),
       tc("step", "lookup", reversibility="compensable", compensation={"type": "action_ref", "action_id": "evil"}),
       tc("boom", "work", {"fail": True}, dependencies=["step"], max_retries=0)],
      exp(("evil", "rejected", "deny-rule"), ("step", "succeeded", "default"), ("boom", "failed", "default")),
      compensation={"step": "refused"})
-case("a denied tool compensation never runs", {"deny": [{"tool": "deploy"}], "compensate_on_abort": True},
-     [tc("step", "lookup", reversibility="compensable", compensation={"type": "tool", "tool": "deploy", "parameters": {"env": "prod"}}),
+case("a denied tool compensation never runs", {"deny": [{"tool": "migrate"}], "compensate_on_abort": True},
+     [tc("step", "lookup", reversibility="compensable", compensation={"type": "tool", "tool": "migrate", "parameters": {"env": "prod"}}),
       tc("boom", "work", {"fail": True}, dependencies=["step"], max_retries=0)],
      exp(("step", "succeeded", "default"), ("boom", "failed", "default")),
      compensation={"step": "refused"})
@@ -173,7 +182,7 @@ case("an allowed compensation runs", {"compensate_on_abort": True, "preset": "op
       tc("boom", "work", {"fail": True}, dependencies=["step"], max_retries=0)],
      exp(("step", "succeeded", "default"), ("boom", "failed", "default")),
      compensation={"step": "compensated"})
-case("compensation is off unless configured", {"deny": [{"tool": "deploy"}]},
+case("compensation is off unless configured", {"deny": [{"tool": "migrate"}]},
      [tc("step", "lookup", reversibility="compensable", compensation={"type": "tool", "tool": "lookup", "parameters": {}}),
       tc("boom", "work", {"fail": True}, dependencies=["step"], max_retries=0)],
      exp(("step", "succeeded", "default"), ("boom", "failed", "default")),
