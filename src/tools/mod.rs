@@ -386,6 +386,19 @@ fn grep_files(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFai
     Ok(json!({"matches": matches, "truncated": truncated}))
 }
 
+/// How long readers get after the process group is killed to hand over
+/// what is still in the pipes.
+const SHELL_DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+/// Runs `sh -c command` in the root, in a process group of its own.
+///
+/// The call is bounded by its timeout: at the deadline the whole process
+/// group is killed and reading stops, even when `sh` has already exited and
+/// a background child still holds stdout or stderr (then the command's own
+/// result is returned, with `background_killed: true`). When `sh` exits and
+/// the pipes close before the deadline, whatever is left of the group is
+/// killed too: a call's processes do not outlive it. The group is killed
+/// while `sh` is still unreaped, so its id cannot have been reused.
 fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
     let command = str_param(params, "command")?;
     let timeout = Duration::from_millis(
@@ -399,37 +412,33 @@ fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure>
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // Its own process group, so a timeout kills the command's children too.
-    #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut child = cmd.spawn().map_err(|e| ToolFailure::ordinary(format!("cannot start `sh`: {e}")))?;
-    let mut out_pipe = child.stdout.take();
-    let mut err_pipe = child.stderr.take();
-    let out_t = std::thread::spawn(move || drain(out_pipe.as_mut()));
-    let err_t = std::thread::spawn(move || drain(err_pipe.as_mut()));
     let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() >= timeout => {
-                #[cfg(unix)]
-                let _ = Command::new("kill")
-                    .args(["-s", "KILL", "--"])
-                    .arg(format!("-{}", child.id()))
-                    .stderr(Stdio::null())
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(ToolFailure::ordinary(format!("cannot wait for the command: {e}"))),
+    let deadline = start + timeout;
+    let mut child = cmd.spawn().map_err(|e| ToolFailure::ordinary(format!("cannot start `sh`: {e}")))?;
+    let out = Pipe::start(child.stdout.take());
+    let err = Pipe::start(child.stderr.take());
+    let pid = rustix::process::Pid::from_child(&child);
+    let (exited, background) = loop {
+        let exited = exited_unreaped(pid);
+        let drained = out.done() && err.done();
+        if exited && drained {
+            break (true, false);
         }
+        if Instant::now() >= deadline {
+            break (exited, exited);
+        }
+        std::thread::sleep(Duration::from_millis(5));
     };
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = err_t.join().unwrap_or_default();
-    let Some(status) = status else {
+    // `sh` is unreaped (a zombie or still running), so the group id is ours.
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    let _ = child.kill();
+    let status = child.wait().map_err(|e| ToolFailure::ordinary(format!("cannot wait for the command: {e}")))?;
+    let grace = Instant::now() + SHELL_DRAIN_GRACE;
+    let (stdout, stderr) = (out.finish(grace), err.finish(grace));
+    if !exited {
         return Err(ToolFailure::ordinary(format!("command timed out after {} ms", timeout.as_millis())));
-    };
+    }
     let code = status.code();
     if code != Some(0) {
         let tail: String = stderr.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
@@ -438,16 +447,74 @@ fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure>
             None => format!("command was killed by a signal: {tail}"),
         }));
     }
-    Ok(json!({"exit_code": 0, "stdout": stdout, "stderr": stderr}))
+    let mut v = json!({"exit_code": 0, "stdout": stdout, "stderr": stderr});
+    if background {
+        v["background_killed"] = json!(true);
+    }
+    Ok(v)
 }
 
-fn drain<R: Read>(r: Option<&mut R>) -> String {
-    let Some(r) = r else { return String::new() };
-    let mut buf = Vec::new();
-    let _ = r.take(MAX_SHELL_OUTPUT as u64).read_to_end(&mut buf);
-    // Keep draining so the child never blocks on a full pipe.
-    let _ = std::io::copy(r, &mut std::io::sink());
-    String::from_utf8_lossy(&buf).into_owned()
+/// Whether the child `pid` has exited, without reaping it.
+fn exited_unreaped(pid: rustix::process::Pid) -> bool {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    // An error (no such child) means there is nothing left to wait for.
+    !matches!(waitid(WaitId::Pid(pid), opts), Ok(None))
+}
+
+/// One of the command's output pipes, read on its own thread into a shared
+/// buffer (the first [`MAX_SHELL_OUTPUT`] bytes kept, the rest drained so
+/// the command never blocks on a full pipe). The caller can stop waiting for
+/// it at any time and keep what was read; a thread blocked on a pipe that a
+/// process outside the group still holds is left to end on its own.
+struct Pipe {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+    finished: std::cell::Cell<bool>,
+}
+
+impl Pipe {
+    fn start<R: Read + Send + 'static>(r: Option<R>) -> Pipe {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let shared = buf.clone();
+        std::thread::spawn(move || {
+            if let Some(mut r) = r {
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match r.read(&mut chunk) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let mut b = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            let room = MAX_SHELL_OUTPUT.saturating_sub(b.len());
+                            b.extend_from_slice(&chunk[..n.min(room)]);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        Pipe { buf, done, finished: std::cell::Cell::new(false) }
+    }
+
+    /// Whether the pipe reached its end.
+    fn done(&self) -> bool {
+        if !self.finished.get() && !matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+            self.finished.set(true);
+        }
+        self.finished.get()
+    }
+
+    /// What was read, after waiting until `until` at most for the end.
+    fn finish(self, until: Instant) -> String {
+        if !self.done() {
+            let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
+        }
+        let b = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&b).into_owned()
+    }
 }
 
 #[cfg(test)]
@@ -531,6 +598,56 @@ mod tests {
         assert!(e.message.contains("status 3") && e.message.contains("oops"), "{e}");
         let e = execute(&root, "shell", &p(json!({"command": "sleep 5", "timeout_ms": 50}))).unwrap_err();
         assert!(e.message.contains("timed out"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Whether process `pid` is gone (or only a zombie waiting to be reaped).
+    #[cfg(target_os = "linux")]
+    fn gone(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    /// A background child holding the pipes does not hold the call: it
+    /// returns at the timeout with what the command printed, and the whole
+    /// process group is killed. The test asserts the structure (the
+    /// background `sleep` is dead long before its 12 s are up), not a
+    /// wall-clock bound.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn shell_background_children_are_killed_at_the_timeout() {
+        let (dir, root) = tmp();
+        let start = Instant::now();
+        let r = execute(&root, "shell", &p(json!({"command": "sleep 12 & echo $!", "timeout_ms": 1000}))).unwrap();
+        let took = start.elapsed();
+        eprintln!("shell: `sleep 12 & echo $!` with timeout_ms 1000 returned after {took:?}");
+        let pid = r["stdout"].as_str().unwrap().trim().to_string();
+        assert!(pid.parse::<u32>().is_ok(), "{r}");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert_eq!(r["background_killed"], true, "{r}");
+        let mut waited = 0;
+        while !gone(&pid) && waited < 200 {
+            std::thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        assert!(gone(&pid), "the background sleep {pid} was killed with its group");
+        assert!(took < Duration::from_secs(8), "returned after {took:?}, not after the 12 s sleep");
+
+        // A command still running at its timeout: the group dies with it,
+        // its grandchildren included.
+        let e =
+            execute(&root, "shell", &p(json!({"command": "sleep 12 & echo $! > bg.pid; sleep 12", "timeout_ms": 300})))
+                .unwrap_err();
+        assert!(e.message.contains("timed out"), "{e}");
+        let pid = std::fs::read_to_string(dir.join("bg.pid")).unwrap().trim().to_string();
+        let mut waited = 0;
+        while !gone(&pid) && waited < 200 {
+            std::thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        assert!(gone(&pid), "the background sleep {pid} of a timed-out command was killed");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
