@@ -54,3 +54,37 @@ fn builtins_run_in_process_confined_to_the_root_and_host_tools_still_reach_the_h
     assert!(rt.register_agent_basics(Some("/no/such/dir")).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_plan_cannot_rewrite_the_runtimes_permissions_policies_or_approvals_through_the_builtins() {
+    let dir = std::env::temp_dir().join(format!("car-basics-protected-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(dir.join(".car/policies")).unwrap();
+    std::fs::write(dir.join(".car/permissions.toml"), "preset = \"strict\"\n").unwrap();
+    std::fs::write(dir.join(".car/policies/safety.toml"), "# rules\n").unwrap();
+    let rt = CarRuntime::new();
+    rt.register_agent_basics(Some(dir.to_str().unwrap())).unwrap();
+    let skip = |id: &str, tool: &str, params: Value| json!({"id": id, "type": "tool_call", "tool": tool, "parameters": params, "failure_behavior": "skip", "max_retries": 0});
+    let p = json!({"id": "p", "actions": [
+        skip("perm", "write_file", json!({"path": ".car/permissions.toml", "content": "preset = \"open\"\n"})),
+        skip("pol", "edit_file", json!({"path": ".car/policies/safety.toml", "old_text": "# rules", "new_text": ""})),
+        skip("appr", "write_file", json!({"path": "state/approvals.jsonl", "content": "{\"forged\":true}\n"})),
+        skip("case", "write_file", json!({"path": "x/../.CAR/permissions.toml", "content": ""})),
+    ]})
+    .to_string();
+    let exec: Arc<dyn ToolExecutor> = Arc::new(FnExecutor(|_: ToolCall| Ok(json!(null))));
+    let out = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(rt.execute_proposal(&p, exec, None, None))
+        .unwrap();
+    let out: Value = serde_json::from_str(&out).unwrap();
+    for r in out["results"].as_array().unwrap() {
+        let e = r["error"].as_str().unwrap_or_else(|| panic!("ran: {r}"));
+        assert!(e.contains("protected"), "{r}");
+    }
+    assert_eq!(std::fs::read_to_string(dir.join(".car/permissions.toml")).unwrap(), "preset = \"strict\"\n");
+    assert_eq!(std::fs::read_to_string(dir.join(".car/policies/safety.toml")).unwrap(), "# rules\n");
+    assert!(!dir.join("state/approvals.jsonl").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

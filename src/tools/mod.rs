@@ -3,24 +3,30 @@
 //!
 //! Each declares its ToolSchema (source `builtin`), its risk class and its
 //! reversibility. Every file tool is confined to a root directory: a path
-//! escaping it, through `..`, an absolute path or a symlink, is refused
-//! before any read or write. Execution is synchronous and blocking; the
-//! engine's executor runs it off the async threads.
+//! escaping it through `..` or an absolute path is refused before any I/O,
+//! and every file is opened relative to the root's directory handle with no
+//! symlink followed on any component, so a symlink swapped in mid-call
+//! cannot redirect it (see `confine`). Writes refuse files with more than
+//! one hard link and protected paths (the runtime's `.car` configuration and
+//! approvals files, see [`protected_path`]). Execution is synchronous and
+//! blocking; the engine's executor runs it off the async threads.
 
 mod calc;
 mod confine;
 pub mod executor;
 
 use std::io::Read;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
 pub use calc::evaluate as calculate;
-pub use confine::Root;
+pub use confine::{CONFIG_DIR, PROTECTED_FILE_NAMES, Root, protected_path};
+use confine::{RelPath, op_err};
 pub use executor::BuiltinExecutor;
+use rustix::fd::OwnedFd;
+use rustix::fs::FileType;
 
 use crate::ir::{Reversibility, ToolFailure, ToolSchema, ToolSource};
 
@@ -149,58 +155,52 @@ pub fn execute(root: &Root, name: &str, params: &Map<String, Value>) -> Result<V
     match name {
         "read_file" => read_file(root, params),
         "write_file" => {
-            let rel = str_param(params, "path")?;
+            let r = root.rel(str_param(params, "path")?)?;
             let content = str_param(params, "content")?;
-            let path = root.resolve(rel)?;
-            let existed = path.exists();
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_err("create the parent of", rel, e))?;
-            }
-            std::fs::write(&path, content).map_err(|e| io_err("write", rel, e))?;
-            Ok(json!({"path": root.display(&path), "bytes_written": content.len(), "created": !existed}))
+            let created = root.write(&r, content.as_bytes())?;
+            Ok(json!({"path": r.shown(), "bytes_written": content.len(), "created": created}))
         }
         "edit_file" => {
-            let (path, new, count) = edit_result(root, params)?;
-            std::fs::write(&path, new).map_err(|e| io_err("write", &root.display(&path), e))?;
-            Ok(json!({"path": root.display(&path), "replacements": count}))
+            let (r, _, new, count) = edit_result(root, params)?;
+            root.write(&r, new.as_bytes())?;
+            Ok(json!({"path": r.shown(), "replacements": count}))
         }
         "list_dir" => {
-            let rel = opt_str(params, "path", ".")?;
-            let dir = root.resolve(rel)?;
-            let mut entries = Vec::new();
-            for e in std::fs::read_dir(&dir).map_err(|e| io_err("list", rel, e))? {
-                let e = e.map_err(|e| io_err("list", rel, e))?;
-                let meta = e.path().symlink_metadata().map_err(|e| io_err("inspect", rel, e))?;
-                let kind = if meta.is_symlink() {
-                    "symlink"
-                } else if meta.is_dir() {
-                    "dir"
-                } else {
-                    "file"
-                };
-                entries.push(json!({"name": e.file_name().to_string_lossy(), "kind": kind, "size": meta.len()}));
+            let r = root.rel(opt_str(params, "path", ".")?)?;
+            let o = root.open_read(&r).map_err(|e| op_err("list", &r.given, e))?;
+            if o.kind() != FileType::Directory {
+                return Err(ToolFailure::ordinary(format!("cannot list `{}`: not a directory", r.given)));
             }
-            entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-            Ok(json!({"path": root.display(&dir), "entries": entries}))
+            let mut entries = Vec::new();
+            for e in confine::entries(&o.fd).map_err(|e| io_err("list", &r.given, e))? {
+                let kind = match e.kind() {
+                    FileType::Symlink => "symlink",
+                    FileType::Directory => "dir",
+                    _ => "file",
+                };
+                entries.push(json!({"name": e.name.to_string_lossy(), "kind": kind, "size": e.stat.st_size}));
+            }
+            Ok(json!({"path": r.shown(), "entries": entries}))
         }
         "find_files" => {
             let pattern = str_param(params, "pattern")?;
-            let rel = opt_str(params, "path", ".")?;
-            let base = root.resolve(rel)?;
+            let r = root.rel(opt_str(params, "path", ".")?)?;
             let re = glob_regex(pattern).map_err(ToolFailure::ordinary)?;
+            let base = root.open_read(&r).map_err(|e| op_err("search", &r.given, e))?;
             let mut matches = Vec::new();
             let mut truncated = false;
-            walk(&base, &mut |p| {
-                let relp = p.strip_prefix(&base).unwrap_or(p).to_string_lossy().to_string();
-                if re.is_match(&relp) {
-                    if matches.len() >= MAX_FIND_RESULTS {
-                        truncated = true;
-                        return false;
+            if base.kind() == FileType::Directory {
+                walk(&base.fd, "", &mut |relp, _, _| {
+                    if re.is_match(relp) {
+                        if matches.len() >= MAX_FIND_RESULTS {
+                            truncated = true;
+                            return false;
+                        }
+                        matches.push(under(&r, relp));
                     }
-                    matches.push(root.display(p));
-                }
-                true
-            });
+                    true
+                });
+            }
             matches.sort();
             Ok(json!({"matches": matches, "truncated": truncated}))
         }
@@ -215,22 +215,14 @@ pub fn execute(root: &Root, name: &str, params: &Map<String, Value>) -> Result<V
     }
 }
 
-fn read_text(path: &Path, rel: &str) -> Result<String, ToolFailure> {
-    let meta = std::fs::metadata(path).map_err(|e| io_err("read", rel, e))?;
-    if !meta.is_file() {
-        return Err(ToolFailure::ordinary(format!("`{rel}` is not a regular file")));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(ToolFailure::ordinary(format!("`{rel}` is larger than {MAX_FILE_BYTES} bytes")));
-    }
-    let bytes = std::fs::read(path).map_err(|e| io_err("read", rel, e))?;
-    String::from_utf8(bytes).map_err(|_| ToolFailure::ordinary(format!("`{rel}` is not valid UTF-8 text")))
+/// `relp` (relative to the directory `base`) relative to the root.
+fn under(base: &RelPath, relp: &str) -> String {
+    if base.parts.is_empty() { relp.to_string() } else { format!("{}/{relp}", base.shown()) }
 }
 
 fn read_file(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
-    let rel = str_param(params, "path")?;
-    let path = root.resolve(rel)?;
-    let text = read_text(&path, rel)?;
+    let r = root.rel(str_param(params, "path")?)?;
+    let text = root.read_text(&r, MAX_FILE_BYTES)?;
     let offset = params.get("offset").and_then(Value::as_u64);
     let limit = params.get("limit").and_then(Value::as_u64);
     let total_lines = text.lines().count();
@@ -241,11 +233,12 @@ fn read_file(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFail
     } else {
         text
     };
-    Ok(json!({"path": root.display(&path), "content": content, "lines": total_lines}))
+    Ok(json!({"path": r.shown(), "content": content, "lines": total_lines}))
 }
 
-/// The path, the edited text and the replacement count of an `edit_file` call.
-fn edit_result(root: &Root, params: &Map<String, Value>) -> Result<(std::path::PathBuf, String, usize), ToolFailure> {
+/// The path, the text before and after, and the replacement count of an
+/// `edit_file` call. A protected path is refused before it is read.
+fn edit_result(root: &Root, params: &Map<String, Value>) -> Result<(RelPath, String, String, usize), ToolFailure> {
     let rel = str_param(params, "path")?;
     let old = str_param(params, "old_text")?;
     let new = str_param(params, "new_text")?;
@@ -253,8 +246,9 @@ fn edit_result(root: &Root, params: &Map<String, Value>) -> Result<(std::path::P
     if old.is_empty() {
         return Err(ToolFailure::ordinary("parameter `old_text` must not be empty"));
     }
-    let path = root.resolve(rel)?;
-    let text = read_text(&path, rel)?;
+    let r = root.rel(rel)?;
+    root.check_writable(&r)?;
+    let text = root.read_text(&r, MAX_FILE_BYTES)?;
     let count = text.matches(old).count();
     if count == 0 {
         return Err(ToolFailure::ordinary(format!("`old_text` does not occur in `{rel}`")));
@@ -264,25 +258,25 @@ fn edit_result(root: &Root, params: &Map<String, Value>) -> Result<(std::path::P
             "`old_text` occurs {count} times in `{rel}`; pass `replace_all` or a longer `old_text`"
         )));
     }
-    Ok((path, text.replace(old, new), count))
+    let after = text.replace(old, new);
+    Ok((r, text, after, count))
 }
 
 /// A unified diff of what a `write_file` or `edit_file` call would change,
 /// computed without writing anything. `None` for other tools; an error when
-/// the call itself would fail (for instance a path escaping the root).
+/// the call itself would fail (for instance a path escaping the root, or a
+/// protected path).
 pub fn preview(root: &Root, name: &str, params: &Map<String, Value>) -> Result<Option<String>, ToolFailure> {
     let (rel, before, after) = match name {
         "write_file" => {
-            let rel = str_param(params, "path")?;
-            let path = root.resolve(rel)?;
-            let before = if path.exists() { read_text(&path, rel)? } else { String::new() };
-            (rel.to_string(), before, str_param(params, "content")?.to_string())
+            let r = root.rel(str_param(params, "path")?)?;
+            root.check_writable(&r)?;
+            let before = if root.exists(&r)? { root.read_text(&r, MAX_FILE_BYTES)? } else { String::new() };
+            (r.shown(), before, str_param(params, "content")?.to_string())
         }
         "edit_file" => {
-            let (path, after, _) = edit_result(root, params)?;
-            let rel = root.display(&path);
-            let before = read_text(&path, &rel)?;
-            (rel, before, after)
+            let (r, before, after, _) = edit_result(root, params)?;
+            (r.shown(), before, after)
         }
         _ => return Ok(None),
     };
@@ -290,20 +284,23 @@ pub fn preview(root: &Root, name: &str, params: &Map<String, Value>) -> Result<O
     Ok(Some(diff.unified_diff().context_radius(3).header(&format!("a/{rel}"), &format!("b/{rel}")).to_string()))
 }
 
-/// Walks files under `dir` without following symlinks; `f` returns false to stop.
-fn walk(dir: &Path, f: &mut dyn FnMut(&Path) -> bool) -> bool {
-    let Ok(rd) = std::fs::read_dir(dir) else { return true };
-    let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
-    entries.sort_by_key(|e| e.file_name());
+/// Walks the regular files under the directory `dir` through handles,
+/// following no symlink; `f` gets each file's path relative to the walk's
+/// base, its directory and its name, and returns false to stop.
+fn walk(dir: &OwnedFd, prefix: &str, f: &mut dyn FnMut(&str, &OwnedFd, &std::ffi::OsStr) -> bool) -> bool {
+    let Ok(entries) = confine::entries(dir) else { return true };
     for e in entries {
-        let p = e.path();
-        let Ok(meta) = p.symlink_metadata() else { continue };
-        if meta.is_dir() {
-            if !walk(&p, f) {
-                return false;
+        let name = e.name.to_string_lossy();
+        let relp = if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") };
+        match e.kind() {
+            FileType::Directory => {
+                let Ok(sub) = confine::open_entry(dir, &e.name, true) else { continue };
+                if !walk(&sub.fd, &relp, f) {
+                    return false;
+                }
             }
-        } else if meta.is_file() && !f(&p) {
-            return false;
+            FileType::RegularFile if !f(&relp, dir, &e.name) => return false,
+            _ => {}
         }
     }
     true
@@ -342,7 +339,7 @@ pub fn glob_regex(glob: &str) -> Result<regex::Regex, String> {
 
 fn grep_files(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
     let pattern = str_param(params, "pattern")?;
-    let rel = opt_str(params, "path", ".")?;
+    let r = root.rel(opt_str(params, "path", ".")?)?;
     let re = regex::RegexBuilder::new(pattern)
         .size_limit(1 << 20)
         .build()
@@ -351,40 +348,57 @@ fn grep_files(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFai
         Some(g) => Some(glob_regex(g).map_err(ToolFailure::ordinary)?),
         None => None,
     };
-    let base = root.resolve(rel)?;
+    let base = root.open_read(&r).map_err(|e| op_err("search", &r.given, e))?;
     let mut matches = Vec::new();
     let mut truncated = false;
-    let mut search = |p: &Path| -> bool {
-        if let Some(f) = &filter {
-            let relp = p.strip_prefix(&base).unwrap_or(p).to_string_lossy().to_string();
-            if !f.is_match(&relp) {
-                return true;
-            }
-        }
-        let Ok(meta) = std::fs::metadata(p) else { return true };
-        if meta.len() > MAX_FILE_BYTES {
-            return true;
-        }
-        let Ok(text) = std::fs::read_to_string(p) else { return true };
+    let mut search = |shown: String, text: &str| -> bool {
         for (n, line) in text.lines().enumerate() {
             if re.is_match(line) {
                 if matches.len() >= MAX_GREP_RESULTS {
                     truncated = true;
                     return false;
                 }
-                matches.push(json!({"path": root.display(p), "line": n + 1, "text": line}));
+                matches.push(json!({"path": shown, "line": n + 1, "text": line}));
             }
         }
         true
     };
-    if base.is_file() {
-        search(&base);
-    } else {
-        walk(&base, &mut search);
+    match base.kind() {
+        FileType::RegularFile => {
+            if let Ok(text) = confine::read_opened(base, &r.given, MAX_FILE_BYTES) {
+                search(r.shown(), &text);
+            }
+        }
+        FileType::Directory => {
+            walk(&base.fd, "", &mut |relp, dir, name| {
+                if let Some(f) = &filter
+                    && !f.is_match(relp)
+                {
+                    return true;
+                }
+                let Ok(o) = confine::open_entry(dir, name, false) else { return true };
+                let Ok(text) = confine::read_opened(o, relp, MAX_FILE_BYTES) else { return true };
+                search(under(&r, relp), &text)
+            });
+        }
+        _ => {}
     }
     Ok(json!({"matches": matches, "truncated": truncated}))
 }
 
+/// How long readers get after the process group is killed to hand over
+/// what is still in the pipes.
+const SHELL_DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+/// Runs `sh -c command` in the root, in a process group of its own.
+///
+/// The call is bounded by its timeout: at the deadline the whole process
+/// group is killed and reading stops, even when `sh` has already exited and
+/// a background child still holds stdout or stderr (then the command's own
+/// result is returned, with `background_killed: true`). When `sh` exits and
+/// the pipes close before the deadline, whatever is left of the group is
+/// killed too: a call's processes do not outlive it. The group is killed
+/// while `sh` is still unreaped, so its id cannot have been reused.
 fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
     let command = str_param(params, "command")?;
     let timeout = Duration::from_millis(
@@ -398,37 +412,33 @@ fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure>
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // Its own process group, so a timeout kills the command's children too.
-    #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut child = cmd.spawn().map_err(|e| ToolFailure::ordinary(format!("cannot start `sh`: {e}")))?;
-    let mut out_pipe = child.stdout.take();
-    let mut err_pipe = child.stderr.take();
-    let out_t = std::thread::spawn(move || drain(out_pipe.as_mut()));
-    let err_t = std::thread::spawn(move || drain(err_pipe.as_mut()));
     let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() >= timeout => {
-                #[cfg(unix)]
-                let _ = Command::new("kill")
-                    .args(["-s", "KILL", "--"])
-                    .arg(format!("-{}", child.id()))
-                    .stderr(Stdio::null())
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(ToolFailure::ordinary(format!("cannot wait for the command: {e}"))),
+    let deadline = start + timeout;
+    let mut child = cmd.spawn().map_err(|e| ToolFailure::ordinary(format!("cannot start `sh`: {e}")))?;
+    let out = Pipe::start(child.stdout.take());
+    let err = Pipe::start(child.stderr.take());
+    let pid = rustix::process::Pid::from_child(&child);
+    let (exited, background) = loop {
+        let exited = exited_unreaped(pid);
+        let drained = out.done() && err.done();
+        if exited && drained {
+            break (true, false);
         }
+        if Instant::now() >= deadline {
+            break (exited, exited);
+        }
+        std::thread::sleep(Duration::from_millis(5));
     };
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = err_t.join().unwrap_or_default();
-    let Some(status) = status else {
+    // `sh` is unreaped (a zombie or still running), so the group id is ours.
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    let _ = child.kill();
+    let status = child.wait().map_err(|e| ToolFailure::ordinary(format!("cannot wait for the command: {e}")))?;
+    let grace = Instant::now() + SHELL_DRAIN_GRACE;
+    let (stdout, stderr) = (out.finish(grace), err.finish(grace));
+    if !exited {
         return Err(ToolFailure::ordinary(format!("command timed out after {} ms", timeout.as_millis())));
-    };
+    }
     let code = status.code();
     if code != Some(0) {
         let tail: String = stderr.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
@@ -437,16 +447,74 @@ fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure>
             None => format!("command was killed by a signal: {tail}"),
         }));
     }
-    Ok(json!({"exit_code": 0, "stdout": stdout, "stderr": stderr}))
+    let mut v = json!({"exit_code": 0, "stdout": stdout, "stderr": stderr});
+    if background {
+        v["background_killed"] = json!(true);
+    }
+    Ok(v)
 }
 
-fn drain<R: Read>(r: Option<&mut R>) -> String {
-    let Some(r) = r else { return String::new() };
-    let mut buf = Vec::new();
-    let _ = r.take(MAX_SHELL_OUTPUT as u64).read_to_end(&mut buf);
-    // Keep draining so the child never blocks on a full pipe.
-    let _ = std::io::copy(r, &mut std::io::sink());
-    String::from_utf8_lossy(&buf).into_owned()
+/// Whether the child `pid` has exited, without reaping it.
+fn exited_unreaped(pid: rustix::process::Pid) -> bool {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    // An error (no such child) means there is nothing left to wait for.
+    !matches!(waitid(WaitId::Pid(pid), opts), Ok(None))
+}
+
+/// One of the command's output pipes, read on its own thread into a shared
+/// buffer (the first [`MAX_SHELL_OUTPUT`] bytes kept, the rest drained so
+/// the command never blocks on a full pipe). The caller can stop waiting for
+/// it at any time and keep what was read; a thread blocked on a pipe that a
+/// process outside the group still holds is left to end on its own.
+struct Pipe {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+    finished: std::cell::Cell<bool>,
+}
+
+impl Pipe {
+    fn start<R: Read + Send + 'static>(r: Option<R>) -> Pipe {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let shared = buf.clone();
+        std::thread::spawn(move || {
+            if let Some(mut r) = r {
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match r.read(&mut chunk) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let mut b = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            let room = MAX_SHELL_OUTPUT.saturating_sub(b.len());
+                            b.extend_from_slice(&chunk[..n.min(room)]);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        Pipe { buf, done, finished: std::cell::Cell::new(false) }
+    }
+
+    /// Whether the pipe reached its end.
+    fn done(&self) -> bool {
+        if !self.finished.get() && !matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+            self.finished.set(true);
+        }
+        self.finished.get()
+    }
+
+    /// What was read, after waiting until `until` at most for the end.
+    fn finish(self, until: Instant) -> String {
+        if !self.done() {
+            let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
+        }
+        let b = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&b).into_owned()
+    }
 }
 
 #[cfg(test)]
@@ -530,6 +598,56 @@ mod tests {
         assert!(e.message.contains("status 3") && e.message.contains("oops"), "{e}");
         let e = execute(&root, "shell", &p(json!({"command": "sleep 5", "timeout_ms": 50}))).unwrap_err();
         assert!(e.message.contains("timed out"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Whether process `pid` is gone (or only a zombie waiting to be reaped).
+    #[cfg(target_os = "linux")]
+    fn gone(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    /// A background child holding the pipes does not hold the call: it
+    /// returns at the timeout with what the command printed, and the whole
+    /// process group is killed. The test asserts the structure (the
+    /// background `sleep` is dead long before its 12 s are up), not a
+    /// wall-clock bound.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn shell_background_children_are_killed_at_the_timeout() {
+        let (dir, root) = tmp();
+        let start = Instant::now();
+        let r = execute(&root, "shell", &p(json!({"command": "sleep 12 & echo $!", "timeout_ms": 1000}))).unwrap();
+        let took = start.elapsed();
+        eprintln!("shell: `sleep 12 & echo $!` with timeout_ms 1000 returned after {took:?}");
+        let pid = r["stdout"].as_str().unwrap().trim().to_string();
+        assert!(pid.parse::<u32>().is_ok(), "{r}");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert_eq!(r["background_killed"], true, "{r}");
+        let mut waited = 0;
+        while !gone(&pid) && waited < 200 {
+            std::thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        assert!(gone(&pid), "the background sleep {pid} was killed with its group");
+        assert!(took < Duration::from_secs(8), "returned after {took:?}, not after the 12 s sleep");
+
+        // A command still running at its timeout: the group dies with it,
+        // its grandchildren included.
+        let e =
+            execute(&root, "shell", &p(json!({"command": "sleep 12 & echo $! > bg.pid; sleep 12", "timeout_ms": 300})))
+                .unwrap_err();
+        assert!(e.message.contains("timed out"), "{e}");
+        let pid = std::fs::read_to_string(dir.join("bg.pid")).unwrap().trim().to_string();
+        let mut waited = 0;
+        while !gone(&pid) && waited < 200 {
+            std::thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        assert!(gone(&pid), "the background sleep {pid} of a timed-out command was killed");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
