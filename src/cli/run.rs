@@ -68,6 +68,12 @@ pub struct RunArgs {
     /// Do not run compensations when the proposal aborts.
     #[arg(long)]
     no_compensate: bool,
+    /// Rehearse the plan against stand-ins: a JSON array of ToolSchemas
+    /// registered in place of any tool of the same name; a call of one runs
+    /// nothing and returns `{"ok": true, "stub": true}` (or fails when its
+    /// parameters hold `"fail": true`). Admission decides as for real tools.
+    #[arg(long, value_name = "FILE")]
+    stub_tools: Option<PathBuf>,
 }
 
 /// Where human output goes: stdout, or stderr under `--json`.
@@ -369,10 +375,26 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
 /// The built-in executor with one progress line per call.
 struct Progress {
     inner: BuiltinExecutor,
+    /// Tools answered by a stand-in (`--stub-tools`).
+    stubs: HashSet<String>,
     out: Out,
     total: usize,
     done: AtomicUsize,
     succeeded: std::sync::Mutex<HashSet<String>>,
+}
+
+impl Progress {
+    /// Runs a call: a stand-in answers a stubbed tool, the built-ins the rest.
+    async fn call_tool(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+        if !self.stubs.contains(&call.tool) {
+            return self.inner.execute(call).await;
+        }
+        if call.params.get("fail") == Some(&Value::Bool(true)) {
+            Err(ToolFailure::ordinary("stub failure"))
+        } else {
+            Ok(serde_json::json!({"ok": true, "stub": true}))
+        }
+    }
 }
 
 #[async_trait]
@@ -382,7 +404,7 @@ impl ToolExecutor for Progress {
         // A call for an action that already succeeded is its compensation.
         let compensation = self.succeeded.lock().map(|s| s.contains(&id)).unwrap_or(false);
         if compensation {
-            let r = self.inner.execute(call).await;
+            let r = self.call_tool(call).await;
             match &r {
                 Ok(_) => self.out.line(format!("  undone   {id} ({tool}): compensation ran")),
                 Err(f) => self.out.line(format!("  FAILED   {id} ({tool}): compensation failed: {}", f.message)),
@@ -390,7 +412,7 @@ impl ToolExecutor for Progress {
             return r;
         }
         let start = Instant::now();
-        let fut = self.inner.execute(call);
+        let fut = self.call_tool(call);
         tokio::pin!(fut);
         let r = tokio::select! {
             r = &mut fut => r,
@@ -483,6 +505,17 @@ pub fn run(a: RunArgs) -> CliResult {
         let schema = serde_json::to_string(&t.schema).unwrap_or_default();
         rt.register_tool_schema(&schema).map_err(|e| CliError::Runtime(e.to_string()))?;
     }
+    let mut stubs: HashSet<String> = HashSet::new();
+    if let Some(f) = &a.stub_tools {
+        let text = super::read_text(f)?;
+        let schemas: Vec<Value> = car_runtime::ir::from_json_str(&text)
+            .map_err(|e| CliError::Input(format!("--stub-tools {}: {e}", f.display())))?;
+        for s in schemas {
+            rt.register_tool_schema(&s.to_string())
+                .map_err(|e| CliError::Input(format!("--stub-tools {}: {e}", f.display())))?;
+            stubs.insert(s["name"].as_str().unwrap_or_default().to_string());
+        }
+    }
     let policy_dir = car_runtime::policy::discover_policy_dir(root.path());
     if let Some(d) = &policy_dir {
         rt.load_policies(&d.to_string_lossy()).map_err(input_error)?;
@@ -536,6 +569,7 @@ pub fn run(a: RunArgs) -> CliResult {
         .count();
     let exec = Arc::new(Progress {
         inner: BuiltinExecutor::new(root.clone()),
+        stubs,
         out,
         total: tool_calls,
         done: AtomicUsize::new(0),
@@ -603,7 +637,27 @@ pub fn run(a: RunArgs) -> CliResult {
         out.line(format!("state saved to {}", f.display()));
     }
     if a.json {
-        println!("{}", pretty(&result));
+        // The result plus every admission decision (the AdmissionDecided
+        // events: verdict, layer, rule, tiers; no parameter values).
+        let mut v = serde_json::to_value(&result).unwrap_or(Value::Null);
+        let decisions: Value = rt
+            .event_query(r#"{"kinds":["AdmissionDecided"]}"#)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        let list: Vec<Value> = decisions["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rev()
+            .map(|e| {
+                let mut d = e["data"].clone();
+                d["action_id"] = e["action_id"].clone();
+                d
+            })
+            .collect();
+        v["admission_decisions"] = Value::Array(list);
+        println!("{}", pretty(&v));
     }
     Ok(if ok == result.results.len() { 0 } else { 1 })
 }
