@@ -172,7 +172,7 @@ pub(crate) fn inner<'w, 'a>(argv: &'w [Word<'a>]) -> Inner<'w, 'a> {
         b"sudo" => {
             let o = Opts {
                 flags: b"AbEHkKnPSsiBNlve",
-                with_arg: b"ugpCDrtUTRh",
+                with_arg: b"ugpCDrtUTR",
                 long_flags: &[
                     "askpass",
                     "background",
