@@ -641,7 +641,9 @@ impl ShellRules {
         let expansion = argv.iter().chain(assignments).find(|w| w.expansion || w.brace);
         if seg.unmatchable || expansion.is_some() || argv0.glob {
             o.uncertain = true;
-            let token = expansion.map(|w| lossy(&w.text)).or_else(|| argv0.glob.then(|| lossy(&argv0.text)));
+            let token = expansion
+                .map(|w| format!("{} (the word after quote removal; it holds an expansion)", lossy(&w.text)))
+                .or_else(|| argv0.glob.then(|| lossy(&argv0.text)));
             let why = if argv0.glob && expansion.is_none() && !seg.unmatchable {
                 "a glob in argv0: which command runs depends on the files"
             } else if expansion.is_some_and(|w| w.brace) {
