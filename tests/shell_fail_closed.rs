@@ -171,3 +171,27 @@ fn explain_names_the_rule_and_the_token() {
     let e = r.explain("ls &&");
     assert!(e.parse_failed && e.verdict == Verdict::Ask);
 }
+
+/// Builtins that run a string as a command (found while writing the
+/// reference fuzz target): `trap 'cmd' EXIT` runs `cmd` when the shell
+/// exits, `mapfile -C cmd` calls it per line, `compgen -C cmd` runs it.
+#[test]
+fn builtins_that_run_a_string_are_read_as_scripts() {
+    let r = matcher("rm **");
+    for cmd in [
+        "trap 'rm -rf victim' EXIT",
+        "trap -- 'rm -rf victim' EXIT INT",
+        "mapfile -C 'rm -rf victim' -c 1 a < /dev/null",
+        "readarray -c1 -C'rm -rf victim' a < /dev/null",
+        "compgen -C 'rm -rf victim' x",
+        "complete -C 'rm -rf victim' ls",
+        "bind -x '\"\\C-t\": rm -rf victim'",
+    ] {
+        assert_eq!(r.check(cmd), Verdict::Deny, "{cmd:?}");
+        assert_eq!(chain_verdict("rm **", cmd), Verdict::Deny, "chain: {cmd:?}");
+    }
+    for cmd in ["trap - EXIT", "trap -l", "trap 'echo bye' EXIT", "mapfile a < /dev/null"] {
+        assert_eq!(r.check(cmd), Verdict::Allow, "{cmd:?}");
+    }
+    assert_eq!(r.check("fc -e vi"), Verdict::Ask);
+}

@@ -237,6 +237,31 @@ pub(crate) fn inner<'w, 'a>(argv: &'w [Word<'a>]) -> Inner<'w, 'a> {
                     .unwrap_or(Inner::None),
             }
         }
+        // Builtins that run a string as a command: `trap ARG SIG`, the
+        // callback of `mapfile -C`, `compgen`/`complete -C`, `bind -x`.
+        b"trap" => {
+            let ops: Vec<&Word> = args.iter().skip_while(|w| w.text.starts_with(b"-") && w.text[..] != *b"-").collect();
+            match ops.as_slice() {
+                [a, _, ..] => Inner::Scripts(vec![a.text.to_vec()]),
+                _ => Inner::None,
+            }
+        }
+        b"mapfile" | b"readarray" => option_scripts(args, b"C"),
+        b"compgen" | b"complete" => option_scripts(args, b"C"),
+        // `bind -x KEYSEQ:COMMAND`: the command is after the first `:`.
+        b"bind" => match option_scripts(args, b"x") {
+            Inner::Scripts(v) => Inner::Scripts(
+                v.into_iter()
+                    .map(|s| match s.iter().position(|&b| b == b':') {
+                        Some(i) => s[i + 1..].to_vec(),
+                        None => s,
+                    })
+                    .collect(),
+            ),
+            other => other,
+        },
+        // `fc` runs an editor (`-e`) or re-runs history: never readable.
+        b"fc" => Inner::Opaque,
         n if SHELLS.contains(&n) => {
             // Every argument after the option cluster holding `c` is scanned
             // as a script, so `$0` text can only add a finding.
@@ -250,6 +275,30 @@ pub(crate) fn inner<'w, 'a>(argv: &'w [Word<'a>]) -> Inner<'w, 'a> {
         }
         _ => Inner::None,
     }
+}
+
+/// The arguments of the short options `letters` (attached or the next
+/// word), each a script; `None` when there are none.
+fn option_scripts<'w, 'a>(args: &'w [Word<'a>], letters: &[u8]) -> Inner<'w, 'a> {
+    let mut scripts = Vec::new();
+    for (i, w) in args.iter().enumerate() {
+        let t = &w.text[..];
+        if t.len() < 2 || t[0] != b'-' || t[1] == b'-' {
+            continue;
+        }
+        if let Some(k) = t[1..].iter().position(|c| letters.contains(c)) {
+            let rest = &t[k + 2..];
+            if !rest.is_empty() {
+                scripts.push(rest.to_vec());
+            } else {
+                match args.get(i + 1) {
+                    Some(s) => scripts.push(s.text.to_vec()),
+                    None => return Inner::Opaque,
+                }
+            }
+        }
+    }
+    if scripts.is_empty() { Inner::None } else { Inner::Scripts(scripts) }
 }
 
 /// `env [opts] [NAME=value...] [cmd...]`; `-S`/`--split-string` is a script.
