@@ -195,3 +195,18 @@ fn builtins_that_run_a_string_are_read_as_scripts() {
     }
     assert_eq!(r.check("fc -e vi"), Verdict::Ask);
 }
+
+/// Only the operand of `-v` is a name for `printf`, `test` and `[`: a `$` in
+/// a format or a string operand is not expanded again.
+#[test]
+fn printf_and_test_scan_only_the_v_operand() {
+    let r = matcher("rm **");
+    for cmd in ["printf '%s $x\\n' a", "test '$(rm -rf victim)' = x"] {
+        assert_eq!(r.check(cmd), Verdict::Allow, "{cmd:?}");
+    }
+    // `[` is a glob character, so `[` as argv0 asks anyway; not a deny.
+    assert_eq!(r.check("[ -n '$(rm -rf victim)' ]"), Verdict::Ask);
+    for cmd in ["printf -v 'a[$(rm -rf victim)]' '%s' x", "test -n x -a -v 'a[$(rm -rf victim)]'"] {
+        assert_eq!(r.check(cmd), Verdict::Deny, "{cmd:?}");
+    }
+}

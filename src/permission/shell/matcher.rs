@@ -365,12 +365,10 @@ fn is_reserved(t: &[u8]) -> bool {
 }
 
 /// Builtins whose operands bash expands a second time (an array subscript in
-/// a name: `read 'a[$(cmd)]'`, `printf -v`, `declare`, `test -v`, `let`):
-/// their words' text is scanned for substitutions.
+/// a name: `read 'a[$(cmd)]'`, `declare`, `let`): every argument's text is
+/// scanned for substitutions. `printf`, `test` and `[` are scanned only in
+/// the operand of `-v` (see [`name_operands`]).
 const NAME_BUILTINS: &[&[u8]] = &[
-    b"test",
-    b"[",
-    b"printf",
     b"read",
     b"declare",
     b"typeset",
@@ -387,6 +385,19 @@ const NAME_BUILTINS: &[&[u8]] = &[
     b"exit",
     b"ulimit",
 ];
+
+/// The words of `argv` whose text bash may expand again: every argument of
+/// a [`NAME_BUILTINS`] builtin, the operand after each `-v` of `printf`,
+/// `test` and `[`.
+fn name_operands<'w, 'a>(name: &[u8], argv: &'w [Word<'a>]) -> Vec<&'w Word<'a>> {
+    if NAME_BUILTINS.contains(&name) {
+        return argv[1..].iter().collect();
+    }
+    if matches!(name, b"printf" | b"test" | b"[") {
+        return argv.windows(2).filter(|p| p[0].text[..] == *b"-v").map(|p| &p[1]).collect();
+    }
+    Vec::new()
+}
 
 /// Decision notes, kept only when explaining.
 struct Trace(Option<Vec<ShellDecision>>);
@@ -709,8 +720,9 @@ impl ShellRules {
         }
         // Substitutions bash runs when it expands a name operand again.
         let name = wrappers::basename(&argv[0].text);
-        if NAME_BUILTINS.contains(&name) {
-            for w in &argv[1..] {
+        let operands = name_operands(name, argv);
+        if !operands.is_empty() {
+            for w in &operands {
                 if let Some(parsed) = lexer::scan_substitutions(&w.text, depth + 1) {
                     o.uncertain = true;
                     let inner = self.fold(&parsed, depth + 1, trace);
@@ -719,7 +731,7 @@ impl ShellRules {
             }
             if o.deny_matched {
                 let token =
-                    argv[1..].iter().find(|w| w.text.contains(&b'$') || w.text.contains(&b'`')).map(|w| lossy(&w.text));
+                    operands.iter().find(|w| w.text.contains(&b'$') || w.text.contains(&b'`')).map(|w| lossy(&w.text));
                 trace.note(
                     Verdict::Deny,
                     argv,
