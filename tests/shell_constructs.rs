@@ -17,7 +17,8 @@ use Verdict::{Allow, Ask, Deny};
 const TABLE: &[(&str, &str, Verdict)] = &[
     ("touch marker", "the denied command itself", Deny),
     ("/usr/bin/touch marker", "argv0 by path (basename)", Deny),
-    ("t[o]uch marker", "a glob argv0 matching the literal", Deny),
+    ("t[o]uch marker", "a glob argv0 (uncertain)", Ask),
+    ("touch /tmp/marke[r]", "a glob argument", Deny),
     ("echo $(touch marker)", "command substitution", Deny),
     ("echo `touch marker`", "backticks", Deny),
     ("cat <(touch marker)", "process substitution", Deny),
