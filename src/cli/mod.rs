@@ -6,6 +6,7 @@
 mod inspect;
 mod permissions;
 mod run;
+mod shell_match;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -78,7 +79,7 @@ enum Command {
     Permission(PermissionCommand),
     /// Match a shell command against allow / ask / deny argv patterns.
     #[command(
-        after_help = "Examples:\n  car shell-match 'git status' --allow 'git status'\n  car shell-match 'cd build && rm -rf *' --allow 'cd *' --deny 'rm -rf **'\n\nPrints allow, ask or deny. A segment matching no pattern asks; the command's verdict is its strictest segment."
+        after_help = "Examples:\n  car shell-match 'git status' --allow 'git status'\n  car shell-match 'cd build && rm -rf *' --allow 'cd *' --deny 'rm -rf **'\n  car shell-match 'sudo rm -rf /[t]mp' --allow '**' --deny 'rm -rf /tmp' --explain\n\nPrints allow, ask or deny. A segment matching no pattern asks; the command's verdict is its strictest segment."
     )]
     ShellMatch(ShellMatchArgs),
     /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
@@ -189,6 +190,12 @@ struct ShellMatchArgs {
     /// A deny pattern (repeatable).
     #[arg(long = "deny", value_name = "PATTERN")]
     deny: Vec<String>,
+    /// Show each segment's decision: the deciding rule and token, and why.
+    #[arg(long)]
+    explain: bool,
+    /// With --explain: print the explanation as JSON.
+    #[arg(long, requires = "explain")]
+    json: bool,
 }
 
 /// Entry point of the binary.
@@ -202,6 +209,7 @@ pub fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Check { plan, dir, json }) => inspect::policy_check(&plan, dir.as_deref(), json),
         Command::Policy(PolicyCommand::Lint { dir, json }) => inspect::policy_lint(&dir, json),
         Command::Permission(PermissionCommand::Explain(a)) => permissions::explain(a),
+        Command::ShellMatch(a) if a.explain => shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.json),
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
         #[cfg(feature = "server")]
         Command::Serve { args } => return car_runtime::server::cli::main_with_args(args),

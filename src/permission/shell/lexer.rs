@@ -19,6 +19,8 @@
 //! segments, so a structure only has to expose every command it contains.
 
 use std::borrow::Cow;
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// Nesting limit for substitutions, `((...))`/`${...}` contents and `sh -c`
 /// scripts (groups are not limited); deeper is a parse failure (ask).
@@ -36,6 +38,8 @@ pub(crate) struct Word<'a> {
     pub glob: bool,
     /// Holds an unquoted brace expansion (`{a,b}`, `{1..3}`).
     pub brace: bool,
+    /// Starts with an unquoted `~` (a tilde prefix the shell expands).
+    pub tilde: bool,
     /// Index in `text` where the first quoted or escaped byte went; `None`
     /// for a fully unquoted word.
     pub quoted_at: Option<usize>,
@@ -100,11 +104,22 @@ pub(crate) struct Segment<'a> {
     pub writes: bool,
     /// Any redirection at all.
     pub redirected: bool,
+    /// Something in it the matcher cannot fully resolve (a keyword whose
+    /// words hold an expansion, arithmetic over names, ...).
+    pub uncertain: bool,
 }
 
 impl<'a> Segment<'a> {
     fn new(kind: SegKind) -> Self {
-        Segment { kind, words: Vec::new(), assignments: 0, unmatchable: false, writes: false, redirected: false }
+        Segment {
+            kind,
+            words: Vec::new(),
+            assignments: 0,
+            unmatchable: false,
+            writes: false,
+            redirected: false,
+            uncertain: false,
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -126,6 +141,7 @@ impl<'a> Segment<'a> {
             unmatchable: self.unmatchable,
             writes: self.writes,
             redirected: self.redirected,
+            uncertain: self.uncertain,
         }
     }
 }
@@ -146,9 +162,66 @@ pub(crate) fn parse(src: &[u8]) -> Parsed<'_> {
 }
 
 pub(crate) fn parse_at_depth(src: &[u8], depth: usize) -> Parsed<'_> {
-    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth, heredocs: Vec::new() };
+    parse_with(src, depth, Rc::new(Cell::new(BACKTRACK_BUDGET)))
+}
+
+/// How many times one command may re-read a `((` / `$((` that turned out not
+/// to be arithmetic (each re-read parses its inside again); beyond it the
+/// parse fails (ask) rather than take exponential time.
+const BACKTRACK_BUDGET: u32 = 64;
+
+fn parse_with(src: &[u8], depth: usize, budget: Rc<Cell<u32>>) -> Parsed<'_> {
+    let mut p = Parser { s: src, pos: 0, out: Vec::new(), depth, heredocs: Vec::new(), lost: false, budget };
     let failed = p.parse_list(Term::Eof).is_err();
-    Parsed { segments: p.out, failed }
+    Parsed { segments: p.out, failed: failed || p.lost }
+}
+
+/// Finds the substitutions in a word's text as bash would when it expands
+/// that text a second time (an array subscript in a name operand of `read`,
+/// `printf -v`, `declare`, `test -v`, `let`, ...): every `$(...)`, backtick,
+/// `${...}`, `$((...))` and process substitution is parsed and the commands
+/// inside are returned as segments. Quotes inside are not honoured (that
+/// can only find more). `None` when the text holds no `$`, backtick or
+/// process substitution at all.
+pub(crate) fn scan_substitutions(text: &[u8], depth: usize) -> Option<Parsed<'_>> {
+    let has = text.iter().any(|&b| b == b'$' || b == b'`') || text.windows(2).any(|w| matches!(w, [b'<' | b'>', b'(']));
+    if !has {
+        return None;
+    }
+    let mut p = Parser {
+        s: text,
+        pos: 0,
+        out: Vec::new(),
+        depth,
+        heredocs: Vec::new(),
+        lost: false,
+        budget: Rc::new(Cell::new(BACKTRACK_BUDGET)),
+    };
+    let mut failed = false;
+    let mut w = Word::default();
+    while let Some(c) = p.peek() {
+        let r = match c {
+            b'\\' => {
+                p.pos += 2;
+                Ok(())
+            }
+            b'$' => p.dollar(&mut w),
+            b'`' => p.backtick(&mut w),
+            b'<' | b'>' if p.peek_at(1) == Some(b'(') => {
+                p.pos += 2;
+                p.nested(|p| p.parse_list(Term::Paren))
+            }
+            _ => {
+                p.pos += 1;
+                Ok(())
+            }
+        };
+        if r.is_err() {
+            failed = true;
+            break;
+        }
+    }
+    Some(Parsed { segments: p.out, failed: failed || p.lost })
 }
 
 /// A parse failure; what was parsed before it stays in `out`.
@@ -215,6 +288,11 @@ struct Parser<'a> {
     /// Here-docs whose bodies start after the next newline: (delimiter,
     /// strip leading tabs).
     heredocs: Vec<(Vec<u8>, bool)>,
+    /// Something was not looked into (a here-doc body nested too deep): the
+    /// parse counts as failed.
+    lost: bool,
+    /// What is left of [`BACKTRACK_BUDGET`], shared with nested parsers.
+    budget: Rc<Cell<u32>>,
 }
 
 impl<'a> Parser<'a> {
@@ -248,11 +326,19 @@ impl<'a> Parser<'a> {
     }
 
     fn keyword(&mut self) {
-        self.out.push(Segment::new(SegKind::Keyword));
+        self.keyword_uncertain(false);
+    }
+
+    /// A keyword segment; `uncertain` when its words hold something the
+    /// matcher cannot resolve.
+    fn keyword_uncertain(&mut self, uncertain: bool) {
+        let mut k = Segment::new(SegKind::Keyword);
+        k.uncertain = uncertain;
+        self.out.push(k);
     }
 
     /// Runs `f` one nesting level deeper; too deep is a failure.
-    fn nested(&mut self, f: impl FnOnce(&mut Self) -> Step) -> Step {
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, Fail>) -> Result<T, Fail> {
         if self.depth >= MAX_DEPTH {
             return Err(Fail);
         }
@@ -267,15 +353,48 @@ impl<'a> Parser<'a> {
     /// Subshells and brace groups nest through `groups`, an explicit stack
     /// of the closers expected (`)` or `}`), so their depth is not bounded by
     /// recursion; only substitutions recurse.
+    ///
+    /// An incomplete list is a failure: a separator with no command before
+    /// it (a leading `;`, `;;` outside `case`, `&& ||`), and `&&`, `||`, `|`
+    /// or `|&` with no command after it (at the end, before `)`, or before a
+    /// closing keyword).
     fn parse_list(&mut self, term: Term) -> Step {
         let mut cur = Segment::new(SegKind::Simple);
         let mut groups: Vec<u8> = Vec::new();
+        // No command since the last separator (or the start).
+        let mut empty = true;
+        // The last operator needs a command after it.
+        let mut need = false;
         loop {
             self.skip_blanks();
             let Some(c) = self.peek() else {
                 self.finish(&mut cur);
-                return if term == Term::Eof && groups.is_empty() { Ok(()) } else { Err(Fail) };
+                return if term == Term::Eof && groups.is_empty() && !need { Ok(()) } else { Err(Fail) };
             };
+            let needed = need;
+            let separator = match c {
+                b';' => !matches!(self.peek_at(1), Some(b';' | b'&')),
+                b'&' => self.peek_at(1) != Some(b'>'),
+                b'|' => true,
+                _ => false,
+            };
+            if separator {
+                if empty && cur.is_empty() {
+                    return Err(Fail);
+                }
+                empty = true;
+                need = matches!(c, b'|') || self.starts_with(b"&&");
+            } else if c == b')' {
+                if need {
+                    return Err(Fail);
+                }
+                empty = false;
+            } else if c == b'\n' {
+                empty = true;
+            } else if !matches!(c, b'#' | b';') {
+                empty = false;
+                need = false;
+            }
             match c {
                 b'#' => {
                     // At this point no word is in progress, so `#` starts one:
@@ -297,9 +416,12 @@ impl<'a> Parser<'a> {
                             return Err(Fail);
                         }
                         self.pos += if self.starts_with(b";;&") { 3 } else { 2 };
-                        if !self.case_item()? {
+                        if self.case_item()? {
+                            empty = true;
+                        } else {
                             groups.pop();
                             self.group_tail()?;
+                            empty = false;
                         }
                     } else {
                         self.pos += 1;
@@ -332,6 +454,7 @@ impl<'a> Parser<'a> {
                 b'(' => {
                     if self.open_paren(&mut cur)? {
                         groups.push(b')');
+                        empty = true;
                     }
                 }
                 b'<' | b'>' if self.peek_at(1) == Some(b'(') => {
@@ -356,7 +479,11 @@ impl<'a> Parser<'a> {
                         match &w.text[..] {
                             b"{" => {
                                 groups.push(b'}');
+                                empty = true;
                                 continue;
+                            }
+                            b"}" | b"fi" | b"done" | b"esac" | b"then" | b"do" | b"else" | b"elif" if needed => {
+                                return Err(Fail);
                             }
                             b"}" => {
                                 if groups.pop() != Some(b'}') {
@@ -374,11 +501,12 @@ impl<'a> Parser<'a> {
                                     }
                                 }
                                 self.keyword();
+                                empty = !matches!(t, b"fi" | b"done");
                                 continue;
                             }
                             b"for" | b"select" => {
-                                self.loop_header()?;
-                                self.keyword();
+                                let u = self.loop_header()?;
+                                self.keyword_uncertain(u);
                                 continue;
                             }
                             b"function" => {
@@ -387,13 +515,16 @@ impl<'a> Parser<'a> {
                                 continue;
                             }
                             b"[[" => {
-                                self.conditional()?;
-                                self.keyword();
+                                let u = self.conditional()?;
+                                self.keyword_uncertain(u);
                                 continue;
                             }
                             b"case" => {
+                                let k = self.out.len();
                                 self.keyword();
-                                self.case_header()?;
+                                if self.case_header()? {
+                                    self.out[k].uncertain = true;
+                                }
                                 if self.case_item()? {
                                     groups.push(CASE);
                                 } else {
@@ -427,10 +558,12 @@ impl<'a> Parser<'a> {
     fn open_paren(&mut self, cur: &mut Segment<'a>) -> Result<bool, Fail> {
         if cur.is_empty() {
             if self.peek_at(1) == Some(b'(') {
-                self.skip_balanced_and_scan(b'(', b')')?;
-                self.keyword();
-                self.group_tail()?;
-                return Ok(false);
+                if let Some(opaque) = self.try_arith()? {
+                    self.keyword_uncertain(opaque);
+                    self.group_tail()?;
+                    return Ok(false);
+                }
+                // Not arithmetic: `( (`, two subshells.
             }
             self.pos += 1;
             return Ok(true);
@@ -477,17 +610,16 @@ impl<'a> Parser<'a> {
 
     /// `case WORD in`: the subject (its substitutions are parsed) and `in`,
     /// possibly after newlines.
-    fn case_header(&mut self) -> Step {
+    /// True when the subject holds an expansion.
+    fn case_header(&mut self) -> Result<bool, Fail> {
         self.skip_blanks();
-        match self.peek() {
-            Some(c) if !is_meta(c) => {
-                self.word()?;
-            }
+        let subject = match self.peek() {
+            Some(c) if !is_meta(c) => self.word()?,
             _ => return Err(Fail),
-        }
+        };
         self.skip_blanks_and_newlines();
         let w = self.word()?;
-        if w.unquoted() && w.text[..] == *b"in" { Ok(()) } else { Err(Fail) }
+        if w.unquoted() && w.text[..] == *b"in" { Ok(subject.expansion) } else { Err(Fail) }
     }
 
     /// At the start of a `case` item: `esac` (false: the case is closed), or
@@ -506,6 +638,9 @@ impl<'a> Parser<'a> {
                     let w = self.word()?;
                     if !open && w.unquoted() && w.text[..] == *b"esac" && self.peek().is_none_or(is_meta) {
                         return Ok(false);
+                    }
+                    if w.expansion {
+                        self.keyword_uncertain(true);
                     }
                 }
                 _ => return Err(Fail),
@@ -544,19 +679,22 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// `for NAME in WORDS` / `for ((...))` / `select ...`, up to the separator.
-    fn loop_header(&mut self) -> Step {
+    /// `for NAME in WORDS` / `for ((...))` / `select ...`, up to the
+    /// separator; true when the header holds something unresolvable.
+    fn loop_header(&mut self) -> Result<bool, Fail> {
         self.skip_blanks();
+        let mut uncertain = false;
         if self.starts_with(b"((") {
-            self.skip_balanced(b'(', b')')?;
+            uncertain = self.skip_arith(b'(', b')', true)?.ok_or(Fail)?;
         }
         loop {
             self.skip_blanks();
             match self.peek() {
-                None | Some(b'\n' | b';') => return Ok(()),
+                None | Some(b'\n' | b';') => return Ok(uncertain),
                 Some(c) if is_meta(c) => return Err(Fail),
                 _ => {
-                    self.word()?;
+                    let w = self.word()?;
+                    uncertain |= w.expansion || w.brace || w.tilde;
                 }
             }
         }
@@ -584,22 +722,48 @@ impl<'a> Parser<'a> {
     }
 
     /// `[[ ... ]]`: operators inside are plain tokens; words are still read
-    /// (so substitutions inside are parsed) up to an unquoted `]]`.
-    fn conditional(&mut self) -> Step {
+    /// (so substitutions inside are parsed) up to an unquoted `]]`, and a
+    /// process substitution is parsed too. The text of a quoted word is
+    /// scanned for substitutions as well (bash expands an array subscript a
+    /// second time). True when something is unresolvable: an expansion,
+    /// a `$` or backtick in a word's text, or an arithmetic comparison
+    /// (whose operands are evaluated as expressions, names included).
+    fn conditional(&mut self) -> Result<bool, Fail> {
+        let mut uncertain = false;
         loop {
             self.skip_blanks();
             match self.peek() {
                 None => return Err(Fail),
                 Some(b'\n') => self.pos += 1,
+                Some(b'<' | b'>') if self.peek_at(1) == Some(b'(') => {
+                    uncertain = true;
+                    self.pos += 2;
+                    self.nested(|p| p.parse_list(Term::Paren))?;
+                }
                 Some(c) if is_meta(c) => {
                     while self.peek().is_some_and(|c| is_meta(c) && c != b' ' && c != b'\t' && c != b'\n') {
+                        if matches!(self.peek(), Some(b'<' | b'>')) && self.peek_at(1) == Some(b'(') {
+                            break;
+                        }
                         self.pos += 1;
                     }
                 }
                 _ => {
                     let w = self.word()?;
                     if w.unquoted() && w.text[..] == *b"]]" {
-                        return Ok(());
+                        return Ok(uncertain);
+                    }
+                    uncertain |= w.expansion || w.tilde || w.brace;
+                    if w.unquoted() && matches!(&w.text[..], b"-eq" | b"-ne" | b"-lt" | b"-le" | b"-gt" | b"-ge") {
+                        uncertain = true;
+                    }
+                    if let Some(inner) = scan_substitutions(&w.text, self.depth + 1) {
+                        uncertain = true;
+                        let segs: Vec<Segment<'a>> = inner.segments.into_iter().map(Segment::into_owned).collect();
+                        self.out.extend(segs);
+                        if inner.failed {
+                            self.lost = true;
+                        }
                     }
                 }
             }
@@ -633,45 +797,105 @@ impl<'a> Parser<'a> {
                 }
             }
             if self.depth < MAX_DEPTH {
-                self.out.extend(parse_at_depth(&self.s[start..end], self.depth + 1).segments);
+                let body = parse_with(&self.s[start..end], self.depth + 1, self.budget.clone()).segments;
+                self.out.extend(body);
+            } else {
+                self.lost = true;
             }
         }
     }
 
-    /// Skips a balanced run like [`Parser::skip_balanced`], then parses its
-    /// inside as a script of its own for the commands it may hold (`((` can
-    /// be nested subshells to bash, `${x:-$(cmd)}` runs `cmd`). The inner
-    /// segments are added (they can only make the verdict stricter: the
-    /// construct itself is already unmatchable or a keyword); a failure of
-    /// that inner parse is ignored, since the extent is already known.
-    fn skip_balanced_and_scan(&mut self, open: u8, close: u8) -> Step {
-        let start = self.pos + 1;
-        self.skip_balanced(open, close)?;
-        let inner = &self.s[start..self.pos - 1];
-        if self.depth < MAX_DEPTH {
-            self.out.extend(parse_at_depth(inner, self.depth + 1).segments);
-        }
-        Ok(())
+    /// Reads a balanced `open ... close` run starting at `open`: the inside
+    /// of `((...))`, `$((...))`, `$[...]`, `${...}` or a `for ((...))`
+    /// header. Every substitution inside (`$(...)`, backticks, `${...}`,
+    /// process substitution) is parsed, so its commands become segments;
+    /// double quotes and backslashes are honoured, a single quote is a parse
+    /// failure (its meaning there varies). Returns whether the inside holds
+    /// something the matcher cannot evaluate: any expansion, quote or name
+    /// (bash evaluates a variable's value as an expression, and an array
+    /// subscript in that value can run a command).
+    ///
+    /// With `arith`, the run must end in `))` as bash's arithmetic command
+    /// does: `Ok(None)` when the first `)` closing the inner `(` is not
+    /// followed by `)` (then `((` is two nested subshells to bash, and
+    /// `$((` a command substitution holding one); `pos` is left anywhere.
+    fn skip_arith(&mut self, open: u8, close: u8, arith: bool) -> Result<Option<bool>, Fail> {
+        self.nested(|p| p.skip_arith_inner(open, close, arith))
     }
 
-    /// Skips a balanced `open ... close` run starting at `open` (arithmetic,
-    /// `${...}`, `$[...]`), honouring backslash escapes.
-    fn skip_balanced(&mut self, open: u8, close: u8) -> Step {
+    fn skip_arith_inner(&mut self, open: u8, close: u8, arith: bool) -> Result<Option<bool>, Fail> {
         let mut depth = 0usize;
+        let mut opaque = false;
+        let mut w = Word::default();
         while let Some(c) = self.peek() {
-            self.pos += 1;
-            if c == b'\\' {
-                self.pos += 1;
-            } else if c == open {
-                depth += 1;
-            } else if c == close {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return Ok(());
+            match c {
+                b'\\' => {
+                    opaque = true;
+                    self.pos += 2;
+                }
+                b'$' => {
+                    opaque = true;
+                    self.dollar(&mut w)?;
+                }
+                b'`' => {
+                    opaque = true;
+                    self.backtick(&mut w)?;
+                }
+                // Whether a single quote quotes in there depends on the
+                // context and the shell: we do not guess the extent.
+                b'\'' => return Err(Fail),
+                b'"' => {
+                    opaque = true;
+                    self.pos += 1;
+                    self.double_quoted(&mut w)?;
+                }
+                b'<' | b'>' if self.peek_at(1) == Some(b'(') => {
+                    opaque = true;
+                    self.pos += 2;
+                    self.nested(|p| p.parse_list(Term::Paren))?;
+                }
+                _ if c == open => {
+                    depth += 1;
+                    self.pos += 1;
+                }
+                _ if c == close => {
+                    self.pos += 1;
+                    depth = depth.saturating_sub(1);
+                    if arith && depth == 1 && self.peek() != Some(close) {
+                        return Ok(None);
+                    }
+                    if depth == 0 {
+                        return Ok(Some(opaque));
+                    }
+                }
+                _ => {
+                    opaque |= c.is_ascii_alphabetic() || c == b'_';
+                    self.pos += 1;
                 }
             }
         }
         Err(Fail)
+    }
+
+    /// Tries `((` at `pos` as arithmetic: `Some(opaque)` when it is (and
+    /// `pos` is after it), `None` when bash reads it as nested parentheses
+    /// instead (and everything it read is undone).
+    fn try_arith(&mut self) -> Result<Option<bool>, Fail> {
+        let (pos, out, heredocs) = (self.pos, self.out.len(), self.heredocs.len());
+        match self.skip_arith(b'(', b')', true)? {
+            Some(opaque) => Ok(Some(opaque)),
+            None => {
+                let left = self.budget.get();
+                if left == 0 {
+                    return Err(Fail);
+                }
+                self.budget.set(left - 1);
+                self.pos = pos;
+                self.out.truncate(out);
+                self.heredocs.truncate(heredocs);
+                Ok(None)
+            }
+        }
     }
 
     /// One redirection operator at `pos` (an fd number, if any, was already
@@ -809,6 +1033,11 @@ impl<'a> Parser<'a> {
         if verbatim {
             w.text = Cow::Borrowed(&self.s[start..self.pos]);
         }
+        // A tilde prefix: at the start, or after `=` or `:` (bash expands
+        // those in assignment-like words). Read from the source, so a quoted
+        // `'=~'` counts too (that can only add uncertainty).
+        let raw = &self.s[start..self.pos];
+        w.tilde = raw.first() == Some(&b'~') || raw.windows(2).any(|p| matches!(p, [b'=' | b':', b'~']));
         Ok(w)
     }
 
@@ -857,7 +1086,12 @@ impl<'a> Parser<'a> {
         match self.peek_at(1) {
             Some(b'(') if self.peek_at(2) == Some(b'(') => {
                 self.pos += 1;
-                self.skip_balanced_and_scan(b'(', b')')
+                if self.try_arith()?.is_none() {
+                    // `$( (...) ...)`: a command substitution.
+                    self.pos += 1;
+                    self.nested(|p| p.parse_list(Term::Paren))?;
+                }
+                Ok(())
             }
             Some(b'(') => {
                 self.pos += 2;
@@ -865,11 +1099,11 @@ impl<'a> Parser<'a> {
             }
             Some(b'{') => {
                 self.pos += 1;
-                self.skip_balanced_and_scan(b'{', b'}')
+                self.skip_arith(b'{', b'}', false).map(drop)
             }
             Some(b'[') => {
                 self.pos += 1;
-                self.skip_balanced_and_scan(b'[', b']')
+                self.skip_arith(b'[', b']', false).map(drop)
             }
             Some(b'\'') => {
                 // ANSI-C quoting: up to the closing quote, `\'` escaped.
@@ -922,7 +1156,7 @@ impl<'a> Parser<'a> {
         if self.depth >= MAX_DEPTH {
             return Err(Fail);
         }
-        let inner = parse_at_depth(&body, self.depth + 1);
+        let inner = parse_with(&body, self.depth + 1, self.budget.clone());
         self.out.extend(inner.segments.into_iter().map(Segment::into_owned));
         if inner.failed { Err(Fail) } else { Ok(()) }
     }

@@ -17,8 +17,12 @@
 
 mod lexer;
 mod matcher;
+mod wrappers;
 
-pub use matcher::{ShellOutcome, ShellPattern, ShellRules, match_shell_command};
+pub use matcher::{
+    ShellDecision, ShellExplanation, ShellOutcome, ShellPattern, ShellRuleSpec, ShellRules, ShellTable,
+    match_shell_command,
+};
 
 #[cfg(test)]
 mod tests {
@@ -278,17 +282,41 @@ mod tests {
                 ("echo {1..3}", Ask),
                 ("echo '{a,b}'", Allow),
                 ("echo {}", Allow),
-                ("echo ~", Allow),
+                // A tilde word is uncertain: with a deny rule present it asks.
+                ("echo ~", Ask),
                 ("ls *.txt", Allow),
                 ("l? -la", Ask),
                 ("/bin/l* x", Ask),
                 ("[ -f x ]", Ask),
-                ("rm -rf /*", Ask),
+                // `/*` matches the string `/`: denied by `rm -rf /`.
+                ("rm -rf /*", Deny),
             ],
         );
-        // A glob fills a slot but never equals a literal token.
-        let r = rules(&["ls a*"], &[], &[]);
-        check(&r, &[("ls 'a*'", Allow), ("ls a*", Ask)]);
+        // A glob fills a slot but never equals a literal token of an allow
+        // pattern.
+        let r = rules(&["ls a*", "echo *"], &[], &[]);
+        check(&r, &[("ls 'a*'", Allow), ("ls a*", Ask), ("echo ~", Allow)]);
+        // In a deny position a glob matches a literal token it matches.
+        let r = rules(&["**"], &[], &["rm -rf /tmp", "cat /etc/shadow", "rm -rf /root"]);
+        check(
+            &r,
+            &[
+                ("rm -rf /[t]mp", Deny),
+                ("rm -rf /tm?", Deny),
+                ("rm -rf /t*", Deny),
+                ("rm -rf /[!x]mp", Deny),
+                ("rm -rf /[a-z]mp", Deny),
+                ("rm -rf /[x]mp", Allow),
+                ("cat /etc/shado[w]", Deny),
+                // A glob argv0 asks (uncertain) rather than matching.
+                ("/bin/r[m] -rf /tmp", Ask),
+                ("r? -rf /tmp", Ask),
+                ("rm -rf ~root", Ask),
+                ("rm -rf ~", Ask),
+                ("X=~ rm -rf /x", Ask),
+            ],
+        );
+        assert!(r.scan("rm -rf ~root").uncertain);
     }
 
     // Redirections
@@ -449,8 +477,10 @@ mod tests {
                 ("sudo ls", Allow),
                 ("env ls", Allow),
                 ("bash -c 'ls'", Allow),
-                // An allow rule naming a wrapper is the rule author's risk.
-                ("sudo rm -rf /", Allow),
+                // An allow rule naming a wrapper is the rule author's risk,
+                // but deny matching looks through it.
+                ("sudo rm -rf /", Deny),
+                ("sudo ls -rf /", Allow),
                 ("bash -c 'rm -rf /'", Deny),
                 ("sh -c 'echo hi; rm -rf /'", Deny),
                 ("/bin/bash -ec 'rm x'", Deny),

@@ -1,0 +1,449 @@
+//! Wrappers: commands that run another command given in their arguments
+//! (`sudo rm ...`, `env A=1 rm ...`, `find . -exec rm {} ;`, `bash -c '...'`).
+//!
+//! Deny matching looks through every wrapper whose inner command it can read
+//! literally (`shell-matching.md`, "Wrappers"). Option parsing is per
+//! wrapper and deliberately strict: an option we do not know could take an
+//! argument and shift where the command starts, so it makes the wrapper
+//! opaque (uncertain) rather than guessed at.
+
+use super::lexer::Word;
+
+/// What a wrapper runs.
+#[derive(Debug)]
+pub(crate) enum Inner<'w, 'a> {
+    /// Not a wrapper (or a wrapper told not to run anything).
+    None,
+    /// The inner commands' argvs; `uncertain` when their arguments are not
+    /// all known (xargs appends its input, `find -exec` puts paths in `{}`).
+    Argv { argvs: Vec<&'w [Word<'a>]>, uncertain: bool },
+    /// Scripts the wrapper runs (`eval`, `sh -c`, `env -S`, `su -c`).
+    Scripts(Vec<Vec<u8>>),
+    /// A wrapper whose inner command cannot be read.
+    Opaque,
+}
+
+impl Inner<'_, '_> {
+    /// True unless [`Inner::None`].
+    pub(crate) fn is_wrapper(&self) -> bool {
+        !matches!(self, Inner::None)
+    }
+}
+
+/// Shells whose `-c` script deny matching looks into.
+pub(crate) const SHELLS: &[&[u8]] =
+    &[b"sh", b"bash", b"dash", b"zsh", b"ksh", b"mksh", b"ash", b"posh", b"yash", b"rbash", b"lksh", b"oksh"];
+
+/// argv0's basename.
+pub(crate) fn basename<'t>(t: &'t [u8]) -> &'t [u8] {
+    t.rsplit(|&b| b == b'/').next().unwrap_or(t)
+}
+
+/// Option grammar of one wrapper.
+struct Opts {
+    /// Short flags taking no argument (letters, clusterable).
+    flags: &'static [u8],
+    /// Short options taking an argument (attached or the next word).
+    with_arg: &'static [u8],
+    /// Long options taking no argument.
+    long_flags: &'static [&'static str],
+    /// Long options taking an argument (`--x=v` or `--x v`).
+    long_with_arg: &'static [&'static str],
+    /// `-NUMBER` is an option (nice).
+    numeric: bool,
+}
+
+/// Skips the options at the start of `args`: the index of the first operand,
+/// or `None` when an option is unknown (or its argument is missing).
+fn skip_opts(args: &[Word], o: &Opts) -> Option<usize> {
+    let mut i = 0;
+    while i < args.len() {
+        let t = &args[i].text[..];
+        if t == b"--" {
+            return Some(i + 1);
+        }
+        if t.len() < 2 || t[0] != b'-' {
+            return Some(i);
+        }
+        if let Some(long) = t.strip_prefix(b"--") {
+            let (name, has_value) = match long.iter().position(|&b| b == b'=') {
+                Some(eq) => (&long[..eq], true),
+                None => (long, false),
+            };
+            let name = std::str::from_utf8(name).ok()?;
+            if o.long_with_arg.contains(&name) {
+                i += if has_value { 1 } else { 2 };
+            } else if o.long_flags.contains(&name) && !has_value {
+                i += 1;
+            } else {
+                return None;
+            }
+            continue;
+        }
+        if o.numeric && t[1..].iter().all(u8::is_ascii_digit) {
+            i += 1;
+            continue;
+        }
+        let mut step = 1;
+        for (k, &c) in t[1..].iter().enumerate() {
+            if o.flags.contains(&c) {
+                continue;
+            }
+            if o.with_arg.contains(&c) {
+                // The rest of the word is the argument, or the next word.
+                if k + 2 == t.len() {
+                    step = 2;
+                }
+                break;
+            }
+            return None;
+        }
+        i += step;
+    }
+    if i > args.len() { None } else { Some(i) }
+}
+
+/// Leading `NAME=value` words.
+fn skip_assignments(args: &[Word]) -> usize {
+    args.iter().take_while(|w| w.is_assignment()).count()
+}
+
+fn argv_from<'w, 'a>(rest: &'w [Word<'a>], uncertain: bool) -> Inner<'w, 'a> {
+    if rest.is_empty() { Inner::None } else { Inner::Argv { argvs: vec![rest], uncertain } }
+}
+
+/// What `argv` (a literal argv, assignments removed) runs inside.
+pub(crate) fn inner<'w, 'a>(argv: &'w [Word<'a>]) -> Inner<'w, 'a> {
+    let Some(first) = argv.first() else { return Inner::None };
+    let name = basename(&first.text);
+    let args = &argv[1..];
+    let opts = |o: Opts| skip_opts(args, &o);
+    let parsed = |at: Option<usize>, uncertain: bool| match at {
+        Some(i) => argv_from(&args[i.min(args.len())..], uncertain),
+        None => Inner::Opaque,
+    };
+    let none = Opts { flags: b"", with_arg: b"", long_flags: &[], long_with_arg: &[], numeric: false };
+    match name {
+        b"exec" => parsed(opts(Opts { flags: b"cl", with_arg: b"a", ..none }), false),
+        b"command" => {
+            // `command -v/-V name` only describes it.
+            if args
+                .iter()
+                .take_while(|w| w.text.starts_with(b"-"))
+                .any(|w| w.text.contains(&b'v') || w.text.contains(&b'V'))
+            {
+                return Inner::None;
+            }
+            parsed(opts(Opts { flags: b"p", ..none }), false)
+        }
+        b"builtin" | b"nohup" => parsed(opts(none), false),
+        b"time" => parsed(
+            opts(Opts {
+                flags: b"pvaq",
+                with_arg: b"fo",
+                long_flags: &["verbose", "portability", "append", "quiet"],
+                long_with_arg: &["format", "output"],
+                numeric: false,
+            }),
+            false,
+        ),
+        b"nice" => parsed(opts(Opts { with_arg: b"n", long_with_arg: &["adjustment"], numeric: true, ..none }), false),
+        b"timeout" => {
+            let o = Opts {
+                flags: b"v",
+                with_arg: b"sk",
+                long_flags: &["preserve-status", "foreground", "verbose"],
+                long_with_arg: &["signal", "kill-after"],
+                numeric: false,
+            };
+            // Then the duration.
+            parsed(opts(o).map(|i| i + 1), false)
+        }
+        b"env" => env(args),
+        b"stdbuf" => {
+            parsed(opts(Opts { with_arg: b"ioe", long_with_arg: &["input", "output", "error"], ..none }), false)
+        }
+        b"setsid" => parsed(opts(Opts { flags: b"cfw", long_flags: &["ctty", "fork", "wait"], ..none }), false),
+        b"chroot" => {
+            let o = Opts { long_flags: &["skip-chdir"], long_with_arg: &["userspec", "groups"], ..none };
+            // Then the new root.
+            parsed(opts(o).map(|i| i + 1), false)
+        }
+        b"sudo" => {
+            let o = Opts {
+                flags: b"AbEHkKnPSsiBNlve",
+                with_arg: b"ugpCDrtUTR",
+                long_flags: &[
+                    "askpass",
+                    "background",
+                    "preserve-env",
+                    "set-home",
+                    "login",
+                    "non-interactive",
+                    "preserve-groups",
+                    "stdin",
+                    "shell",
+                    "bell",
+                    "reset-timestamp",
+                    "remove-timestamp",
+                    "list",
+                    "validate",
+                    "edit",
+                ],
+                long_with_arg: &[
+                    "user",
+                    "group",
+                    "prompt",
+                    "close-from",
+                    "chdir",
+                    "role",
+                    "type",
+                    "other-user",
+                    "command-timeout",
+                    "chroot",
+                    "host",
+                ],
+                numeric: false,
+            };
+            match opts(o) {
+                Some(i) => {
+                    let rest = &args[i.min(args.len())..];
+                    argv_from(&rest[skip_assignments(rest)..], false)
+                }
+                None => Inner::Opaque,
+            }
+        }
+        b"doas" => parsed(opts(Opts { flags: b"Lns", with_arg: b"Cu", ..none }), false),
+        b"xargs" => xargs(args),
+        b"find" => find(args),
+        b"eval" => {
+            let rest = match args.first() {
+                Some(w) if w.text[..] == *b"--" => &args[1..],
+                _ => args,
+            };
+            Inner::Scripts(vec![rest.iter().map(|w| &w.text[..]).collect::<Vec<_>>().join(&b' ')])
+        }
+        b"busybox" | b"toybox" => argv_from(args, false),
+        b"su" | b"runuser" => {
+            // `su [opts] [user] -c CMD`: the command is a script.
+            match args.iter().position(|w| matches!(&w.text[..], b"-c" | b"--command")) {
+                Some(c) => match args.get(c + 1) {
+                    Some(s) => Inner::Scripts(vec![s.text.to_vec()]),
+                    None => Inner::Opaque,
+                },
+                None => args
+                    .iter()
+                    .find_map(|w| w.text.strip_prefix(b"--command=").map(|s| Inner::Scripts(vec![s.to_vec()])))
+                    .unwrap_or(Inner::None),
+            }
+        }
+        // Builtins that run a string as a command: `trap ARG SIG`, the
+        // callback of `mapfile -C`, `compgen`/`complete -C`, `bind -x`.
+        b"trap" => {
+            let ops: Vec<&Word> = args.iter().skip_while(|w| w.text.starts_with(b"-") && w.text[..] != *b"-").collect();
+            match ops.as_slice() {
+                [a, _, ..] => Inner::Scripts(vec![a.text.to_vec()]),
+                _ => Inner::None,
+            }
+        }
+        b"mapfile" | b"readarray" => option_scripts(args, b"C"),
+        b"compgen" | b"complete" => option_scripts(args, b"C"),
+        // `bind -x KEYSEQ:COMMAND`: the command is after the first `:`.
+        b"bind" => match option_scripts(args, b"x") {
+            Inner::Scripts(v) => Inner::Scripts(
+                v.into_iter()
+                    .map(|s| match s.iter().position(|&b| b == b':') {
+                        Some(i) => s[i + 1..].to_vec(),
+                        None => s,
+                    })
+                    .collect(),
+            ),
+            other => other,
+        },
+        // `fc` runs an editor (`-e`) or re-runs history: never readable.
+        b"fc" => Inner::Opaque,
+        n if SHELLS.contains(&n) => {
+            // Every argument after the option cluster holding `c` is scanned
+            // as a script, so `$0` text can only add a finding.
+            let c = args.iter().position(|w| {
+                w.text.len() > 1 && w.text[0] == b'-' && w.text[1] != b'-' && w.text[1..].contains(&b'c')
+            });
+            match c {
+                Some(c) => Inner::Scripts(args[c + 1..].iter().map(|w| w.text.to_vec()).collect()),
+                None => Inner::None,
+            }
+        }
+        _ => Inner::None,
+    }
+}
+
+/// The arguments of the short options `letters` (attached or the next
+/// word), each a script; `None` when there are none.
+fn option_scripts<'w, 'a>(args: &'w [Word<'a>], letters: &[u8]) -> Inner<'w, 'a> {
+    let mut scripts = Vec::new();
+    for (i, w) in args.iter().enumerate() {
+        let t = &w.text[..];
+        if t.len() < 2 || t[0] != b'-' || t[1] == b'-' {
+            continue;
+        }
+        if let Some(k) = t[1..].iter().position(|c| letters.contains(c)) {
+            let rest = &t[k + 2..];
+            if !rest.is_empty() {
+                scripts.push(rest.to_vec());
+            } else {
+                match args.get(i + 1) {
+                    Some(s) => scripts.push(s.text.to_vec()),
+                    None => return Inner::Opaque,
+                }
+            }
+        }
+    }
+    if scripts.is_empty() { Inner::None } else { Inner::Scripts(scripts) }
+}
+
+/// `env [opts] [NAME=value...] [cmd...]`; `-S`/`--split-string` is a script.
+fn env<'w, 'a>(args: &'w [Word<'a>]) -> Inner<'w, 'a> {
+    let mut i = 0;
+    let mut scripts = Vec::new();
+    while i < args.len() {
+        let t = &args[i].text[..];
+        match t {
+            b"--" => {
+                i += 1;
+                break;
+            }
+            b"-" | b"-i" | b"-0" | b"-v" | b"--null" | b"--ignore-environment" | b"--debug" => i += 1,
+            b"-u" | b"-C" | b"--unset" | b"--chdir" => i += 2,
+            b"-S" | b"--split-string" => {
+                let Some(s) = args.get(i + 1) else { return Inner::Opaque };
+                scripts.push(s.text.to_vec());
+                i += 2;
+            }
+            _ if t.starts_with(b"-S") => {
+                scripts.push(t[2..].to_vec());
+                i += 1;
+            }
+            _ if t.starts_with(b"--split-string=") => {
+                scripts.push(t[b"--split-string=".len()..].to_vec());
+                i += 1;
+            }
+            _ if t.starts_with(b"--unset=") || t.starts_with(b"--chdir=") => i += 1,
+            _ if (t.starts_with(b"-u") || t.starts_with(b"-C")) && t.len() > 2 => i += 1,
+            _ if t.starts_with(b"--default-signal")
+                || t.starts_with(b"--ignore-signal")
+                || t.starts_with(b"--block-signal")
+                || t == b"--list-signal-handling" =>
+            {
+                i += 1
+            }
+            _ if t.starts_with(b"-") && t.len() > 1 => return Inner::Opaque,
+            _ => break,
+        }
+    }
+    if !scripts.is_empty() {
+        // The split string becomes the command (with the rest after it).
+        let rest = args.get(i..).unwrap_or(&[]);
+        let tail: Vec<&[u8]> = rest.iter().map(|w| &w.text[..]).collect();
+        let joined: Vec<u8> = scripts.join(&b' ');
+        let mut s = joined;
+        for t in tail {
+            s.push(b' ');
+            s.extend_from_slice(t);
+        }
+        return Inner::Scripts(vec![s]);
+    }
+    let rest = args.get(i..).unwrap_or(&[]);
+    argv_from(&rest[skip_assignments(rest)..], false)
+}
+
+/// `xargs [opts] [cmd [args]]`: its input adds arguments, so always uncertain.
+fn xargs<'w, 'a>(args: &'w [Word<'a>]) -> Inner<'w, 'a> {
+    let mut i = 0;
+    while i < args.len() {
+        let t = &args[i].text[..];
+        if t == b"--" {
+            i += 1;
+            break;
+        }
+        if t.len() < 2 || t[0] != b'-' {
+            break;
+        }
+        let long_arg = [
+            "arg-file",
+            "delimiter",
+            "eof",
+            "replace",
+            "max-lines",
+            "max-args",
+            "max-procs",
+            "max-chars",
+            "process-slot-var",
+        ];
+        let long_flag = ["null", "interactive", "no-run-if-empty", "verbose", "exit", "open-tty", "show-limits"];
+        if let Some(long) = t.strip_prefix(b"--") {
+            let (name, has_value) = match long.iter().position(|&b| b == b'=') {
+                Some(eq) => (&long[..eq], true),
+                None => (long, false),
+            };
+            let Ok(name) = std::str::from_utf8(name) else { return Inner::Opaque };
+            if long_arg.contains(&name) {
+                // `--replace`, `--eof` and `--max-lines` take an optional value
+                // (attached only).
+                i += if has_value || matches!(name, "replace" | "eof" | "max-lines") { 1 } else { 2 };
+            } else if long_flag.contains(&name) {
+                i += 1;
+            } else {
+                return Inner::Opaque;
+            }
+            continue;
+        }
+        let mut step = 1;
+        for (k, &c) in t[1..].iter().enumerate() {
+            match c {
+                b'0' | b'p' | b'r' | b't' | b'x' | b'o' => {}
+                // Optional attached value.
+                b'e' | b'i' | b'l' => break,
+                b'a' | b'd' | b'E' | b'I' | b'L' | b'n' | b'P' | b's' => {
+                    if k + 2 == t.len() {
+                        step = 2;
+                    }
+                    break;
+                }
+                _ => return Inner::Opaque,
+            }
+        }
+        i += step;
+    }
+    if i > args.len() {
+        return Inner::Opaque;
+    }
+    // With no command, xargs runs `echo`.
+    Inner::Argv { argvs: if i < args.len() { vec![&args[i..]] } else { Vec::new() }, uncertain: true }
+}
+
+/// `find ... -exec CMD ... ;` (also `+`, `-execdir`, `-ok`, `-okdir`).
+fn find<'w, 'a>(args: &'w [Word<'a>]) -> Inner<'w, 'a> {
+    let mut argvs = Vec::new();
+    let mut uncertain = false;
+    let mut i = 0;
+    while i < args.len() {
+        if matches!(&args[i].text[..], b"-exec" | b"-execdir" | b"-ok" | b"-okdir") {
+            let start = i + 1;
+            let Some(len) = args[start..].iter().enumerate().position(|(k, w)| {
+                w.text[..] == *b";" || (w.text[..] == *b"+" && k > 0 && args[start + k - 1].text[..] == *b"{}")
+            }) else {
+                return Inner::Opaque;
+            };
+            let cmd = &args[start..start + len];
+            if cmd.is_empty() {
+                return Inner::Opaque;
+            }
+            uncertain |= cmd.iter().any(|w| w.text.windows(2).any(|p| p == b"{}"));
+            argvs.push(cmd);
+            i = start + len + 1;
+        } else {
+            i += 1;
+        }
+    }
+    if argvs.is_empty() { Inner::None } else { Inner::Argv { argvs, uncertain } }
+}
