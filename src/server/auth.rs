@@ -96,6 +96,19 @@ pub fn write_token_file(path: &Path, token: &str) -> Result<(), String> {
     fs::rename(&tmp, path).map_err(|e| format!("cannot write `{}`: {e}", path.display()))
 }
 
+/// A supplied token, trimmed; an empty or whitespace-only one is refused
+/// (`from` names where it came from): with auth on it would let the empty
+/// token authenticate.
+pub fn check_token(value: &str, from: &str) -> Result<String, String> {
+    let t = value.trim();
+    if t.is_empty() {
+        return Err(format!(
+            "{from} is empty: an empty token would let anyone authenticate; give a real token, or --no-auth to run without auth"
+        ));
+    }
+    Ok(t.to_string())
+}
+
 /// Reads a token handed over in a file and deletes the file (`--auth-token-file`).
 pub fn take_token_file(path: &Path) -> Result<String, String> {
     let t = fs::read_to_string(path).map_err(|e| format!("cannot read token file `{}`: {e}", path.display()))?;
@@ -150,6 +163,14 @@ mod tests {
         assert_eq!(t.len(), 43);
         assert!(t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{t}");
         assert_ne!(t, generate_token().unwrap());
+    }
+
+    #[test]
+    fn empty_tokens_are_refused() {
+        for bad in ["", " ", "\t\n "] {
+            assert!(check_token(bad, "--auth-token").unwrap_err().starts_with("--auth-token is empty"), "{bad:?}");
+        }
+        assert_eq!(check_token(" tok\n", "x").unwrap(), "tok");
     }
 
     #[test]

@@ -17,6 +17,12 @@ usage: car-server [options]
   --no-auth              accept connections without a token (CAR_NO_AUTH=1)
   --auth-token TOKEN     use this token instead of a generated one (CAR_AUTH_TOKEN)
   --auth-token-file F    read the token from F, then delete F (CAR_AUTH_TOKEN_FILE)
+  --host-token TOKEN     the host role's token (CAR_HOST_TOKEN); when set, only a
+                         host connection may approve, reject, set the tier or supervise
+  --agent-token ID=TOKEN an agent's token, repeatable (CAR_AGENT_TOKENS=ID=T,ID2=T2);
+                         session.auth {token, agent_id} makes an agent connection
+  --allow-self-approval  a connection's approvals and verdicts count for its own
+                         proposals (CAR_ALLOW_SELF_APPROVAL=1; off by default)
   --max-frame-bytes N    text frames longer than N are refused (CAR_MAX_FRAME_BYTES,
                          default 16777216)
   --require-auth         deprecated no-op (auth is on by default)
@@ -24,7 +30,11 @@ usage: car-server [options]
 
 environment: CAR_HOME (state root), CAR_HANDLER_TIMEOUT (seconds, default 1800),
 CAR_TOOL_TIMEOUT (seconds, default 300), CAR_WS_PING_INTERVAL_MS (30000),
-CAR_WS_IDLE_TIMEOUT_MS (90000), CAR_SUPERVISION_TIMEOUT_MS (60000)";
+CAR_WS_IDLE_TIMEOUT_MS (90000), CAR_SUPERVISION_TIMEOUT_MS (60000),
+CAR_AUTH_MAX_FAILURES (5 per peer address and window; 0 = no limit),
+CAR_AUTH_FAILURE_WINDOW_MS (60000), CAR_AUTH_TIMEOUT_MS (30000),
+CAR_MAX_UNAUTH_CONNECTIONS (64), CAR_MAX_QUEUED_FRAMES (4096),
+CAR_MAX_QUEUED_BYTES (67108864), CAR_MAX_IN_FLIGHT (1024)";
 
 struct Args {
     port: u16,
@@ -32,6 +42,9 @@ struct Args {
     no_auth: bool,
     token: Option<String>,
     token_file: Option<PathBuf>,
+    host_token: Option<String>,
+    agent_tokens: Vec<String>,
+    allow_self_approval: bool,
     max_frame_bytes: Option<usize>,
 }
 
@@ -46,6 +59,9 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         no_auth: false,
         token: None,
         token_file: None,
+        host_token: None,
+        agent_tokens: Vec::new(),
+        allow_self_approval: false,
         max_frame_bytes: None,
     };
     let mut it = args.into_iter();
@@ -62,6 +78,9 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
             "--no-auth" => a.no_auth = true,
             "--auth-token" => a.token = Some(value("--auth-token")?),
             "--auth-token-file" => a.token_file = Some(PathBuf::from(value("--auth-token-file")?)),
+            "--host-token" => a.host_token = Some(value("--host-token")?),
+            "--agent-token" => a.agent_tokens.push(value("--agent-token")?),
+            "--allow-self-approval" => a.allow_self_approval = true,
             "--max-frame-bytes" => {
                 a.max_frame_bytes =
                     Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
@@ -85,6 +104,46 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
 
 fn env_num(name: &str) -> Result<Option<u64>, String> {
     env(name).map(|v| v.trim().parse::<u64>().map_err(|e| format!("{name}=`{v}`: {e}"))).transpose()
+}
+
+/// A token from the command line or the environment (`None` when neither
+/// names it). A token that is set but empty or whitespace refuses to start:
+/// it would make the auth gate accept the empty token.
+fn token_source(flag: Option<String>, flag_name: &str, var: &str) -> Result<Option<String>, String> {
+    // A blank variable counts as unset (as clients read CAR_AUTH_TOKEN); a
+    // blank flag is a mistake.
+    let (value, from) = match (flag, env(var)) {
+        (Some(v), _) => (v, flag_name.to_string()),
+        (None, Some(v)) => (v, var.to_string()),
+        (None, None) => return Ok(None),
+    };
+    auth::check_token(&value, &from).map(Some)
+}
+
+/// `ID=TOKEN` entries (the flag's, else `CAR_AGENT_TOKENS`, comma-separated).
+fn agent_tokens(flags: Vec<String>) -> Result<Vec<(String, String)>, String> {
+    let (entries, from): (Vec<String>, &str) = if !flags.is_empty() {
+        (flags, "--agent-token")
+    } else {
+        match env("CAR_AGENT_TOKENS") {
+            Some(v) => (v.split(',').map(str::to_string).collect(), "CAR_AGENT_TOKENS"),
+            None => return Ok(Vec::new()),
+        }
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in entries {
+        let (id, token) =
+            e.split_once('=').ok_or_else(|| format!("{from}: `{}` is not ID=TOKEN", e.split('=').next().unwrap_or("")))?;
+        let id = id.trim();
+        if id.is_empty() {
+            return Err(format!("{from}: an agent id is empty"));
+        }
+        if out.iter().any(|(i, _)| i == id) {
+            return Err(format!("{from}: agent `{id}` is given twice"));
+        }
+        out.push((id.to_string(), auth::check_token(token, &format!("{from} (agent `{id}`)"))?));
+    }
+    Ok(out)
 }
 
 /// Runs the daemon with these command-line arguments (without the program
@@ -121,6 +180,29 @@ fn run(args: Vec<String>) -> Result<(), String> {
     if let Some(ms) = env_num("CAR_SUPERVISION_TIMEOUT_MS")? {
         config.supervision_timeout = Duration::from_millis(ms);
     }
+    if let Some(n) = env_num("CAR_AUTH_MAX_FAILURES")? {
+        config.auth_max_failures = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+    if let Some(ms) = env_num("CAR_AUTH_FAILURE_WINDOW_MS")? {
+        config.auth_failure_window = Duration::from_millis(ms.max(1));
+    }
+    if let Some(ms) = env_num("CAR_AUTH_TIMEOUT_MS")? {
+        config.auth_timeout = Duration::from_millis(ms.max(10));
+    }
+    if let Some(n) = env_num("CAR_MAX_UNAUTH_CONNECTIONS")? {
+        config.max_unauthenticated = (n as usize).max(1);
+    }
+    if let Some(n) = env_num("CAR_MAX_QUEUED_FRAMES")? {
+        config.max_queued_frames = (n as usize).max(1);
+    }
+    if let Some(n) = env_num("CAR_MAX_QUEUED_BYTES")? {
+        config.max_queued_bytes = (n as usize).max(1);
+    }
+    if let Some(n) = env_num("CAR_MAX_IN_FLIGHT")? {
+        config.max_in_flight = (n as usize).max(1);
+    }
+    config.allow_self_approval = args.allow_self_approval
+        || env("CAR_ALLOW_SELF_APPROVAL").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
     config.policy_dir = Some(paths.policy_dir());
     config.ledger_path = Some(paths.state_root.join("approvals.jsonl"));
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
@@ -145,8 +227,8 @@ fn run(args: Vec<String>) -> Result<(), String> {
         let mut published: Option<(PathBuf, String)> = None;
         let mut _lock = None;
         if !no_auth {
-            let supplied = match (args.token.or_else(|| env("CAR_AUTH_TOKEN")), args.token_file.or_else(|| env("CAR_AUTH_TOKEN_FILE").map(PathBuf::from))) {
-                (Some(t), _) => Some(t.trim().to_string()),
+            let supplied = match (token_source(args.token, "--auth-token", "CAR_AUTH_TOKEN")?, args.token_file.or_else(|| env("CAR_AUTH_TOKEN_FILE").map(PathBuf::from))) {
+                (Some(t), _) => Some(t),
                 (None, Some(f)) => Some(auth::take_token_file(&f)?),
                 (None, None) => None,
             };
@@ -167,7 +249,23 @@ fn run(args: Vec<String>) -> Result<(), String> {
                     paths.token_file.display()
                 ),
             }
+            config.host_token = token_source(args.host_token, "--host-token", "CAR_HOST_TOKEN")?;
+            config.agent_tokens = agent_tokens(args.agent_tokens)?;
+            let mut all: Vec<(&str, &str)> = vec![("the daemon token", token.as_str())];
+            if let Some(h) = &config.host_token {
+                all.push(("the host token", h));
+            }
+            for (id, t) in &config.agent_tokens {
+                all.push((id.as_str(), t.as_str()));
+            }
+            for (i, (a, ta)) in all.iter().enumerate() {
+                if let Some((b, _)) = all[..i].iter().find(|(_, tb)| tb == ta) {
+                    return Err(format!("{b} and {a} are the same token: each role needs its own"));
+                }
+            }
             config.token = Some(token);
+        } else if args.host_token.is_some() || !args.agent_tokens.is_empty() {
+            return Err("--host-token and --agent-token need auth on (drop --no-auth)".into());
         }
         eprintln!(
             "car-server {} listening on ws://{local}/ (protocol {}, auth {})",
@@ -175,6 +273,14 @@ fn run(args: Vec<String>) -> Result<(), String> {
             server::handshake::PROTOCOL_VERSION,
             if config.token.is_some() { "on" } else { "off" }
         );
+        if config.token.is_some() {
+            eprintln!(
+                "car-server: roles: operator (daemon token){}{}; self-approval {}",
+                if config.host_token.is_some() { ", host (host token; only it decides)" } else { "" },
+                if config.agent_tokens.is_empty() { String::new() } else { format!(", {} agent token(s)", config.agent_tokens.len()) },
+                if config.allow_self_approval { "allowed" } else { "off" }
+            );
+        }
 
         server::serve(listener, config, shutdown_signal()).await;
 

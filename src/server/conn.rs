@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,23 +11,119 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use super::Config;
 use super::auth::tokens_equal;
 use super::handshake;
 use super::rpc::{self, AUTH_REQUIRED, Frame, HANDSHAKE_REQUIRED, RpcError};
 use super::supervision::Supervisors;
+use super::{Config, Daemon, UnauthSlot};
 use crate::api::runtime::CarRuntime;
 use crate::policy::JsonlLedger;
 
 /// What the outcome of a server-initiated request carries back.
 pub(crate) type CallbackOutcome = Result<Value, Value>;
+
+/// Who a connection is, from the credential it authenticated with (see
+/// docs/server.md, "Roles").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// `session.auth {token, agent_id}` with that agent's token: acts on its
+    /// own session, never decides.
+    Agent,
+    /// `session.auth {token}` with the daemon token (or auth off): decides
+    /// unless a host token is configured.
+    Operator,
+    /// `session.auth {host_token}`: always decides.
+    Host,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Operator => "operator",
+            Role::Host => "host",
+        }
+    }
+}
+
+/// An authenticated connection's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) role: Role,
+    /// The agent id, for [`Role::Agent`].
+    pub(crate) agent_id: Option<String>,
+}
+
+/// A connection's bounded outbound queue: at most `Config::max_queued_frames`
+/// frames and `Config::max_queued_bytes` bytes wait for the writer. A frame
+/// that does not fit means the peer is not reading: the queue is marked
+/// overflowed and the connection is closed.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: mpsc::Sender<Message>,
+    bytes: Arc<AtomicUsize>,
+    max_bytes: usize,
+    overflowed: Arc<AtomicBool>,
+    overflow: Arc<Notify>,
+}
+
+impl Outbox {
+    pub(crate) fn new(config: &Config) -> (Outbox, mpsc::Receiver<Message>) {
+        let (tx, rx) = mpsc::channel(config.max_queued_frames.max(1));
+        let o = Outbox {
+            tx,
+            bytes: Arc::new(AtomicUsize::new(0)),
+            max_bytes: config.max_queued_bytes.max(1),
+            overflowed: Arc::new(AtomicBool::new(false)),
+            overflow: Arc::new(Notify::new()),
+        };
+        (o, rx)
+    }
+
+    /// Queues a frame; false once the connection is gone or overflowed.
+    pub(crate) fn send(&self, m: Message) -> bool {
+        if self.overflowed.load(Ordering::SeqCst) {
+            return false;
+        }
+        let len = m.len();
+        let before = self.bytes.fetch_add(len, Ordering::SeqCst);
+        if before.saturating_add(len) > self.max_bytes && before > 0 {
+            self.bytes.fetch_sub(len, Ordering::SeqCst);
+            self.overflowed();
+            return false;
+        }
+        match self.tx.try_send(m) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.bytes.fetch_sub(len, Ordering::SeqCst);
+                self.overflowed();
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.bytes.fetch_sub(len, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+
+    fn overflowed(&self) {
+        if !self.overflowed.swap(true, Ordering::SeqCst) {
+            self.overflow.notify_one();
+        }
+    }
+
+    /// The writer took a frame of `len` bytes off the queue.
+    fn sent(&self, len: usize) {
+        self.bytes.fetch_sub(len, Ordering::SeqCst);
+    }
+}
 
 /// The state of one connection, shared by its handlers and its executor.
 pub(crate) struct Conn {
@@ -38,27 +134,98 @@ pub(crate) struct Conn {
     /// The daemon's approvals ledger (`Config::ledger_path`), shared by
     /// every connection for its read cache.
     pub(crate) ledger: Option<Arc<JsonlLedger>>,
+    /// What every connection shares (the failed-auth table).
+    daemon: Arc<Daemon>,
     /// This connection's session id, stamped on `tools.execute`.
     pub(crate) session_id: String,
-    out: mpsc::UnboundedSender<Message>,
+    /// The peer's address (failed-auth accounting is per IP).
+    peer: SocketAddr,
+    out: Outbox,
     pending: Mutex<HashMap<String, oneshot::Sender<CallbackOutcome>>>,
     /// Set by a terminal tool failure; cleared by `session.clear_halt`.
     pub(crate) halted: AtomicBool,
-    authenticated: AtomicBool,
+    /// `None` until `session.auth` succeeds (and again after one fails).
+    identity: Mutex<Option<Identity>>,
+    /// Since when the connection is unauthenticated (`None` once it is).
+    unauth_since: Mutex<Option<Instant>>,
+    /// The daemon's count of unauthenticated connections, held until auth.
+    slot: Mutex<UnauthSlot>,
     negotiated: AtomicBool,
+    /// The names of the global policies loaded from the policy directory:
+    /// never removed or shadowed over the wire.
+    pub(crate) protected_policies: Vec<String>,
     /// The `tools.stream.subscribe` forwarder, aborted at teardown.
     stream_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Conn {
-    /// Queues a frame for the writer; false once the connection is gone.
     /// The outbound queue (for daemon-wide notifications).
-    pub(crate) fn outbox(&self) -> mpsc::UnboundedSender<Message> {
+    pub(crate) fn outbox(&self) -> Outbox {
         self.out.clone()
     }
 
+    /// Queues a frame for the writer; false once the connection is gone.
     pub(crate) fn send(&self, v: &Value) -> bool {
-        self.out.send(Message::text(v.to_string())).is_ok()
+        self.out.send(Message::text(v.to_string()))
+    }
+
+    /// The authenticated identity, `None` before `session.auth`.
+    pub(crate) fn identity(&self) -> Option<Identity> {
+        self.identity.lock().ok().and_then(|i| i.clone())
+    }
+
+    /// The role, `None` before `session.auth`.
+    pub(crate) fn role(&self) -> Option<Role> {
+        self.identity().map(|i| i.role)
+    }
+
+    /// Whether this connection may decide: approve, reject, set the tier,
+    /// supervise. A host always; an operator unless a host token is
+    /// configured; an agent never.
+    pub(crate) fn may_decide(&self) -> bool {
+        match self.role() {
+            Some(Role::Host) => true,
+            Some(Role::Operator) => self.config.host_token.is_none(),
+            Some(Role::Agent) | None => false,
+        }
+    }
+
+    /// The identity the server assigns this connection for supervision
+    /// (what a filter's `sessions` match and an intent's `session_id`
+    /// names): `agent:<agent_id>` for an agent, else the connection's
+    /// session id. Nothing the client picks (a policy session, a
+    /// `session_id` param) enters it.
+    pub(crate) fn principal(&self) -> String {
+        match self.identity() {
+            Some(Identity { agent_id: Some(a), .. }) => format!("agent:{a}"),
+            _ => self.session_id.clone(),
+        }
+    }
+
+    /// The reviewer stamped on this connection's decisions:
+    /// `car-server:<role>:<principal>`.
+    pub(crate) fn reviewer(&self) -> String {
+        let role = self.role().map_or("unauthenticated", Role::as_str);
+        format!("car-server:{role}:{}", self.principal())
+    }
+
+    fn set_identity(&self, id: Option<Identity>) {
+        let authed = id.is_some();
+        if let Ok(mut i) = self.identity.lock() {
+            *i = id;
+        }
+        if let Ok(mut u) = self.unauth_since.lock() {
+            *u = if authed { None } else { u.or(Some(Instant::now())) };
+        }
+        if authed && let Ok(mut s) = self.slot.lock() {
+            s.release();
+        }
+    }
+
+    /// When an unauthenticated connection is closed.
+    fn auth_deadline(&self) -> Option<Instant> {
+        self.config.token.as_ref()?;
+        self.unauth_since.lock().ok().and_then(|u| *u).map(|t| t + self.config.auth_timeout)
     }
 
     /// `tools.stream.subscribe`: forwards every detached tool's `{handle,
@@ -79,7 +246,7 @@ impl Conn {
                     Ok(ev) => {
                         let params = serde_json::to_value(&ev).unwrap_or(Value::Null);
                         let note = rpc::notification("tools.stream.event", params).to_string();
-                        if out.send(Message::text(note)).is_err() {
+                        if !out.send(Message::text(note)) {
                             break;
                         }
                     }
@@ -128,16 +295,16 @@ enum Step {
     Now(Option<Value>),
     /// Answer when the handler finishes (on its own task).
     Later(BoxFuture<'static, Option<Value>>),
-    /// Answer, then close the connection.
-    Close(Value),
+    /// Answer, then close the connection (with this reason).
+    Close(Value, String),
 }
 
 pub(crate) async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     config: Arc<Config>,
-    supervisors: Arc<Supervisors>,
-    ledger: Option<Arc<JsonlLedger>>,
+    daemon: Arc<Daemon>,
+    slot: UnauthSlot,
 ) {
     // The hard cap tungstenite enforces (beyond it the connection cannot be
     // kept: the frame is never read). Below it, frames over the configured
@@ -150,16 +317,24 @@ pub(crate) async fn serve_connection(
         .max_message_size(Some(hard))
         .max_frame_size(Some(hard))
         .read_buffer_size(READ_BUFFER_BYTES);
-    let ws = match tokio_tungstenite::accept_async_with_config(stream, Some(ws_config)).await {
-        Ok(ws) => ws,
-        Err(e) => {
+    // The upgrade is bounded too (a peer that never completes it holds an
+    // unauthenticated slot).
+    let upgrade = tokio_tungstenite::accept_async_with_config(stream, Some(ws_config));
+    let ws = match tokio::time::timeout(config.auth_timeout, upgrade).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
             eprintln!("car-server: {peer}: websocket upgrade failed: {e}");
+            return;
+        }
+        Err(_) => {
+            eprintln!("car-server: {peer}: websocket upgrade not completed in time");
             return;
         }
     };
     let (mut sink, mut source) = ws.split();
-    let (out, mut outbox) = mpsc::unbounded_channel::<Message>();
-    let writer = tokio::spawn(async move {
+    let (out, mut outbox) = Outbox::new(&config);
+    let writer_out = out.clone();
+    let mut writer = tokio::spawn(async move {
         // Everything already queued goes out under one flush (one write
         // syscall under load instead of one per frame); a lone frame is
         // flushed at once, so nothing waits for company.
@@ -167,6 +342,7 @@ pub(crate) async fn serve_connection(
             let mut next = Some(m);
             while let Some(m) = next.take() {
                 let closing = matches!(m, Message::Close(_));
+                writer_out.sent(m.len());
                 if sink.feed(m).await.is_err() {
                     break 'write;
                 }
@@ -183,38 +359,18 @@ pub(crate) async fn serve_connection(
         let _ = sink.close().await;
     });
 
-    let rt = CarRuntime::new();
-    // The session's tier layer: on from the start (`sandbox_edit`), reading
-    // the daemon's one approvals ledger (websocket-methods.md).
-    let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
-    rt.set_tier_ledger(ledger.clone());
-    if let Some(dir) = &config.policy_dir
-        && dir.is_dir()
-        && let Err(e) = rt.load_policies(&dir.to_string_lossy())
-    {
-        let msg = format!("connection refused: policy directory `{}`: {e}", dir.display());
-        eprintln!("car-server: {peer}: {msg}");
-        let _ =
+    let conn = match Conn::new(config.clone(), &daemon, peer, out.clone(), slot) {
+        Ok(c) => Arc::new(c),
+        Err(msg) => {
+            eprintln!("car-server: {peer}: {msg}");
             out.send(Message::text(rpc::error_response(&Value::Null, &RpcError::internal(msg.clone())).to_string()));
-        let _ = out.send(close_frame(CloseCode::Error, &msg));
-        drop(out);
-        let _ = writer.await;
-        return;
-    }
-
-    let conn = Arc::new(Conn {
-        config: config.clone(),
-        rt,
-        supervisors,
-        ledger,
-        session_id: format!("sess-{}", uuid::Uuid::new_v4()),
-        out: out.clone(),
-        pending: Mutex::new(HashMap::new()),
-        halted: AtomicBool::new(false),
-        authenticated: AtomicBool::new(config.token.is_none()),
-        negotiated: AtomicBool::new(false),
-        stream_forwarder: Mutex::new(None),
-    });
+            out.send(close_frame(CloseCode::Error, &msg));
+            drop(out);
+            finish_writer(&mut writer).await;
+            return;
+        }
+    };
+    let overflow = out.overflow.clone();
 
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut ping = tokio::time::interval(config.ping_interval);
@@ -223,10 +379,25 @@ pub(crate) async fn serve_connection(
     let mut last_seen = Instant::now();
     let mut last_tick = Instant::now();
     let mut close_reason: Option<(CloseCode, String)> = None;
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
 
     loop {
+        let auth_deadline = conn.auth_deadline();
         tokio::select! {
             biased;
+            () = overflow.notified() => {
+                eprintln!(
+                    "car-server: {peer}: closing a peer that does not read its replies (more than {} frames or {} bytes queued)",
+                    config.max_queued_frames, config.max_queued_bytes
+                );
+                break;
+            }
+            () = tokio::time::sleep_until(auth_deadline.unwrap_or(far).into()), if auth_deadline.is_some() => {
+                let secs = config.auth_timeout.as_secs_f64();
+                eprintln!("car-server: {peer}: closing a connection not authenticated within {secs}s");
+                close_reason = Some((CloseCode::Policy, format!("not authenticated within {secs}s")));
+                break;
+            }
             msg = source.next() => {
                 let msg = match msg {
                     Some(Ok(m)) => m,
@@ -284,7 +455,7 @@ pub(crate) async fn serve_connection(
                     close_reason = Some((CloseCode::Away, format!("peer silent for {secs}s")));
                     break;
                 }
-                if out.send(Message::Ping(Vec::new().into())).is_err() {
+                if !out.send(Message::Ping(Vec::new().into())) {
                     break;
                 }
             }
@@ -310,14 +481,77 @@ pub(crate) async fn serve_connection(
             "car-server: {peer}: connection ended with {handlers} handler(s) in flight; abandoned them and cancelled {callbacks} tool callback(s)"
         );
     }
-    if let Some((code, reason)) = close_reason {
-        let _ = out.send(close_frame(code, &reason));
+    if out.overflowed.load(Ordering::SeqCst) {
+        // Its queue is full and its socket does not drain: drop it.
+        writer.abort();
+    } else if let Some((code, reason)) = close_reason {
+        out.send(close_frame(code, &reason));
     } else {
-        let _ = out.send(Message::Close(None));
+        out.send(Message::Close(None));
     }
     drop(out);
     drop(conn);
-    let _ = writer.await;
+    finish_writer(&mut writer).await;
+}
+
+/// How long teardown waits for the writer to drain before dropping the socket.
+const WRITER_DRAIN: Duration = Duration::from_secs(5);
+
+async fn finish_writer(writer: &mut tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(WRITER_DRAIN, &mut *writer).await.is_err() {
+        writer.abort();
+    }
+}
+
+impl Conn {
+    /// A connection's state: its runtime with the policy directory loaded
+    /// (an error refuses the connection), unauthenticated unless auth is off.
+    pub(crate) fn new(
+        config: Arc<Config>,
+        daemon: &Arc<Daemon>,
+        peer: SocketAddr,
+        out: Outbox,
+        slot: UnauthSlot,
+    ) -> Result<Conn, String> {
+        let rt = CarRuntime::new();
+        // The session's tier layer: on from the start (`sandbox_edit`),
+        // reading the daemon's one approvals ledger (websocket-methods.md).
+        let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
+        rt.set_tier_ledger(daemon.ledger.clone());
+        if let Some(dir) = &config.policy_dir
+            && dir.is_dir()
+            && let Err(e) = rt.load_policies(&dir.to_string_lossy())
+        {
+            return Err(format!("connection refused: policy directory `{}`: {e}", dir.display()));
+        }
+        let protected_policies = rt
+            .list_policies(None)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.get("name").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        let open = config.token.is_none();
+        Ok(Conn {
+            rt,
+            supervisors: daemon.supervisors.clone(),
+            ledger: daemon.ledger.clone(),
+            session_id: format!("sess-{}", uuid::Uuid::new_v4()),
+            peer,
+            out,
+            pending: Mutex::new(HashMap::new()),
+            halted: AtomicBool::new(false),
+            identity: Mutex::new(open.then_some(Identity { role: Role::Operator, agent_id: None })),
+            unauth_since: Mutex::new((!open).then(Instant::now)),
+            slot: Mutex::new(slot),
+            negotiated: AtomicBool::new(false),
+            protected_policies,
+            stream_forwarder: Mutex::new(None),
+            daemon: daemon.clone(),
+            config,
+        })
+    }
 }
 
 fn close_frame(code: CloseCode, reason: &str) -> Message {
@@ -334,18 +568,19 @@ fn close_frame(code: CloseCode, reason: &str) -> Message {
 
 /// Handles one text frame. Returns a close reason when the connection must close.
 fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<String> {
+    let in_flight = tasks.len();
     match rpc::classify(text) {
         Frame::Batch(items) => {
             let mut now: Vec<Value> = Vec::new();
             let mut later: Vec<BoxFuture<'static, Option<Value>>> = Vec::new();
             let mut close = None;
             for item in items {
-                match step(conn, rpc::classify_value(item)) {
+                match step(conn, rpc::classify_value(item), in_flight + later.len()) {
                     Step::Now(v) => now.extend(v),
                     Step::Later(f) => later.push(f),
-                    Step::Close(v) => {
+                    Step::Close(v, reason) => {
                         now.push(v);
-                        close = Some("auth required".to_string());
+                        close = Some(reason);
                         break;
                     }
                 }
@@ -366,7 +601,7 @@ fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<Stri
             }
             close
         }
-        frame => match step(conn, frame) {
+        frame => match step(conn, frame, in_flight) {
             Step::Now(v) => {
                 if let Some(v) = v {
                     conn.send(&v);
@@ -382,16 +617,16 @@ fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<Stri
                 });
                 None
             }
-            Step::Close(v) => {
+            Step::Close(v, reason) => {
                 conn.send(&v);
-                Some("auth required".to_string())
+                Some(reason)
             }
         },
     }
 }
 
-/// Gates and dispatches one classified frame.
-fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
+/// Gates and dispatches one classified frame; `in_flight` handlers run.
+fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
     let (id, method, params) = match frame {
         Frame::Invalid { id, error } => return Step::Now(Some(rpc::error_response(&id, &error))),
         Frame::Response { id, outcome } => {
@@ -411,21 +646,31 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
     };
 
     if method == "session.auth" {
-        return Step::Now(reply(authenticate(conn, &params)));
+        return match authenticate(conn, &params) {
+            Ok(v) => Step::Now(reply(Ok(v))),
+            Err(AuthFailure { error, close: false }) => Step::Now(reply(Err(error))),
+            Err(AuthFailure { error, close: true }) => {
+                let v = rpc::error_response(id.as_ref().unwrap_or(&Value::Null), &error);
+                Step::Close(v, "too many failed auth attempts".into())
+            }
+        };
     }
-    if !conn.authenticated.load(Ordering::SeqCst) {
+    let Some(identity) = conn.identity() else {
         return match &id {
             // A notification cannot be answered: it is dropped undispatched.
             None => Step::Now(None),
-            Some(id) => Step::Close(rpc::error_response(
-                id,
-                &RpcError::new(
-                    AUTH_REQUIRED,
-                    format!("auth required: call session.auth with the daemon's token before `{method}`"),
+            Some(id) => Step::Close(
+                rpc::error_response(
+                    id,
+                    &RpcError::new(
+                        AUTH_REQUIRED,
+                        format!("auth required: call session.auth with the daemon's token before `{method}`"),
+                    ),
                 ),
-            )),
+                "auth required".into(),
+            ),
         };
-    }
+    };
     if method == "server.handshake" {
         let r = handshake::negotiate(&params);
         if r.is_ok() {
@@ -442,9 +687,18 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
             ),
         ))));
     }
-    if !handshake::is_known(&method) {
+    let Some(spec) = handshake::spec(&method) else {
         // Unknown notifications are ignored; unknown requests are -32601.
         return Step::Now(reply(Err(RpcError::unknown_method(&method))));
+    };
+    if spec.role == handshake::OPERATOR && !conn.may_decide() {
+        return Step::Now(reply(Err(forbidden(&method, identity.role, conn.config.host_token.is_some()))));
+    }
+    if in_flight >= conn.config.max_in_flight {
+        return Step::Now(reply(Err(RpcError::internal(format!(
+            "server busy: {in_flight} requests are already in flight on this connection; retry `{method}` after one completes"
+        ))
+        .with_data(json!({"code": "busy", "in_flight": in_flight})))));
     }
     let c = conn.clone();
     Step::Later(
@@ -459,27 +713,120 @@ fn step(conn: &Arc<Conn>, frame: Frame) -> Step {
     )
 }
 
-fn authenticate(conn: &Conn, params: &Value) -> Result<Value, RpcError> {
-    let Some(expected) = &conn.config.token else {
+/// The refusal of a method the caller's role may not call.
+fn forbidden(method: &str, role: Role, host_configured: bool) -> RpcError {
+    let needed = if host_configured { "the host role (session.auth {host_token})" } else { "the operator or host role" };
+    RpcError::internal(format!(
+        "forbidden: `{method}` decides for the daemon and needs {needed}; this connection is `{}`",
+        role.as_str()
+    ))
+    .with_data(json!({"code": "forbidden", "method": method, "caller_role": role.as_str()}))
+}
+
+/// A failed `session.auth`: the error, and whether the connection closes.
+struct AuthFailure {
+    error: RpcError,
+    close: bool,
+}
+
+fn string_param<'a>(params: &'a Value, name: &str) -> Result<Option<&'a str>, RpcError> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(RpcError::invalid_params(format!("{name} must be a string"))),
+    }
+}
+
+/// Which identity these credentials prove, checked against every credential
+/// the daemon holds (constant-time comparisons).
+fn credential(config: &Config, params: &Value) -> Result<Identity, (RpcError, bool)> {
+    let invalid = |e: RpcError| (e, false);
+    let mismatch = |what: &str| (RpcError::internal(format!("auth failed: {what} mismatch")), true);
+    let host_token = string_param(params, "host_token").map_err(invalid)?;
+    let token = string_param(params, "token").map_err(invalid)?;
+    let agent_id = string_param(params, "agent_id").map_err(invalid)?;
+    if let Some(h) = host_token {
+        if token.is_some() || agent_id.is_some() {
+            return Err(invalid(RpcError::invalid_params("host_token is given alone (no token or agent_id)")));
+        }
+        return match &config.host_token {
+            Some(expected) if tokens_equal(expected, h) => Ok(Identity { role: Role::Host, agent_id: None }),
+            Some(_) => Err(mismatch("host token")),
+            None => Err(mismatch("host token (no host token is configured)")),
+        };
+    }
+    let token = token.ok_or_else(|| invalid(RpcError::invalid_params("token is required")))?;
+    if let Some(agent) = agent_id {
+        if agent.is_empty() {
+            return Err(invalid(RpcError::invalid_params("agent_id must be a non-empty string")));
+        }
+        let mut ok = false;
+        for (id, t) in &config.agent_tokens {
+            ok |= id == agent && tokens_equal(t, token);
+        }
+        return if ok {
+            Ok(Identity { role: Role::Agent, agent_id: Some(agent.to_string()) })
+        } else {
+            Err(mismatch("agent token"))
+        };
+    }
+    match &config.token {
+        Some(expected) if tokens_equal(expected, token) => Ok(Identity { role: Role::Operator, agent_id: None }),
+        _ => Err(mismatch("token")),
+    }
+}
+
+/// `session.auth`. Any failure leaves the connection unauthenticated (a
+/// failed re-auth de-authenticates it); a wrong credential counts against the
+/// peer's address, and an address over its limit is refused without its
+/// credential being looked at and the connection closes.
+fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
+    if conn.config.token.is_none() {
         return Ok(json!({"ok": true, "auth_enabled": false}));
+    }
+    let before = conn.identity();
+    let fail = |error: RpcError, close: bool| {
+        conn.set_identity(None);
+        if before.is_some() {
+            conn.supervisors.unsubscribe(&conn.session_id);
+        }
+        AuthFailure { error, close }
     };
-    if params.get("host_token").is_some() && params.get("token").is_none() {
-        return Err(RpcError::internal("auth failed: the host-management role is not supported by this daemon"));
+    let ip = conn.peer.ip();
+    if let Some(wait) = conn.daemon.throttle.locked(ip, Instant::now()) {
+        let secs = wait.as_secs().max(1);
+        return Err(fail(
+            RpcError::internal(format!(
+                "auth failed: too many failed attempts from {ip}; retry in {secs}s"
+            ))
+            .with_data(json!({"code": "auth_throttled", "retry_after_secs": secs})),
+            true,
+        ));
     }
-    if params.get("agent_id").is_some_and(|a| !a.is_null()) {
-        return Err(RpcError::internal("auth failed: agent identities (`agent_id`) are not supported by this daemon"));
-    }
-    let token = match params.get("token") {
-        Some(Value::String(t)) => t,
-        None | Some(Value::Null) => return Err(RpcError::invalid_params("token is required")),
-        Some(_) => return Err(RpcError::invalid_params("token must be a string")),
+    let identity = match credential(&conn.config, params) {
+        Ok(i) => i,
+        Err((error, counts)) => {
+            if counts {
+                conn.daemon.throttle.fail(ip, Instant::now());
+            }
+            return Err(fail(error, false));
+        }
     };
-    if tokens_equal(expected, token) {
-        conn.authenticated.store(true, Ordering::SeqCst);
-        Ok(json!({"ok": true, "auth_enabled": true}))
-    } else {
-        Err(RpcError::internal("auth failed: token mismatch"))
+    if before.as_ref().is_some_and(|b| *b != identity) {
+        // A subscription made under another identity does not carry over.
+        conn.supervisors.unsubscribe(&conn.session_id);
     }
+    let mut reply = json!({"ok": true, "auth_enabled": true});
+    match identity.role {
+        Role::Host => reply["role"] = json!("host"),
+        Role::Agent => {
+            reply["role"] = json!("agent");
+            reply["agent_id"] = json!(identity.agent_id);
+        }
+        Role::Operator => {}
+    }
+    conn.set_identity(Some(identity));
+    Ok(reply)
 }
 
 /// Waits for a callback's outcome with a bound; `None` on timeout, `Some(Err)`

@@ -104,7 +104,9 @@ fn capability_list(params: &Value, field: &str) -> Result<Vec<String>, RpcError>
 pub struct MethodSpec {
     /// The method name.
     pub method: &'static str,
-    /// The derived role (`operator` for every method of this daemon).
+    /// The role a caller needs: [`AGENT`] (any authenticated connection),
+    /// [`OWNER`] (any, acting on its own session's resources) or
+    /// [`OPERATOR`] (a connection that may decide; see docs/server.md).
     pub role: &'static str,
     /// The params shape.
     pub params: &'static str,
@@ -112,8 +114,64 @@ pub struct MethodSpec {
     pub result: &'static str,
 }
 
+/// Callable by every authenticated connection.
+pub const AGENT: &str = "agent";
+/// Callable by every authenticated connection, on its own resources only.
+pub const OWNER: &str = "owner";
+/// Callable only by a connection that may decide (an operator when no host
+/// token is configured, else a host).
+pub const OPERATOR: &str = "operator";
+
+/// The methods that decide for the daemon: approvals, the permission tier,
+/// supervision.
+const DECIDING: &[&str] = &[
+    "permission.approve",
+    "permission.reject",
+    "permission.set_tier",
+    "supervision.decide",
+    "supervision.pending",
+    "supervision.subscribe",
+    "supervision.unsubscribe",
+];
+
+/// The methods that act on resources of the caller's own session.
+const OWNED: &[&str] = &["policy.unregister", "session.policy.close", "tools.cancel", "tools.unregister"];
+
+const fn eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn member(list: &[&str], method: &str) -> bool {
+    let mut i = 0;
+    while i < list.len() {
+        if eq(list[i], method) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 const fn m(method: &'static str, params: &'static str, result: &'static str) -> MethodSpec {
-    MethodSpec { method, role: "operator", params, result }
+    let role = if member(DECIDING, method) {
+        OPERATOR
+    } else if member(OWNED, method) {
+        OWNER
+    } else {
+        AGENT
+    };
+    MethodSpec { method, role, params, result }
 }
 
 /// Every method this daemon answers, sorted by name.
@@ -153,7 +211,11 @@ pub const METHODS: &[MethodSpec] = &[
         "{protocol_version, server_version, client_protocol_version, client_version, negotiated_capabilities}",
     ),
     m("server.schema", "{}", "{schema, digest, digest_algorithm, car_version}"),
-    m("session.auth", "{token}", "{ok: true, auth_enabled}"),
+    m(
+        "session.auth",
+        "{token} | {token, agent_id} | {host_token}",
+        "{ok: true, auth_enabled, role?: agent | host, agent_id?}",
+    ),
     m("session.clear_halt", "{}", "{cleared, halted: false}"),
     m("session.init", "{client_id, tools?, policies?}", "{session_id, tools_registered, policies_registered}"),
     m("session.policy.close", "{session_id}", "{closed}"),
@@ -194,13 +256,23 @@ const SERVER_TO_CLIENT: &[(&str, &str, &str)] = &[
 
 /// True when this daemon answers `method`.
 pub fn is_known(method: &str) -> bool {
-    METHODS.binary_search_by(|s| s.method.cmp(method)).is_ok()
+    spec(method).is_some()
 }
 
-/// `capabilities.list` for an unbound operator session.
-pub fn capabilities_list() -> Value {
-    let methods: Vec<Value> = METHODS.iter().map(|s| json!({"method": s.method, "role": s.role})).collect();
-    json!({"caller_role": "operator", "count": methods.len(), "methods": methods})
+/// The table row of `method`.
+pub fn spec(method: &str) -> Option<&'static MethodSpec> {
+    METHODS.binary_search_by(|s| s.method.cmp(method)).ok().map(|i| &METHODS[i])
+}
+
+/// `capabilities.list` for a caller of `caller_role`: the methods it may
+/// call (the `operator` rows only when it may decide).
+pub fn capabilities_list(caller_role: &str, may_decide: bool) -> Value {
+    let methods: Vec<Value> = METHODS
+        .iter()
+        .filter(|s| s.role != OPERATOR || may_decide)
+        .map(|s| json!({"method": s.method, "role": s.role}))
+        .collect();
+    json!({"caller_role": caller_role, "count": methods.len(), "methods": methods})
 }
 
 static SCHEMA: LazyLock<(Value, String)> = LazyLock::new(|| {
@@ -278,6 +350,22 @@ mod tests {
         assert_eq!(a["digest"].as_str().unwrap().len(), 64);
         let canonical = serde_jcs::to_vec(&a["schema"]).unwrap();
         assert_eq!(a["digest"], hex::encode(Sha256::digest(&canonical)));
-        assert_eq!(capabilities_list()["count"], METHODS.len());
+        assert_eq!(capabilities_list("operator", true)["count"], METHODS.len());
+    }
+
+    #[test]
+    fn roles_of_the_deciding_methods() {
+        for d in DECIDING {
+            assert_eq!(spec(d).map(|s| s.role), Some(OPERATOR), "{d}");
+        }
+        for o in OWNED {
+            assert_eq!(spec(o).map(|s| s.role), Some(OWNER), "{o}");
+        }
+        assert_eq!(spec("proposal.submit").unwrap().role, AGENT);
+        let agent = capabilities_list("agent", false);
+        assert_eq!(agent["caller_role"], "agent");
+        let rows = agent["methods"].as_array().unwrap();
+        assert_eq!(rows.len(), METHODS.len() - DECIDING.len());
+        assert!(rows.iter().all(|r| r["role"] != OPERATOR));
     }
 }

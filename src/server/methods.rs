@@ -149,7 +149,10 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
     let rt = &conn.rt;
     let p = &params;
     match method {
-        "capabilities.list" => Ok(handshake::capabilities_list()),
+        "capabilities.list" => {
+            let role = conn.role().map_or("operator", |r| r.as_str());
+            Ok(handshake::capabilities_list(role, conn.may_decide()))
+        }
         "server.schema" => Ok(handshake::server_schema()),
         "session.init" => session_init(conn, p),
         "session.clear_halt" => {
@@ -213,6 +216,7 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         "policy.unregister" => {
             let name = req_str(p, "name")?;
             let session = opt_str(p, "session_id")?;
+            protect_policy(conn, name, session, "removed")?;
             let removed = rt.unregister_policy(name, session)?;
             Ok(json!({"unregistered": name, "removed": removed, "scope": scope(session)}))
         }
@@ -273,7 +277,16 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             Ok(json!({"subscribed": false, "was_subscribed": was}))
         }
         "supervision.pending" => conn.supervisors.pending(&conn.session_id),
-        "supervision.decide" => conn.supervisors.decide(&conn.session_id, p),
+        "supervision.decide" => {
+            let (principal, reviewer) = (conn.principal(), conn.reviewer());
+            let me = super::supervision::Decider {
+                conn: &conn.session_id,
+                principal: &principal,
+                reviewer: &reviewer,
+                allow_self: conn.config.allow_self_approval,
+            };
+            conn.supervisors.decide(&me, p)
+        }
         "permission.approve" => record_approval(conn, p, true),
         "permission.reject" => record_approval(conn, p, false),
         other => Err(RpcError::unknown_method(other)),
@@ -289,9 +302,25 @@ fn evaluate(conn: &Conn, p: &Value) -> R {
     crate::api::call("permission_evaluate", &args).map_err(in_param("proposal"))
 }
 
+/// Refuses to remove or shadow a global policy loaded from the policy
+/// directory: the operator's file policies are not changed over the wire.
+fn protect_policy(conn: &Conn, name: &str, session: Option<&str>, verb: &str) -> Result<(), RpcError> {
+    if session.is_none() && conn.protected_policies.iter().any(|n| n == name) {
+        return Err(RpcError::internal(format!(
+            "forbidden: policy `{name}` was loaded from the daemon's policy directory and cannot be {verb} over the wire"
+        ))
+        .with_data(json!({"code": "protected_policy", "name": name})));
+    }
+    Ok(())
+}
+
 /// `permission.approve` / `permission.reject`: a ledger record; the reviewer
-/// is stamped by the server (this connection's session id).
+/// is stamped by the server (`car-server:<role>:<principal>`); a client-given
+/// one is refused.
 fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
+    if obj(p)?.contains_key("reviewer") {
+        return Err(RpcError::invalid_params("reviewer is stamped by the server; do not send one"));
+    }
     let ledger = conn
         .config
         .ledger_path
@@ -299,7 +328,7 @@ fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
         .ok_or_else(|| RpcError::internal("no approvals ledger is configured"))?
         .to_string_lossy()
         .to_string();
-    let reviewer = format!("car-server:{}", conn.session_id);
+    let reviewer = conn.reviewer();
     let reason = opt_str(p, "reason")?.unwrap_or("");
     let evidence = match obj(p)?.get("evidence") {
         None | Some(Value::Null) => None,
@@ -358,6 +387,7 @@ fn register_tools(conn: &Conn, defs: &[Value]) -> Result<u64, RpcError> {
 }
 
 fn register_policy(conn: &Conn, p: &Value, name: &str, rule: &str, session: Option<&str>) -> Result<(), RpcError> {
+    protect_policy(conn, name, session, "shadowed")?;
     let value = obj(p)?.get("value").map(Value::to_string);
     conn.rt.register_policy(
         name,
@@ -442,6 +472,14 @@ struct Submission {
 impl Submission {
     fn read(p: &Value) -> Result<Submission, RpcError> {
         let text = proposal_text(req(p, "proposal")?)?;
+        // A proposal given as text is held to the frame's rule: no repeated
+        // key in any object (the proposal parser itself catches a repeated
+        // field, not a repeated key inside `parameters`).
+        if let Err(e) = super::rpc::parse_strict(&text)
+            && e.is_data()
+        {
+            return Err(RpcError::invalid_params(format!("proposal: {e}")));
+        }
         let session = opt_str(p, "session_id")?.map(str::to_string);
         let scope = match obj(p)?.get("scope") {
             None | Some(Value::Null) => None,
@@ -477,17 +515,61 @@ fn configure_admission(conn: &Conn, config: &Value) -> Result<(), RpcError> {
     Ok(())
 }
 
+/// The session's permission tier at admission: the refusal reason when an
+/// action needs a higher tier than the session is granted and no approval of
+/// it is on the ledger, or when its operation was rejected. A ledger that
+/// cannot be read refuses (fail closed).
+fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
+    let granted = match conn.rt.permission_get_tier().parse::<crate::policy::PermissionTier>() {
+        Ok(t) => t,
+        Err(e) => return Some(format!("refused: the session's permission tier is unreadable: {e}")),
+    };
+    let gate = crate::policy::PermissionGate::new();
+    let mut latest = match &conn.ledger {
+        Some(l) => match l.latest_shared() {
+            Ok(latest) => latest,
+            Err(e) => return Some(format!("refused: the approvals ledger cannot be read: {e}")),
+        },
+        None => Default::default(),
+    };
+    // Self-approval: this connection's own approvals do not count for its
+    // own proposals (unless the daemon allows it).
+    let own = (!conn.config.allow_self_approval).then(|| conn.reviewer());
+    let mut discounted = false;
+    if let Some(me) = &own
+        && latest.values().any(|r| r.decision == crate::policy::ApprovalVerdict::Approved && &r.reviewer == me)
+    {
+        let mut kept = (*latest).clone();
+        kept.retain(|_, r| !(r.decision == crate::policy::ApprovalVerdict::Approved && &r.reviewer == me));
+        latest = std::sync::Arc::new(kept);
+        discounted = true;
+    }
+    gate.admit_tier_with(&proposal.actions, granted, &latest).map(|reason| {
+        if discounted {
+            format!("{reason} (an approval by this connection does not count for its own proposal: self-approval is off)")
+        } else {
+            reason
+        }
+    })
+}
+
 /// Admission of a submission: `Some(result)` when it is refused as a whole
-/// (a halted session, a supervisor's refusal or silence), `None` to execute
-/// it. Everything else (the tier with the daemon's ledger, policies, the
-/// session's admission document) is the runtime's one admission stage.
+/// (a halted session, the tier without counting this connection's own
+/// approvals, a supervisor's refusal or silence), `None` to execute it.
+/// Everything else (the tier with the daemon's whole ledger, policies, the
+/// session's admission document) is the runtime's one admission stage; the
+/// self-approval discount here only ever refuses more.
 async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcError> {
     let proposal = &sub.proposal;
     if conn.halted.load(Ordering::SeqCst) {
         return reject_all(proposal, HALTED).map(Some);
     }
-    let stamp = sub.session.as_deref().unwrap_or(&conn.session_id);
-    if let Admission::Refuse(reason) = conn.supervisors.admit(proposal, stamp).await? {
+    if let Some(reason) = tier_refusal(conn, proposal) {
+        return reject_all(proposal, &reason).map(Some);
+    }
+    // The identity the server assigned, never the client's policy session.
+    let stamp = conn.principal();
+    if let Admission::Refuse(reason) = conn.supervisors.admit(proposal, &stamp).await? {
         return reject_all(proposal, &reason).map(Some);
     }
     Ok(None)

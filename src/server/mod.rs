@@ -11,10 +11,12 @@ pub mod handshake;
 mod methods;
 pub mod rpc;
 mod supervision;
+mod throttle;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -22,8 +24,36 @@ use tokio::net::TcpListener;
 /// Everything a running daemon is configured with.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The token every connection must present, `None` when auth is off.
+    /// The daemon token (the operator role), `None` when auth is off.
     pub token: Option<String>,
+    /// The host token (`session.auth {host_token}`, the host role). When set,
+    /// only a host connection may decide (approve, reject, set the tier,
+    /// supervise); otherwise an operator connection may.
+    pub host_token: Option<String>,
+    /// Per-agent tokens `(agent_id, token)`: `session.auth {token, agent_id}`
+    /// authenticates an agent connection, which may never decide.
+    pub agent_tokens: Vec<(String, String)>,
+    /// Whether a connection's own approval or supervision verdict counts for
+    /// its own proposals (`--allow-self-approval`; off by default).
+    pub allow_self_approval: bool,
+    /// Failed `session.auth` attempts one peer address may make per
+    /// `auth_failure_window` before every attempt from it is refused.
+    pub auth_max_failures: u32,
+    /// The window of `auth_max_failures` (60 s).
+    pub auth_failure_window: Duration,
+    /// Connections not yet authenticated (including ones still upgrading)
+    /// the daemon holds at once; more are closed at accept.
+    pub max_unauthenticated: usize,
+    /// An unauthenticated connection is closed after this long (also bounds
+    /// the WebSocket upgrade).
+    pub auth_timeout: Duration,
+    /// Frames queued for one connection's writer; beyond it (or beyond
+    /// `max_queued_bytes`) the peer is not reading and the connection closes.
+    pub max_queued_frames: usize,
+    /// Bytes queued for one connection's writer.
+    pub max_queued_bytes: usize,
+    /// Requests one connection may have in flight; more are answered busy.
+    pub max_in_flight: usize,
     /// Text frames longer than this are answered `-32600` (the connection stays).
     pub max_frame_bytes: usize,
     /// The flat handler deadline (`CAR_HANDLER_TIMEOUT`, 30 minutes).
@@ -54,6 +84,16 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             token: None,
+            host_token: None,
+            agent_tokens: Vec::new(),
+            allow_self_approval: false,
+            auth_max_failures: 5,
+            auth_failure_window: Duration::from_secs(60),
+            max_unauthenticated: 64,
+            auth_timeout: Duration::from_secs(30),
+            max_queued_frames: 4096,
+            max_queued_bytes: 64 * 1024 * 1024,
+            max_in_flight: 1024,
             max_frame_bytes: 16 * 1024 * 1024,
             handler_timeout: Duration::from_secs(30 * 60),
             tool_timeout: Duration::from_secs(300),
@@ -68,26 +108,90 @@ impl Default for Config {
     }
 }
 
+/// What every connection of one daemon shares.
+pub(crate) struct Daemon {
+    /// The daemon-wide supervision registry.
+    pub(crate) supervisors: Arc<supervision::Supervisors>,
+    /// The approvals ledger, one for the daemon so its read cache serves
+    /// every connection.
+    pub(crate) ledger: Option<Arc<crate::policy::JsonlLedger>>,
+    /// Failed-auth accounting per peer address.
+    pub(crate) throttle: throttle::AuthThrottle,
+    /// Connections accepted and not yet authenticated.
+    pub(crate) unauthenticated: Arc<AtomicUsize>,
+}
+
+impl Daemon {
+    pub(crate) fn new(config: &Config) -> Daemon {
+        Daemon {
+            supervisors: Arc::new(supervision::Supervisors::new(config.supervision_timeout)),
+            ledger: config.ledger_path.as_ref().map(|p| Arc::new(crate::policy::JsonlLedger::new(p))),
+            throttle: throttle::AuthThrottle::new(config.auth_max_failures, config.auth_failure_window),
+            unauthenticated: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+/// One slot of [`Daemon::unauthenticated`], released once (at
+/// authentication or when the connection ends).
+pub(crate) struct UnauthSlot(Option<Arc<AtomicUsize>>);
+
+impl UnauthSlot {
+    /// Takes a slot, or `None` when `max` are taken.
+    pub(crate) fn take(counter: &Arc<AtomicUsize>, max: usize) -> Option<UnauthSlot> {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| UnauthSlot(Some(counter.clone())))
+    }
+
+    /// A slot that holds nothing (auth off).
+    pub(crate) fn none() -> UnauthSlot {
+        UnauthSlot(None)
+    }
+
+    /// Gives the slot back (idempotent).
+    pub(crate) fn release(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for UnauthSlot {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// Accepts connections until `shutdown` resolves; each connection runs on
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
-    let supervisors = Arc::new(supervision::Supervisors::new(config.supervision_timeout));
-    // One ledger for the daemon, so its read cache serves every connection.
-    let ledger = config.ledger_path.as_ref().map(|p| Arc::new(crate::policy::JsonlLedger::new(p)));
+    let daemon = Arc::new(Daemon::new(&config));
     let config = Arc::new(config);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let slot = if config.token.is_none() {
+                        UnauthSlot::none()
+                    } else {
+                        match UnauthSlot::take(&daemon.unauthenticated, config.max_unauthenticated) {
+                            Some(s) => s,
+                            None => {
+                                // Closed before the upgrade: nothing is allocated for it.
+                                eprintln!(
+                                    "car-server: {peer}: refused: {} connections are already waiting to authenticate",
+                                    config.max_unauthenticated
+                                );
+                                drop(stream);
+                                continue;
+                            }
+                        }
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(conn::serve_connection(
-                        stream,
-                        peer,
-                        config.clone(),
-                        supervisors.clone(),
-                        ledger.clone(),
-                    ));
+                    tokio::spawn(conn::serve_connection(stream, peer, config.clone(), daemon.clone(), slot));
                 }
                 Err(e) => {
                     eprintln!("car-server: accept failed: {e}");

@@ -134,10 +134,103 @@ fn valid_id(v: &Value) -> bool {
     matches!(v, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
-/// Classifies one text frame.
+/// Parses JSON text into a value, refusing an object with a repeated key
+/// anywhere in it (`serde_json` alone keeps the last one silently, while a
+/// proposal given as text is refused for a repeated field): the error is a
+/// data error naming the key.
+pub fn parse_strict(text: &str) -> Result<Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let v = StrictValue::deserialize(&mut de)?.0;
+    de.end()?;
+    Ok(v)
+}
+
+/// A repeated key in a frame: `-32600` naming it, to the frame's id when it
+/// can be read.
+fn duplicate_key(text: &str, e: &serde_json::Error) -> Frame {
+    let id = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(o)) => o.get("id").filter(|id| valid_id(id)).cloned().unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    Frame::Invalid { id, error: RpcError::invalid_request(e) }
+}
+
+struct StrictValue(Value);
+
+impl<'de> serde::Deserialize<'de> for StrictValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        StrictValue::deserialize(d).map(|v| v.0)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(StrictValue(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        use serde::de::Error;
+        let mut o = Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            match o.entry(k) {
+                serde_json::map::Entry::Occupied(e) => {
+                    return Err(A::Error::custom(format!("duplicate key `{}`", e.key())));
+                }
+                serde_json::map::Entry::Vacant(e) => {
+                    e.insert(map.next_value::<StrictValue>()?.0);
+                }
+            }
+        }
+        Ok(Value::Object(o))
+    }
+}
+
+use serde::Deserialize as _;
+
+/// Classifies one text frame. A repeated key in any object of the frame
+/// refuses it (`-32600`), as the proposal text parser refuses a repeated
+/// field.
 pub fn classify(text: &str) -> Frame {
-    let v: Value = match serde_json::from_str(text) {
+    let v: Value = match parse_strict(text) {
         Ok(v) => v,
+        Err(e) if e.is_data() => return duplicate_key(text, &e),
         Err(e) => {
             return Frame::Invalid { id: Value::Null, error: RpcError::new(PARSE_ERROR, format!("parse error: {e}")) };
         }
@@ -301,6 +394,32 @@ mod tests {
         assert!(invalid(r#"{"jsonrpc":"2.0","id":1}"#).2.contains("`method` is required"));
         assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#).2.contains("not both"));
         assert!(invalid(r#"{"jsonrpc":"2.0","id":1,"error":"x"}"#).2.contains("`error` must be an object"));
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_anywhere_in_a_frame() {
+        let dup = r#"{"jsonrpc":"2.0","id":4,"method":"proposal.submit","params":{"proposal":{"actions":[{"id":"a","type":"tool_call","tool":"calculate","tool":"shell"}]}}}"#;
+        let (id, code, msg) = invalid(dup);
+        assert_eq!((id, code), (json!(4), INVALID_REQUEST));
+        assert!(msg.contains("duplicate key `tool`"), "{msg}");
+        // At the top level, in params, in an array, in a batch member.
+        for text in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k":1,"k":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[{"x":{"y":1,"y":2}}]}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"a":2}}]"#,
+        ] {
+            let (_, code, msg) = invalid(text);
+            assert_eq!(code, INVALID_REQUEST, "{text}");
+            assert!(msg.starts_with("invalid request: duplicate key"), "{text}: {msg}");
+        }
+        // A repeated id is answered to its last value (as serde_json reads it).
+        assert_eq!(invalid(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#).0, json!(2));
+        // Same keys in different objects are fine; values parse as serde_json does.
+        let text = r#"{"a":{"k":1},"b":{"k":[1,2.5,-3,"s",null,true,{"k":{}}]},"c":18446744073709551615}"#;
+        assert_eq!(parse_strict(text).unwrap(), serde_json::from_str::<Value>(text).unwrap());
+        assert!(parse_strict("{} x").is_err());
+        assert!(!parse_strict("{").unwrap_err().is_data());
     }
 
     #[test]

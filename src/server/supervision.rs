@@ -10,9 +10,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
+use super::conn::Outbox;
 use super::rpc::{self, RpcError};
 use crate::gate::{IntentOutcome, SupervisionFilter, SupervisionHub, SupervisorDecision, SupervisorVerdict};
 use crate::ir::{ActionProposal, Reversibility};
@@ -103,7 +103,7 @@ impl Supervisors {
     pub(crate) fn subscribe(
         &self,
         conn: &str,
-        out: mpsc::UnboundedSender<Message>,
+        out: Outbox,
         params: &Value,
     ) -> Result<Value, RpcError> {
         let filter = parse_filter(params.get("filter"))?;
@@ -111,7 +111,7 @@ impl Supervisors {
         let task = tokio::spawn(async move {
             while let Some(intent) = intents.recv().await {
                 let params = serde_json::to_value(&intent).unwrap_or(Value::Null);
-                if out.send(Message::text(rpc::notification("supervision.intent", params).to_string())).is_err() {
+                if !out.send(Message::text(rpc::notification("supervision.intent", params).to_string())) {
                     break;
                 }
             }
@@ -132,27 +132,59 @@ impl Supervisors {
         self.hub.unsubscribe(conn).unwrap_or(false)
     }
 
-    /// `supervision.pending`: undecided intents oldest first; a supervisor
-    /// sees those announced to it, any other caller all of them.
+    /// `supervision.pending`: the undecided intents announced to this
+    /// supervisor, oldest first (only a supervisor lists them).
     pub(crate) fn pending(&self, conn: &str) -> Result<Value, RpcError> {
-        let me = self.hub.is_subscribed(conn).map_err(hub_error)?;
-        let intents = self.hub.pending(me.then_some(conn)).map_err(hub_error)?;
+        if !self.hub.is_subscribed(conn).map_err(hub_error)? {
+            return Err(RpcError::internal("not a supervisor: call supervision.subscribe first"));
+        }
+        let intents = self.hub.pending(Some(conn)).map_err(hub_error)?;
         Ok(json!({ "intents": intents }))
     }
 
-    /// `supervision.decide`: only a subscribed supervisor decides.
-    pub(crate) fn decide(&self, conn: &str, params: &Value) -> Result<Value, RpcError> {
+    /// `supervision.decide`: only a subscribed supervisor the intent was
+    /// announced to decides, and (unless `allow_self`) not to allow a
+    /// proposal of its own principal. The reviewer is `reviewer`, stamped by
+    /// the server; a client-given one is refused.
+    pub(crate) fn decide(&self, me: &Decider<'_>, params: &Value) -> Result<Value, RpcError> {
         let id = match params.get("intent_id") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             None | Some(Value::Null) => return Err(RpcError::invalid_params("intent_id is required")),
             Some(_) => return Err(RpcError::invalid_params("intent_id must be a non-empty string")),
         };
+        if params.get("reviewer").is_some() {
+            return Err(RpcError::invalid_params("reviewer is stamped by the server; do not send one"));
+        }
         let decision = parse_decision(params)?;
-        if !self.hub.is_subscribed(conn).map_err(hub_error)? {
+        if !self.hub.is_subscribed(me.conn).map_err(hub_error)? {
             return Err(RpcError::internal("not a supervisor: call supervision.subscribe first"));
         }
+        let mine = self.hub.pending(Some(me.conn)).map_err(hub_error)?;
+        match mine.iter().find(|i| i.id == id) {
+            Some(intent) => {
+                if !me.allow_self
+                    && decision.kind == SupervisorVerdict::Allow
+                    && intent.session_id.as_deref() == Some(me.principal)
+                {
+                    return Err(RpcError::internal(format!(
+                        "self-approval refused: intent `{id}` is a proposal of this connection's own principal `{}`; another supervisor must allow it",
+                        me.principal
+                    ))
+                    .with_data(json!({"code": "self_approval"})));
+                }
+            }
+            None => {
+                let undecided = self.hub.pending(None).map_err(hub_error)?;
+                if undecided.iter().any(|i| i.id == id) {
+                    return Err(RpcError::internal(format!(
+                        "intent `{id}` was not sent to this supervisor (its filter does not match it)"
+                    ))
+                    .with_data(json!({"code": "not_addressed"})));
+                }
+            }
+        }
         self.hub.decide(&id, &decision).map_err(hub_error)?;
-        Ok(json!({"decided": true}))
+        Ok(json!({"decided": true, "reviewer": me.reviewer}))
     }
 
     /// Admission of a submitted proposal: parks it when a subscribed
@@ -182,6 +214,18 @@ impl Supervisors {
             other => Admission::Refuse(other.rejection_reason().unwrap_or_else(|| "refused by supervisor".into())),
         })
     }
+}
+
+/// Who decides a supervision intent, as the server knows it.
+pub(crate) struct Decider<'a> {
+    /// The subscriber key (the connection's session id).
+    pub(crate) conn: &'a str,
+    /// The connection's principal (what intents' `session_id` names).
+    pub(crate) principal: &'a str,
+    /// The stamped reviewer.
+    pub(crate) reviewer: &'a str,
+    /// `Config::allow_self_approval`.
+    pub(crate) allow_self: bool,
 }
 
 /// Withdraws a parked intent whose submit ended or was abandoned (a no-op
@@ -234,11 +278,17 @@ mod tests {
         }
     }
 
+    fn who(conn: &str) -> Decider<'_> {
+        Decider { conn, principal: conn, reviewer: "car-server:operator:boss", allow_self: false }
+    }
+
     #[tokio::test]
     async fn the_hub_parks_and_the_wire_decides() {
+        let boss = who("boss");
         let sup = std::sync::Arc::new(Supervisors::new(Duration::from_secs(5)));
         assert_eq!(sup.admit(&proposal("irreversible"), "s1").await.unwrap(), Admission::Run, "no supervisor: no-op");
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cfg = super::super::Config::default();
+        let (tx, mut rx) = Outbox::new(&cfg);
         let r = sup
             .subscribe("boss", tx, &json!({"filter": {"tools": ["deploy"], "min_reversibility": "compensable"}}))
             .unwrap();
@@ -260,16 +310,31 @@ mod tests {
         assert_eq!(intent["session_id"], "s1");
         let id = intent["id"].as_str().unwrap().to_string();
         assert_eq!(sup.pending("boss").unwrap()["intents"][0]["id"], id);
-        assert_eq!(sup.pending("someone").unwrap()["intents"][0]["id"], id);
-        let e = sup.decide("boss", &json!({"intent_id": id, "decision": {"kind": "deny"}})).unwrap_err();
+        assert!(sup.pending("someone").unwrap_err().message.starts_with("not a supervisor"));
+        let e = sup.decide(&boss, &json!({"intent_id": id, "decision": {"kind": "deny"}})).unwrap_err();
         assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
-        let e = sup.decide("other", &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
+        let e = sup
+            .decide(&boss, &json!({"intent_id": id, "decision": {"kind": "allow"}, "reviewer": "me"}))
+            .unwrap_err();
+        assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
+        let e = sup.decide(&who("other"), &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
         assert!(e.message.starts_with("not a supervisor"), "{}", e.message);
-        sup.decide("boss", &json!({"intent_id": id, "decision": {"kind": "deny", "reason": "no"}})).unwrap();
+        // A supervisor the intent was not sent to.
+        let (tx3, _rx3) = Outbox::new(&cfg);
+        sup.subscribe("bystander", tx3, &json!({"filter": {"tools": ["nothing"]}})).unwrap();
+        let e = sup.decide(&who("bystander"), &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
+        assert!(e.message.contains("was not sent to this supervisor"), "{}", e.message);
+        assert!(sup.unsubscribe("bystander"));
+        // Its own proposal: not allowed, unless self-approval is on.
+        let own = Decider { principal: "s1", ..who("boss") };
+        let e = sup.decide(&own, &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
+        assert!(e.message.starts_with("self-approval refused"), "{}", e.message);
+        let r = sup.decide(&boss, &json!({"intent_id": id, "decision": {"kind": "deny", "reason": "no"}})).unwrap();
+        assert_eq!(r["reviewer"], "car-server:operator:boss");
         assert_eq!(parked.await.unwrap().unwrap(), Admission::Refuse("denied by supervisor: no".into()));
-        let e = sup.decide("boss", &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
+        let e = sup.decide(&boss, &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
         assert!(e.message.ends_with("is already decided"), "{}", e.message);
-        let e = sup.decide("boss", &json!({"intent_id": "intent-x", "decision": {"kind": "allow"}})).unwrap_err();
+        let e = sup.decide(&boss, &json!({"intent_id": "intent-x", "decision": {"kind": "allow"}})).unwrap_err();
         assert!(e.message.contains("no intent `intent-x`"), "{}", e.message);
 
         // An abandoned submit withdraws its intent.
@@ -283,11 +348,11 @@ mod tests {
         let _ = parked.await;
         assert!(sup.pending("boss").unwrap()["intents"].as_array().unwrap().is_empty());
         let e =
-            sup.decide("boss", &json!({"intent_id": note["params"]["id"], "decision": {"kind": "allow"}})).unwrap_err();
+            sup.decide(&boss, &json!({"intent_id": note["params"]["id"], "decision": {"kind": "allow"}})).unwrap_err();
         assert!(e.message.contains("expired"), "{}", e.message);
 
         // Below the filter's minimum: unsupervised.
-        let (tx2, _rx2) = mpsc::unbounded_channel();
+        let (tx2, _rx2) = Outbox::new(&cfg);
         sup.subscribe("boss", tx2, &json!({"filter": {"tools": ["other"]}})).unwrap();
         assert_eq!(sup.admit(&proposal("irreversible"), "s1").await.unwrap(), Admission::Run);
         assert!(sup.unsubscribe("boss"));

@@ -129,8 +129,9 @@ def test_auth_missing_closes_and_a_wrong_then_right_token_succeeds():
         c = await Client.connect(URL)
         r = await c.request("session.auth", {})
         assert r["error"] == {"code": -32602, "message": "invalid params: token is required"}
+        # The daemon token is not an agent's token.
         r = await c.request("session.auth", {"token": TOKEN, "agent_id": "a1"})
-        assert r["error"]["code"] == -32603 and "agent_id" in r["error"]["message"]
+        assert r["error"]["code"] == -32603 and r["error"]["message"] == "auth failed: agent token mismatch"
         r = await c.request("session.auth", {"token": TOKEN[:-1]})
         assert r["error"]["message"] == "auth failed: token mismatch"
         assert (await c.call("session.auth", {"token": TOKEN}))["ok"] is True
@@ -677,8 +678,11 @@ def test_policies_from_the_state_root_apply_to_every_session():
             for _ in range(2):
                 c = await Client.connect(d.url)
                 # `rm` is full_access, which always needs an approval: approve the
-                # operation so the file policy decides.
-                await c.call("permission.approve", {"action": tool_call("x", "rm"), "reason": "policy test"})
+                # operation (from another connection: self-approval is off) so the
+                # file policy decides.
+                a = await Client.connect(d.url)
+                await a.call("permission.approve", {"action": tool_call("x", "rm"), "reason": "policy test"})
+                await a.close()
                 await c.call("tools.register", [{"name": "rm"}])
                 res = await c.call("proposal.submit", {"proposal": proposal([tool_call("x", "rm")])})
                 assert res["results"][0]["status"] == "rejected"
@@ -778,8 +782,8 @@ def test_supervision_parks_matching_proposals_until_a_verdict():
         # `deploy` is full_access, which always needs an approval (the tier gate
         # runs before supervision): approve the two operations used below.
         for params in ({"env": "prod", "ref": "abc"}, {}):
-            await worker.call("permission.approve", {"action": tool_call("d", "deploy", parameters=params),
-                                                     "reason": "supervision test"})
+            await boss.call("permission.approve", {"action": tool_call("d", "deploy", parameters=params),
+                                                   "reason": "supervision test"})
         await worker.call("tools.register", [{"name": "deploy"}, {"name": "echo"}])
         ran = []
 
@@ -812,7 +816,8 @@ def test_supervision_parks_matching_proposals_until_a_verdict():
         assert not task.done() and ran == ["echo"]
         r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "deny"}})
         assert r["error"]["code"] == -32602 and "reason" in r["error"]["message"]
-        assert await boss.call("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}}) == {"decided": True}
+        decided = await boss.call("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
+        assert decided["decided"] is True and decided["reviewer"].startswith("car-server:operator:sess-")
         res = await task
         assert res["results"][0]["status"] == "succeeded" and ran == ["echo", "deploy"]
         r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
@@ -1048,9 +1053,12 @@ def test_submit_refuses_actions_above_the_session_tier_unless_approved():
         await c.call("permission.set_tier", {"tier": "sandbox_edit"})
         pending = (await c.call("permission.pending", {"proposal": proposal([deploy])}))["pending"]
         assert [p["action_id"] for p in pending] == ["d"]
-        rec = await c.call("permission.approve", {"fingerprint": pending[0]["fingerprint"],
-                                                  "required_tier": "full_access", "reason": "release day"})
-        assert rec["reviewer"].startswith("car-server:")
+        # By another connection: this one's own approval would not count.
+        reviewer = await authed()
+        rec = await reviewer.call("permission.approve", {"fingerprint": pending[0]["fingerprint"],
+                                                         "required_tier": "full_access", "reason": "release day"})
+        assert rec["reviewer"].startswith("car-server:operator:sess-")
+        await reviewer.close()
         res = await c.call("proposal.submit", {"proposal": proposal([deploy], "p4")})
         assert res["results"][0]["status"] == "succeeded" and ran == ["d"]
         await c.call("permission.set_tier", {"tier": "full_access"})
@@ -1113,9 +1121,10 @@ def test_supervision_judges_classified_reversibility_and_a_leaving_submitter_wit
         assert intent["actions"][0]["reversibility"] == "irreversible"
         assert intent["actions"][0]["parameter_keys"] == ["body", "to"]
         assert "secret" not in json.dumps(intent), "intents carry key names and a digest, never values"
-        # A non-supervisor may list but not decide.
+        # A non-supervisor may neither list nor decide.
         outsider = await authed()
-        assert intent["id"] in [i["id"] for i in (await outsider.call("supervision.pending"))["intents"]]
+        r = await outsider.request("supervision.pending")
+        assert r["error"]["code"] == -32603 and "not a supervisor" in r["error"]["message"]
         r = await outsider.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
         assert r["error"]["code"] == -32603 and "not a supervisor" in r["error"]["message"]
         await outsider.close()
