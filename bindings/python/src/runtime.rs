@@ -223,16 +223,21 @@ impl PyCarRuntime {
         PyCarRuntime { core: Core::new() }
     }
 
-    /// Registers the built-in tools, run in-process and confined to `root`
-    /// (default: the current directory).
+    /// Registers the published built-in tools (`read_file`, `write_file`,
+    /// `edit_file`, `list_dir`, `find_files`, `grep_files`, `calculate`), run
+    /// in-process and confined to `root` (default: the current directory).
+    /// `shell` is not among them: a host tool named `shell` provides it.
     #[pyo3(signature = (root=None))]
     fn register_agent_basics(&self, py: Python<'_>, root: Option<String>) -> PyResult<()> {
         self.core.register_agent_basics(root.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
-    /// Evaluates a permission chain (JSON text or dict; None removes it) at
-    /// admission of every tool call; asks go through the durable approvals
-    /// store under `approvals_dir`.
+    /// Configures the admission stage from the admission configuration
+    /// document (JSON text or dict; the core's `AdmissionConfig`): tier, ledger,
+    /// permission chain, `[shell]` table, inspectors, budget, retries. None
+    /// removes every layer but the tier. Asks go through the durable
+    /// approvals store under `approvals_dir` (or the document's). A malformed
+    /// document raises naming the bad key and changes nothing.
     #[pyo3(signature = (config_json=None, approvals_dir=None))]
     fn set_permissions(
         &self,
@@ -491,7 +496,10 @@ impl PyCarRuntime {
         self.core.permission_get_tier()
     }
 
-    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`).
+    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`) and
+    /// turns the tier layer on: from the next proposal, an action above the
+    /// tier (and every `full_access` action) refuses the proposal unless the
+    /// approvals ledger approves it.
     fn permission_set_tier(&self, py: Python<'_>, tier: String) -> PyResult<String> {
         self.core.permission_set_tier(&tier).map_err(|e| to_py_err(py, e))
     }

@@ -115,6 +115,21 @@ def test_policies_sessions_and_tiers():
         rt.permission_set_tier("root")
 
 
+def test_permission_set_tier_read_only_refuses_rm_rf_in_process():
+    # Issue #18: the tier was not enforced by an in-process runtime.
+    rt = car.CarRuntime()
+    rt.register_tool("shell")
+    assert rt.permission_set_tier("read_only") == "read_only"
+    ran = []
+    out = json.loads(rt.execute_proposal(proposal(
+        {"id": "a", "type": "tool_call", "tool": "shell", "parameters": {"command": "rm -rf /"}},
+    ), lambda c: ran.append(c) or {"ok": True}))
+    assert out["results"][0]["status"] == "rejected", out
+    assert ran == [], "the tool function was never called"
+    events = json.loads(rt.event_query({"kinds": ["AdmissionDecided"]}))["events"]
+    assert events and events[0]["data"]["layer"] == "tier" and events[0]["data"]["granted_tier"] == "read_only"
+
+
 def test_state_tenants_events_and_chain():
     rt = car.CarRuntime()
     rt.state_set("k", {"v": 1})
@@ -196,18 +211,24 @@ def test_agent_basics_and_permissions_with_durable_approvals(tmp_path):
         {"id": "r", "type": "tool_call", "tool": "read_file", "parameters": {"path": "notes.txt"}},
     ), lambda c: host.append(c) or "{}"))
     assert out["results"][0]["output"]["content"] == "hello\n" and host == []
+    # The published built-ins: `shell` is not among them.
+    names = [t["name"] for t in json.loads(rt.list_tools())]
+    assert names == ["calculate", "edit_file", "find_files", "grep_files", "list_dir", "read_file", "write_file"]
 
+    # A host `shell` (risk execute) asks under the standard preset.
+    rt.register_tool("shell")
     approvals = str(tmp_path / "approvals")
     rt.set_permissions({"preset": "standard"}, approvals)
     call = proposal({"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo hi"}})
-    out = json.loads(rt.execute_proposal(call, lambda c: "{}"))
-    assert out["results"][0]["status"] == "rejected"
+    shell = lambda c: host.append(json.loads(c)["params"]) or {"stdout": "hi\n"}
+    out = json.loads(rt.execute_proposal(call, shell))
+    assert out["results"][0]["status"] == "rejected" and host == []
     key = json.loads(car.approvals_pending(approvals))["pending"][0]["key"]
     assert key in out["results"][0]["error"]
     car.approval_resolve(approvals, key, "allow", "ok")
-    out = json.loads(rt.execute_proposal(call, lambda c: "{}"))
+    out = json.loads(rt.execute_proposal(call, shell))
     assert out["results"][0]["status"] == "succeeded"
-    assert out["results"][0]["output"]["stdout"] == "hi\n"
+    assert out["results"][0]["output"]["stdout"] == "hi\n" and host == [{"command": "echo hi"}]
     rt.set_permissions(None)
     with pytest.raises(car.CarError):
         rt.set_permissions({"preset": "lenient"})

@@ -48,9 +48,12 @@ class CarRuntime:
     def unregister_tool(self, name: str) -> int:
         """Removes a tool; the count removed (0 is not an error)."""
     def register_agent_basics(self, root: Optional[str] = None) -> None:
-        """Registers the built-in tools, run in-process and confined to `root`."""
+        """Registers the published built-in tools (read_file, write_file, edit_file, list_dir,
+        find_files, grep_files, calculate), run in-process and confined to `root`; not `shell`."""
     def set_permissions(self, config_json: Optional[JsonArg] = None, approvals_dir: Optional[str] = None) -> None:
-        """Evaluates a permission chain at admission; asks go through the approvals store."""
+        """Configures the admission stage from the admission configuration document
+        (the core's AdmissionConfig; None removes every layer but the tier); asks go through the
+        approvals store. A malformed document raises naming the bad key and changes nothing."""
     def on_approval(self, callback: Callable[[str], Any]) -> int:
         """Attaches an approver notified of every approval event (JSON text); an ask then waits for it."""
     def remove_approval_callback(self, id: int) -> bool: ...
@@ -106,7 +109,9 @@ class CarRuntime:
     def tool_poll(self, handle: str) -> Optional[str]: ...
     def tool_cancel(self, handle: str) -> bool: ...
     def permission_get_tier(self) -> str: ...
-    def permission_set_tier(self, tier: str) -> str: ...
+    def permission_set_tier(self, tier: str) -> str:
+        """Sets the granted tier and turns the tier layer on: an action above it (and every
+        `full_access` action) refuses the proposal unless the approvals ledger approves it."""
 
 def register_tool_handler(fn: ToolFn) -> None:
     """Sets the handler `CarRuntime.submit_proposal` uses."""
