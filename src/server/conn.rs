@@ -715,7 +715,8 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
 
 /// The refusal of a method the caller's role may not call.
 fn forbidden(method: &str, role: Role, host_configured: bool) -> RpcError {
-    let needed = if host_configured { "the host role (session.auth {host_token})" } else { "the operator or host role" };
+    let needed =
+        if host_configured { "the host role (session.auth {host_token})" } else { "the operator or host role" };
     RpcError::internal(format!(
         "forbidden: `{method}` decides for the daemon and needs {needed}; this connection is `{}`",
         role.as_str()
@@ -796,10 +797,8 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
     if let Some(wait) = conn.daemon.throttle.locked(ip, Instant::now()) {
         let secs = wait.as_secs().max(1);
         return Err(fail(
-            RpcError::internal(format!(
-                "auth failed: too many failed attempts from {ip}; retry in {secs}s"
-            ))
-            .with_data(json!({"code": "auth_throttled", "retry_after_secs": secs})),
+            RpcError::internal(format!("auth failed: too many failed attempts from {ip}; retry in {secs}s"))
+                .with_data(json!({"code": "auth_throttled", "retry_after_secs": secs})),
             true,
         ));
     }
