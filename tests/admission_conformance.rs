@@ -186,7 +186,9 @@ async fn corpus_through_the_rust_facade() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_action_never_runs_as_a_compensation() {
     let ran = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let layers: [(&str, Value, Option<(&str, &str)>); 4] = [
+    /// `(what, document, a deny_tool policy (name, tool))`.
+    type Layer<'a> = (&'a str, Value, Option<(&'a str, &'a str)>);
+    let layers: [Layer; 4] = [
         ("argv deny", json!({"shell": {"deny": ["rm **"]}, "preset": "open", "compensate_on_abort": true}), None),
         ("tool deny", json!({"deny": [{"tool": "shell"}], "compensate_on_abort": true}), None),
         ("hook deny", json!({"hooks": [{"tool": "shell", "verdict": "deny"}], "compensate_on_abort": true}), None),

@@ -105,8 +105,11 @@ struct PlanItem {
     /// The approval key parts of an ask: `(tool, post-hook input digest)`.
     ask_key: Option<(String, String)>,
     /// The compensation's own verdict, when it has a `tool` compensation.
-    compensation: Option<(Verdict, String, Option<(String, String)>)>,
+    compensation: Option<Previewed>,
 }
+
+/// A previewed call: `(verdict, why, the approval key parts of an ask)`.
+type Previewed = (Verdict, String, Option<(String, String)>);
 
 fn input_error(e: impl std::fmt::Display) -> CliError {
     CliError::Input(e.to_string())
@@ -327,20 +330,24 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
         if !item.policy.is_empty() {
             continue; // the policy engine rejects it at admission
         }
-        let mut asks: Vec<(String, String, String, (String, String))> = Vec::new();
+        // `(label, what it does, why it asks, approval key parts)`.
+        let mut asks: Vec<[String; 3]> = Vec::new();
+        let mut keys: Vec<(String, String)> = Vec::new();
         if item.verdict == Verdict::Ask
             && let Some(k) = &item.ask_key
         {
-            asks.push((item.id.clone(), summary(act), item.why.clone(), k.clone()));
+            asks.push([item.id.clone(), summary(act), item.why.clone()]);
+            keys.push(k.clone());
         }
         if let (Some((Verdict::Ask, why, Some(k))), Some(Compensation::Tool { tool, parameters })) =
             (&item.compensation, &act.compensation)
         {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
-            asks.push((format!("{} (its compensation)", item.id), summary(&c), why.clone(), k.clone()));
+            asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone()]);
+            keys.push(k.clone());
         }
-        for (id, what, why, key) in asks {
+        for ([id, what, why], key) in asks.into_iter().zip(keys) {
             let tool = key.0.clone();
             let (approved, reason) = if a.yes {
                 out.line(format!("  {id} approved by --yes"));
