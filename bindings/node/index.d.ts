@@ -14,14 +14,19 @@ export declare class CarRuntime {
   /** An empty runtime. */
   constructor()
   /**
-   * Registers the built-in tools, run in-process and confined to `root`
-   * (default: the current directory).
+   * Registers the published built-in tools (`read_file`, `write_file`,
+   * `edit_file`, `list_dir`, `find_files`, `grep_files`, `calculate`), run
+   * in-process and confined to `root` (default: the current directory).
+   * `shell` is not among them: a host tool named `shell` provides it.
    */
   registerAgentBasics(root?: string | undefined | null): Promise<void>
   /**
-   * Evaluates a permission chain (JSON text or object; null removes it) at
-   * admission of every tool call; asks go through the durable approvals
-   * store under `approvalsDir`.
+   * Configures the admission stage from the admission configuration
+   * document (JSON text or object; the core's `AdmissionConfig`): tier, ledger,
+   * permission chain, `shell` table, inspectors, budget, retries. null
+   * removes every layer but the tier. Asks go through the durable
+   * approvals store under `approvalsDir` (or the document's). A malformed
+   * document rejects naming the bad key and changes nothing.
    */
   setPermissions(configJson?: any | undefined | null, approvalsDir?: string | undefined | null): Promise<void>
   /**
@@ -97,7 +102,12 @@ export declare class CarRuntime {
   toolCancel(handle: string): Promise<boolean>
   /** The granted permission tier. */
   permissionGetTier(): Promise<string>
-  /** Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`). */
+  /**
+   * Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`) and
+   * turns the tier layer on: from the next proposal, an action above the
+   * tier (and every `full_access` action) refuses the proposal unless the
+   * approvals ledger approves it.
+   */
   permissionSetTier(tier: string): Promise<string>
 }
 export type JsCarRuntime = CarRuntime

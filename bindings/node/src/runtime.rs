@@ -53,16 +53,21 @@ impl JsCarRuntime {
         JsCarRuntime { core: Core::new() }
     }
 
-    /// Registers the built-in tools, run in-process and confined to `root`
-    /// (default: the current directory).
+    /// Registers the published built-in tools (`read_file`, `write_file`,
+    /// `edit_file`, `list_dir`, `find_files`, `grep_files`, `calculate`), run
+    /// in-process and confined to `root` (default: the current directory).
+    /// `shell` is not among them: a host tool named `shell` provides it.
     #[napi]
     pub async fn register_agent_basics(&self, root: Option<String>) -> napi::Result<()> {
         self.core.register_agent_basics(root.as_deref()).map_err(aerr)
     }
 
-    /// Evaluates a permission chain (JSON text or object; null removes it) at
-    /// admission of every tool call; asks go through the durable approvals
-    /// store under `approvalsDir`.
+    /// Configures the admission stage from the admission configuration
+    /// document (JSON text or object; the core's `AdmissionConfig`): tier, ledger,
+    /// permission chain, `shell` table, inspectors, budget, retries. null
+    /// removes every layer but the tier. Asks go through the durable
+    /// approvals store under `approvalsDir` (or the document's). A malformed
+    /// document rejects naming the bad key and changes nothing.
     #[napi]
     pub async fn set_permissions(&self, config_json: Option<Value>, approvals_dir: Option<String>) -> napi::Result<()> {
         let config = config_json.filter(|v| !v.is_null()).map(text);
@@ -290,7 +295,10 @@ impl JsCarRuntime {
         Ok(self.core.permission_get_tier())
     }
 
-    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`).
+    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`) and
+    /// turns the tier layer on: from the next proposal, an action above the
+    /// tier (and every `full_access` action) refuses the proposal unless the
+    /// approvals ledger approves it.
     #[napi]
     pub async fn permission_set_tier(&self, tier: String) -> napi::Result<String> {
         self.core.permission_set_tier(&tier).map_err(aerr)

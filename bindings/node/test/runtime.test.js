@@ -97,6 +97,22 @@ test('policies, sessions, tiers and error codes', async () => {
   await assert.rejects(rt.permissionSetTier('root'), (e) => typeof e.code === 'string');
 });
 
+test('permissionSetTier("read_only") refuses rm -rf / in-process', async () => {
+  // Issue #18: the tier was not enforced by an in-process runtime.
+  const rt = new car.CarRuntime();
+  await rt.registerTool('shell');
+  assert.equal(await rt.permissionSetTier('read_only'), 'read_only');
+  const ran = [];
+  const out = JSON.parse(await car.executeProposal(rt,
+    proposal([{ id: 'a', type: 'tool_call', tool: 'shell', parameters: { command: 'rm -rf /' } }]),
+    (c) => { ran.push(c); return { ok: true }; }));
+  assert.equal(out.results[0].status, 'rejected', JSON.stringify(out));
+  assert.deepEqual(ran, [], 'the tool function was never called');
+  const events = JSON.parse(await rt.eventQuery({ kinds: ['AdmissionDecided'] })).events;
+  assert.equal(events[0].data.layer, 'tier');
+  assert.equal(events[0].data.granted_tier, 'read_only');
+});
+
 test('state tenants, events, hash chain, detached handles, tool listing', async () => {
   const rt = new car.CarRuntime();
   rt.stateSet('k', { v: 1 });
@@ -160,16 +176,24 @@ test('registerAgentBasics runs built-ins in-process; setPermissions asks through
   let out = JSON.parse(await car.executeProposal(rt, proposal([{ id: 'r', type: 'tool_call', tool: 'read_file', parameters: { path: 'notes.txt' } }]), (c) => { host.push(c); return '{}'; }));
   assert.equal(out.results[0].output.content, 'hello\n');
   assert.equal(host.length, 0);
+  // The published built-ins: `shell` is not among them.
+  assert.deepEqual(JSON.parse(await rt.listTools()).map((t) => t.name),
+    ['calculate', 'edit_file', 'find_files', 'grep_files', 'list_dir', 'read_file', 'write_file']);
+  // A host `shell` (risk execute) asks under the standard preset.
+  await rt.registerTool('shell');
   const approvals = path.join(tmp, 'approvals');
   await rt.setPermissions({ preset: 'standard' }, approvals);
   const call = proposal([{ id: 's', type: 'tool_call', tool: 'shell', parameters: { command: 'echo hi' } }]);
-  out = JSON.parse(await car.executeProposal(rt, call, () => '{}'));
+  const shell = (c) => { host.push(JSON.parse(c).params); return { stdout: 'hi\n' }; };
+  out = JSON.parse(await car.executeProposal(rt, call, shell));
   assert.equal(out.results[0].status, 'rejected');
+  assert.equal(host.length, 0);
   const key = JSON.parse(car.approvalsPending(approvals)).pending[0].key;
   assert.ok(out.results[0].error.includes(key));
   car.approvalResolve(approvals, key, 'allow', 'ok');
-  out = JSON.parse(await car.executeProposal(rt, call, () => '{}'));
+  out = JSON.parse(await car.executeProposal(rt, call, shell));
   assert.equal(out.results[0].status, 'succeeded');
+  assert.deepEqual(host, [{ command: 'echo hi' }]);
   await assert.rejects(rt.setPermissions({ preset: 'lenient' }), (e) => typeof e.code === 'string');
   await rt.setPermissions(null);
 });

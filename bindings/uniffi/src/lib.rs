@@ -298,15 +298,21 @@ impl CarRuntime {
         std::sync::Arc::new(CarRuntime { core: car_runtime::api::runtime::CarRuntime::new() })
     }
 
-    /// Registers the built-in tools, run in-process and confined to `root`
-    /// (default: the current directory).
+    /// Registers the published built-in tools (`read_file`, `write_file`,
+    /// `edit_file`, `list_dir`, `find_files`, `grep_files`, `calculate`), run
+    /// in-process and confined to `root` (default: the current directory).
+    /// `shell` is not among them: a host tool named `shell` provides it.
     #[uniffi::method(default(root = None))]
     pub fn register_agent_basics(&self, root: Option<String>) -> Result<(), CarError> {
         Ok(self.core.register_agent_basics(root.as_deref())?)
     }
 
-    /// Evaluates a permission chain (JSON text; None removes it) at admission
-    /// of every tool call; asks go through the approvals store under `approvals_dir`.
+    /// Configures the admission stage from the admission configuration
+    /// document (JSON text; the core's `AdmissionConfig`): tier, ledger, permission
+    /// chain, `shell` table, inspectors, budget, retries. None removes every
+    /// layer but the tier. Asks go through the approvals store under
+    /// `approvals_dir` (or the document's). A malformed document is an error
+    /// naming the bad key and changes nothing.
     #[uniffi::method(default(config_json = None, approvals_dir = None))]
     pub fn set_permissions(&self, config_json: Option<String>, approvals_dir: Option<String>) -> Result<(), CarError> {
         Ok(self.core.set_permissions(config_json.as_deref(), approvals_dir.as_deref())?)
@@ -543,7 +549,10 @@ impl CarRuntime {
         self.core.permission_get_tier()
     }
 
-    /// Sets the granted tier.
+    /// Sets the granted tier (`read_only`, `sandbox_edit`, `full_access`) and
+    /// turns the tier layer on: from the next proposal, an action above the
+    /// tier (and every `full_access` action) refuses the proposal unless the
+    /// approvals ledger approves it.
     pub fn permission_set_tier(&self, tier: String) -> Result<String, CarError> {
         Ok(self.core.permission_set_tier(&tier)?)
     }

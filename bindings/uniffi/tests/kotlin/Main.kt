@@ -61,6 +61,16 @@ fun main() {
     } catch (e: CarException.Failed) {
         check(e.code.isNotEmpty(), "error code")
     }
+    // permissionSetTier("read_only") is enforced in-process: `rm -rf /` is refused unrun.
+    val tiered = CarRuntime()
+    tiered.registerTool("shell")
+    check(tiered.permissionSetTier("read_only") == "read_only", "tier set")
+    val shellCalls = Tools(tiered)
+    val refused = tiered.executeProposal(
+        "{\"id\":\"t\",\"actions\":[{\"id\":\"a\",\"type\":\"tool_call\",\"tool\":\"shell\",\"parameters\":{\"command\":\"rm -rf /\"}}]}",
+        shellCalls, null, null)
+    check(refused.contains("\"status\":\"rejected\""), "read_only refuses rm -rf /: $refused")
+    check(shellCalls.calls.isEmpty(), "the shell tool was never called")
     // The cost of a foreign ToolHandler round trip (a figure, not an assertion).
     class Noop : ToolHandler {
         override fun call(callJson: String): String = "{}"
