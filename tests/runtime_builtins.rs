@@ -13,7 +13,8 @@ fn builtins_run_in_process_confined_to_the_root_and_host_tools_still_reach_the_h
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("notes.txt"), "hello\n").unwrap();
     let rt = CarRuntime::new();
-    rt.register_agent_basics(Some(dir.to_str().unwrap())).unwrap();
+    // The published seven plus `shell` (`register_agent_basics` has no shell).
+    rt.register_shell_tool(Some(dir.to_str().unwrap())).unwrap();
     rt.register_tool("notify").unwrap();
     let tools: Value = serde_json::from_str(&rt.list_tools()).unwrap();
     let names: Vec<_> = tools
