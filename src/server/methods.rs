@@ -544,14 +544,13 @@ fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
         latest = std::sync::Arc::new(kept);
         discounted = true;
     }
+    // Without a discounted approval the ledger reads the same here as in the
+    // runtime's admission stage, which decides (and records the decision).
+    if !discounted {
+        return None;
+    }
     gate.admit_tier_with(&proposal.actions, granted, &latest).map(|reason| {
-        if discounted {
-            format!(
-                "{reason} (an approval by this connection does not count for its own proposal: self-approval is off)"
-            )
-        } else {
-            reason
-        }
+        format!("{reason} (an approval by this connection does not count for its own proposal: self-approval is off)")
     })
 }
 
