@@ -132,8 +132,9 @@ fn agent_tokens(flags: Vec<String>) -> Result<Vec<(String, String)>, String> {
     };
     let mut out: Vec<(String, String)> = Vec::new();
     for e in entries {
-        let (id, token) =
-            e.split_once('=').ok_or_else(|| format!("{from}: `{}` is not ID=TOKEN", e.split('=').next().unwrap_or("")))?;
+        let (id, token) = e
+            .split_once('=')
+            .ok_or_else(|| format!("{from}: `{}` is not ID=TOKEN", e.split('=').next().unwrap_or("")))?;
         let id = id.trim();
         if id.is_empty() {
             return Err(format!("{from}: an agent id is empty"));

@@ -508,7 +508,9 @@ fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
     }
     gate.admit_tier_with(&proposal.actions, granted, &latest).map(|reason| {
         if discounted {
-            format!("{reason} (an approval by this connection does not count for its own proposal: self-approval is off)")
+            format!(
+                "{reason} (an approval by this connection does not count for its own proposal: self-approval is off)"
+            )
         } else {
             reason
         }

@@ -100,12 +100,7 @@ impl Supervisors {
     }
 
     /// `supervision.subscribe` (again: replaces the filter).
-    pub(crate) fn subscribe(
-        &self,
-        conn: &str,
-        out: Outbox,
-        params: &Value,
-    ) -> Result<Value, RpcError> {
+    pub(crate) fn subscribe(&self, conn: &str, out: Outbox, params: &Value) -> Result<Value, RpcError> {
         let filter = parse_filter(params.get("filter"))?;
         let (sub, mut intents) = self.hub.subscribe(conn, filter).map_err(hub_error)?;
         let task = tokio::spawn(async move {
@@ -313,9 +308,8 @@ mod tests {
         assert!(sup.pending("someone").unwrap_err().message.starts_with("not a supervisor"));
         let e = sup.decide(&boss, &json!({"intent_id": id, "decision": {"kind": "deny"}})).unwrap_err();
         assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
-        let e = sup
-            .decide(&boss, &json!({"intent_id": id, "decision": {"kind": "allow"}, "reviewer": "me"}))
-            .unwrap_err();
+        let e =
+            sup.decide(&boss, &json!({"intent_id": id, "decision": {"kind": "allow"}, "reviewer": "me"})).unwrap_err();
         assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
         let e = sup.decide(&who("other"), &json!({"intent_id": id, "decision": {"kind": "allow"}})).unwrap_err();
         assert!(e.message.starts_with("not a supervisor"), "{}", e.message);

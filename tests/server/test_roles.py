@@ -48,6 +48,13 @@ def plain():
 
 
 @pytest.fixture(scope="module")
+def simple():
+    """Only a daemon token: the single-token setup every existing client uses."""
+    with Daemon(env={"CAR_AUTH_TOKEN": OP}) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
 def hosted():
     """Daemon token + host token + one agent: only the host decides."""
     with Daemon("--host-token", HOST, "--agent-token", f"a1={AGENT}", env={"CAR_AUTH_TOKEN": OP}) as d:
@@ -178,7 +185,7 @@ def test_an_agent_cannot_approve_its_own_escalation_but_an_operator_can(plain):
     run(go())
 
 
-def test_a_connection_cannot_approve_its_own_proposal_unless_the_daemon_allows_it(plain):
+def test_a_connection_cannot_approve_its_own_proposal_unless_the_daemon_allows_it(simple):
     async def scenario(url, self_counts):
         c = await connect(url, "operator")
         await c.call("tools.register", [{"name": "deploy"}])
@@ -202,7 +209,7 @@ def test_a_connection_cannot_approve_its_own_proposal_unless_the_daemon_allows_i
         assert ran == ["deploy"]
         await c.close()
 
-    run(scenario(plain.url, False))
+    run(scenario(simple.url, False))
     with Daemon("--allow-self-approval", env={"CAR_AUTH_TOKEN": OP}) as d:
         run(scenario(d.url, True))
 
@@ -265,9 +272,9 @@ def test_supervision_is_decided_only_by_the_supervisor_it_was_sent_to(plain):
     run(go())
 
 
-def test_a_supervisor_cannot_allow_its_own_proposal(plain):
+def test_a_supervisor_cannot_allow_its_own_proposal(simple):
     async def go():
-        boss = await connect(plain.url, "operator")
+        boss = await connect(simple.url, "operator")
         await boss.call("supervision.subscribe", {"filter": {"tools": ["echo"]}})
         await boss.call("tools.register", [{"name": "echo"}])
         ran = []
@@ -275,7 +282,7 @@ def test_a_supervisor_cannot_allow_its_own_proposal(plain):
         task, intent = await parked(boss, boss, proposal([tool_call("e", "echo")], unique("own")))
         r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
         assert r["error"]["message"].startswith("self-approval refused"), r
-        other = await connect(plain.url, "operator")
+        other = await connect(simple.url, "operator")
         await other.call("supervision.subscribe", {"filter": {"tools": ["echo"]}})
         # Announced before `other` subscribed: it was not sent to it.
         r = await other.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
@@ -517,9 +524,9 @@ DUPLICATES = [
 
 
 @pytest.mark.parametrize("frame", DUPLICATES)
-def test_a_repeated_key_anywhere_in_a_frame_is_refused(plain, frame):
+def test_a_repeated_key_anywhere_in_a_frame_is_refused(simple, frame):
     async def go():
-        c = await connect(plain.url, "operator")
+        c = await connect(simple.url, "operator")
         await c.call("tools.register", [{"name": "calculate"}, {"name": "shell"}])
         await c.send_raw(frame)
         r = await c.next_raw()
@@ -535,9 +542,9 @@ def test_a_repeated_key_anywhere_in_a_frame_is_refused(plain, frame):
     run(go())
 
 
-def test_a_proposal_as_text_with_a_repeated_key_is_refused_the_same_way(plain):
+def test_a_proposal_as_text_with_a_repeated_key_is_refused_the_same_way(simple):
     async def go():
-        c = await connect(plain.url, "operator")
+        c = await connect(simple.url, "operator")
         await c.call("tools.register", [{"name": "calculate"}, {"name": "shell"}])
         for text, key in [
             ('{"id":"p","actions":[{"id":"a","type":"tool_call","tool":"calculate","tool":"shell"}]}', "tool"),
