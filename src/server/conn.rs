@@ -564,6 +564,9 @@ fn close_frame(code: CloseCode, reason: &str) -> Message {
 
 /// Handles one text frame. Returns a close reason when the connection must close.
 fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<String> {
+    // Reap the handlers that finished (the read loop reaps only when no frame
+    // is waiting), so only the running ones count against the bound.
+    while tasks.try_join_next().is_some() {}
     let in_flight = tasks.len();
     match rpc::classify(text) {
         Frame::Batch(items) => {

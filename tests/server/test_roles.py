@@ -352,7 +352,7 @@ def test_an_empty_or_shared_token_refuses_to_start(args):
 
 
 def test_failed_auth_is_throttled_per_peer_address():
-    env = {"CAR_AUTH_TOKEN": OP, "CAR_AUTH_FAILURE_WINDOW_MS": "1500"}
+    env = {"CAR_AUTH_TOKEN": OP, "CAR_AUTH_FAILURE_WINDOW_MS": "4000"}
     with Daemon(env=env) as d:
         async def go():
             c = await Client.connect(d.url)
@@ -368,7 +368,7 @@ def test_failed_auth_is_throttled_per_peer_address():
             c = await Client.connect(d.url)
             r = await c.request("session.auth", {"token": OP})
             assert "too many failed attempts" in r["error"]["message"]
-            await asyncio.sleep(1.6)
+            await asyncio.sleep(4.1)
             c = await Client.connect(d.url)
             assert (await c.call("session.auth", {"token": OP}))["ok"] is True
             await c.close()
@@ -457,7 +457,7 @@ def test_a_peer_that_does_not_read_is_closed_and_memory_stays_bounded():
 
 
 def test_unauthenticated_connections_are_bounded_and_timed_out():
-    env = {"CAR_AUTH_TOKEN": OP, "CAR_MAX_UNAUTH_CONNECTIONS": "3", "CAR_AUTH_TIMEOUT_MS": "1500"}
+    env = {"CAR_AUTH_TOKEN": OP, "CAR_MAX_UNAUTH_CONNECTIONS": "3", "CAR_AUTH_TIMEOUT_MS": "4000"}
     with Daemon(env=env) as d:
         async def go():
             idle = [await websockets.connect(d.url) for _ in range(3)]
@@ -472,7 +472,7 @@ def test_unauthenticated_connections_are_bounded_and_timed_out():
             # The unauthenticated ones are closed after the auth timeout (1008).
             for ws in idle[1:]:
                 with pytest.raises(websockets.ConnectionClosed) as e:
-                    await asyncio.wait_for(ws.recv(), 5)
+                    await asyncio.wait_for(ws.recv(), 10)
                 assert e.value.rcvd.code == 1008 and "not authenticated" in e.value.rcvd.reason
             # The authenticated ones stay.
             await asyncio.sleep(0.5)
