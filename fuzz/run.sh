@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 secs="${1:-10}"
 shift || true
 targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then targets=(ir_parse policy_file shell_match rpc_frame facade_call); fi
+if [ ${#targets[@]} -eq 0 ]; then targets=(ir_parse policy_file shell_match rpc_frame rpc_session facade_call); fi
 export RUSTC_BOOTSTRAP=1
 python3 make_seeds.py
 status=0

@@ -568,6 +568,9 @@ fn close_frame(code: CloseCode, reason: &str) -> Message {
 
 /// Handles one text frame. Returns a close reason when the connection must close.
 fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<String> {
+    // Reap the handlers that finished (the read loop reaps only when no frame
+    // is waiting), so only the running ones count against the bound.
+    while tasks.try_join_next().is_some() {}
     let in_flight = tasks.len();
     match rpc::classify(text) {
         Frame::Batch(items) => {
@@ -828,6 +831,62 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
     Ok(reply)
 }
 
+/// Drives text frames through one authenticated (operator, negotiated)
+/// connection's gates and dispatcher, without a socket: what the daemon does
+/// with frames after `session.auth`. Every `tools.execute` callback is
+/// answered with a tool error at once; handlers still running after
+/// `budget` are abandoned. Returns every frame the connection queued.
+pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Duration) -> Vec<Value> {
+    let config = Arc::new(config);
+    let daemon = Arc::new(Daemon::new(&config));
+    let (out, mut rx) = Outbox::new(&config);
+    let conn = match Conn::new(config.clone(), &daemon, ([127, 0, 0, 1], 0).into(), out, UnauthSlot::none()) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return vec![json!({"refused": e})],
+    };
+    conn.set_identity(Some(Identity { role: Role::Operator, agent_id: None }));
+    conn.negotiated.store(true, Ordering::SeqCst);
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut sent: Vec<Value> = Vec::new();
+    let collect = |m: Message, conn: &Conn, sent: &mut Vec<Value>| {
+        let Message::Text(t) = m else { return };
+        let Ok(v) = serde_json::from_str::<Value>(t.as_str()) else {
+            sent.push(json!({"unparseable": t.as_str()}));
+            return;
+        };
+        if v.get("method").and_then(Value::as_str) == Some("tools.execute")
+            && let Some(id) = v.get("id")
+        {
+            conn.route(id, Err(json!({"code": -32000, "message": "fuzz: no tool"})));
+        }
+        sent.push(v);
+    };
+    for f in frames {
+        if on_text(&conn, f, &mut tasks).is_some() {
+            break;
+        }
+        while let Ok(m) = rx.try_recv() {
+            collect(m, &conn, &mut sent);
+        }
+    }
+    let deadline = tokio::time::sleep(budget);
+    tokio::pin!(deadline);
+    while !tasks.is_empty() {
+        tokio::select! {
+            Some(m) = rx.recv() => collect(m, &conn, &mut sent),
+            Some(_) = tasks.join_next() => {}
+            () = &mut deadline => break,
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    while let Ok(m) = rx.try_recv() {
+        collect(m, &conn, &mut sent);
+    }
+    conn.supervisors.unsubscribe(&conn.session_id);
+    sent
+}
+
 /// Waits for a callback's outcome with a bound; `None` on timeout, `Some(Err)`
 /// when the connection dropped the waiter.
 pub(crate) async fn wait_outcome(
@@ -840,6 +899,44 @@ pub(crate) async fn wait_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn frames_after_auth_are_answered_and_callbacks_routed() {
+        let frames = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.register","params":[{"name":"echo"}]}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"proposal.submit","params":{"proposal":{"id":"p","actions":[{"id":"a","type":"tool_call","tool":"echo"}]}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"state.set","params":{"key":"k","key":"k"}}"#,
+            r#"[{"jsonrpc":"2.0","id":4,"method":"permission.get_tier"},{"jsonrpc":"2.0","method":"events.count"}]"#,
+            "nonsense",
+        ];
+        let out = super::super::fuzz_frames_after_auth_async(&frames).await;
+        let by_id = |id: i64| out.iter().find(|v| v.get("id") == Some(&json!(id))).cloned();
+        assert_eq!(by_id(1).unwrap()["result"], 1);
+        let r = by_id(2).unwrap();
+        assert_eq!(r["result"]["results"][0]["status"], "failed", "{r}");
+        assert!(out.iter().any(|v| v["method"] == "tools.execute"));
+        assert_eq!(by_id(3).unwrap()["error"]["code"], rpc::INVALID_REQUEST);
+        assert!(out.iter().any(|v| v.is_array() && v[0]["result"]["granted_tier"] == "sandbox_edit"));
+        assert!(out.iter().any(|v| v["error"]["code"] == rpc::PARSE_ERROR));
+    }
+
+    #[test]
+    fn a_full_outbox_overflows_once() {
+        let config = Config { max_queued_frames: 2, max_queued_bytes: 1000, ..Config::default() };
+        let (out, mut rx) = Outbox::new(&config);
+        assert!(out.send(Message::text("a")));
+        assert!(out.send(Message::text("b")));
+        assert!(!out.send(Message::text("c")), "a third frame does not fit");
+        assert!(out.overflowed.load(Ordering::SeqCst));
+        assert!(!out.send(Message::text("d")), "overflowed stays overflowed");
+        let first = rx.try_recv().unwrap();
+        out.sent(first.len());
+        assert_eq!(out.bytes.load(Ordering::SeqCst), 1);
+        // The byte bound: one frame may exceed it alone, not on top of others.
+        let (out, _rx) = Outbox::new(&config);
+        assert!(out.send(Message::text("x".repeat(2000))));
+        assert!(!out.send(Message::text("y")));
+    }
 
     #[test]
     fn close_reasons_fit_a_frame() {

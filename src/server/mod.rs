@@ -108,6 +108,40 @@ impl Default for Config {
     }
 }
 
+/// The configuration [`fuzz_frames_after_auth`] runs with: no policy
+/// directory, no ledger, short clocks.
+fn fuzz_config() -> Config {
+    Config {
+        token: Some("fuzz".into()),
+        handler_timeout: Duration::from_millis(500),
+        tool_timeout: Duration::from_millis(50),
+        callback_grace: Duration::from_millis(10),
+        submit_grace: Duration::from_millis(10),
+        supervision_timeout: Duration::from_millis(20),
+        ..Config::default()
+    }
+}
+
+/// Fuzzing support (`fuzz/fuzz_targets/rpc_session.rs`): feeds text frames
+/// to one connection that has already authenticated (operator) and
+/// negotiated, through the daemon's own gates and dispatcher but without a
+/// socket, and returns every frame it sent back. `tools.execute` callbacks
+/// are answered with a tool error; handlers still running after a second
+/// are abandoned. Not part of the daemon's API.
+#[doc(hidden)]
+pub fn fuzz_frames_after_auth(frames: &[&str]) -> Vec<serde_json::Value> {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(fuzz_frames_after_auth_async(frames)),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// [`fuzz_frames_after_auth`] on the caller's runtime.
+#[doc(hidden)]
+pub async fn fuzz_frames_after_auth_async(frames: &[&str]) -> Vec<serde_json::Value> {
+    conn::drive_frames(fuzz_config(), frames, Duration::from_secs(1)).await
+}
+
 /// What every connection of one daemon shares.
 pub(crate) struct Daemon {
     /// The daemon-wide supervision registry.

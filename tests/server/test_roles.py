@@ -48,6 +48,13 @@ def plain():
 
 
 @pytest.fixture(scope="module")
+def simple():
+    """Only a daemon token: the single-token setup every existing client uses."""
+    with Daemon(env={"CAR_AUTH_TOKEN": OP}) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
 def hosted():
     """Daemon token + host token + one agent: only the host decides."""
     with Daemon("--host-token", HOST, "--agent-token", f"a1={AGENT}", env={"CAR_AUTH_TOKEN": OP}) as d:
@@ -178,7 +185,7 @@ def test_an_agent_cannot_approve_its_own_escalation_but_an_operator_can(plain):
     run(go())
 
 
-def test_a_connection_cannot_approve_its_own_proposal_unless_the_daemon_allows_it(plain):
+def test_a_connection_cannot_approve_its_own_proposal_unless_the_daemon_allows_it(simple):
     async def scenario(url, self_counts):
         c = await connect(url, "operator")
         await c.call("tools.register", [{"name": "deploy"}])
@@ -202,7 +209,7 @@ def test_a_connection_cannot_approve_its_own_proposal_unless_the_daemon_allows_i
         assert ran == ["deploy"]
         await c.close()
 
-    run(scenario(plain.url, False))
+    run(scenario(simple.url, False))
     with Daemon("--allow-self-approval", env={"CAR_AUTH_TOKEN": OP}) as d:
         run(scenario(d.url, True))
 
@@ -265,9 +272,9 @@ def test_supervision_is_decided_only_by_the_supervisor_it_was_sent_to(plain):
     run(go())
 
 
-def test_a_supervisor_cannot_allow_its_own_proposal(plain):
+def test_a_supervisor_cannot_allow_its_own_proposal(simple):
     async def go():
-        boss = await connect(plain.url, "operator")
+        boss = await connect(simple.url, "operator")
         await boss.call("supervision.subscribe", {"filter": {"tools": ["echo"]}})
         await boss.call("tools.register", [{"name": "echo"}])
         ran = []
@@ -275,7 +282,7 @@ def test_a_supervisor_cannot_allow_its_own_proposal(plain):
         task, intent = await parked(boss, boss, proposal([tool_call("e", "echo")], unique("own")))
         r = await boss.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
         assert r["error"]["message"].startswith("self-approval refused"), r
-        other = await connect(plain.url, "operator")
+        other = await connect(simple.url, "operator")
         await other.call("supervision.subscribe", {"filter": {"tools": ["echo"]}})
         # Announced before `other` subscribed: it was not sent to it.
         r = await other.request("supervision.decide", {"intent_id": intent["id"], "decision": {"kind": "allow"}})
@@ -345,7 +352,7 @@ def test_an_empty_or_shared_token_refuses_to_start(args):
 
 
 def test_failed_auth_is_throttled_per_peer_address():
-    env = {"CAR_AUTH_TOKEN": OP, "CAR_AUTH_FAILURE_WINDOW_MS": "1500"}
+    env = {"CAR_AUTH_TOKEN": OP, "CAR_AUTH_FAILURE_WINDOW_MS": "4000"}
     with Daemon(env=env) as d:
         async def go():
             c = await Client.connect(d.url)
@@ -361,7 +368,7 @@ def test_failed_auth_is_throttled_per_peer_address():
             c = await Client.connect(d.url)
             r = await c.request("session.auth", {"token": OP})
             assert "too many failed attempts" in r["error"]["message"]
-            await asyncio.sleep(1.6)
+            await asyncio.sleep(4.1)
             c = await Client.connect(d.url)
             assert (await c.call("session.auth", {"token": OP}))["ok"] is True
             await c.close()
@@ -450,7 +457,7 @@ def test_a_peer_that_does_not_read_is_closed_and_memory_stays_bounded():
 
 
 def test_unauthenticated_connections_are_bounded_and_timed_out():
-    env = {"CAR_AUTH_TOKEN": OP, "CAR_MAX_UNAUTH_CONNECTIONS": "3", "CAR_AUTH_TIMEOUT_MS": "1500"}
+    env = {"CAR_AUTH_TOKEN": OP, "CAR_MAX_UNAUTH_CONNECTIONS": "3", "CAR_AUTH_TIMEOUT_MS": "4000"}
     with Daemon(env=env) as d:
         async def go():
             idle = [await websockets.connect(d.url) for _ in range(3)]
@@ -465,7 +472,7 @@ def test_unauthenticated_connections_are_bounded_and_timed_out():
             # The unauthenticated ones are closed after the auth timeout (1008).
             for ws in idle[1:]:
                 with pytest.raises(websockets.ConnectionClosed) as e:
-                    await asyncio.wait_for(ws.recv(), 5)
+                    await asyncio.wait_for(ws.recv(), 10)
                 assert e.value.rcvd.code == 1008 and "not authenticated" in e.value.rcvd.reason
             # The authenticated ones stay.
             await asyncio.sleep(0.5)
@@ -517,9 +524,9 @@ DUPLICATES = [
 
 
 @pytest.mark.parametrize("frame", DUPLICATES)
-def test_a_repeated_key_anywhere_in_a_frame_is_refused(plain, frame):
+def test_a_repeated_key_anywhere_in_a_frame_is_refused(simple, frame):
     async def go():
-        c = await connect(plain.url, "operator")
+        c = await connect(simple.url, "operator")
         await c.call("tools.register", [{"name": "calculate"}, {"name": "shell"}])
         await c.send_raw(frame)
         r = await c.next_raw()
@@ -535,9 +542,9 @@ def test_a_repeated_key_anywhere_in_a_frame_is_refused(plain, frame):
     run(go())
 
 
-def test_a_proposal_as_text_with_a_repeated_key_is_refused_the_same_way(plain):
+def test_a_proposal_as_text_with_a_repeated_key_is_refused_the_same_way(simple):
     async def go():
-        c = await connect(plain.url, "operator")
+        c = await connect(simple.url, "operator")
         await c.call("tools.register", [{"name": "calculate"}, {"name": "shell"}])
         for text, key in [
             ('{"id":"p","actions":[{"id":"a","type":"tool_call","tool":"calculate","tool":"shell"}]}', "tool"),
