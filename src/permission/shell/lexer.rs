@@ -557,13 +557,13 @@ impl<'a> Parser<'a> {
     /// `name ()` is a function header.
     fn open_paren(&mut self, cur: &mut Segment<'a>) -> Result<bool, Fail> {
         if cur.is_empty() {
-            if self.peek_at(1) == Some(b'(') {
-                if let Some(opaque) = self.try_arith()? {
-                    self.keyword_uncertain(opaque);
-                    self.group_tail()?;
-                    return Ok(false);
-                }
-                // Not arithmetic: `( (`, two subshells.
+            // Not arithmetic: `( (`, two subshells.
+            if self.peek_at(1) == Some(b'(')
+                && let Some(opaque) = self.try_arith()?
+            {
+                self.keyword_uncertain(opaque);
+                self.group_tail()?;
+                return Ok(false);
             }
             self.pos += 1;
             return Ok(true);

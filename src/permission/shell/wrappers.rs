@@ -35,7 +35,7 @@ pub(crate) const SHELLS: &[&[u8]] =
     &[b"sh", b"bash", b"dash", b"zsh", b"ksh", b"mksh", b"ash", b"posh", b"yash", b"rbash", b"lksh", b"oksh"];
 
 /// argv0's basename.
-pub(crate) fn basename<'t>(t: &'t [u8]) -> &'t [u8] {
+pub(crate) fn basename(t: &[u8]) -> &[u8] {
     t.rsplit(|&b| b == b'/').next().unwrap_or(t)
 }
 
