@@ -210,3 +210,15 @@ fn printf_and_test_scan_only_the_v_operand() {
         assert_eq!(r.check(cmd), Verdict::Deny, "{cmd:?}");
     }
 }
+
+/// A substitution in a name operand is part of the segment: with allow
+/// rules only (nothing to deny), it is still never allowed.
+#[test]
+fn a_name_operand_substitution_is_never_allowed_by_allow_rules_alone() {
+    let r = ShellRules::new(&["read **", "declare **", "printf **", "let **"], &[], &[]).unwrap();
+    for cmd in ["read 'a[$(rm -rf victim)]'", "declare 'a[`id`]=1'", "printf -v 'a[$(id)]' x", "let 'a[$(id)]=1'"] {
+        assert_eq!(r.check(cmd), Verdict::Ask, "{cmd:?}");
+    }
+    assert_eq!(r.check("read a"), Verdict::Allow);
+    assert_eq!(r.check("printf '%s' '$(id)'"), Verdict::Allow);
+}

@@ -402,6 +402,11 @@ fn name_operands<'w, 'a>(name: &[u8], argv: &'w [Word<'a>]) -> Vec<&'w Word<'a>>
     Vec::new()
 }
 
+/// True when bash would find a substitution in `text` if it expanded it.
+fn has_substitution(text: &[u8]) -> bool {
+    text.iter().any(|&b| b == b'$' || b == b'`') || text.windows(2).any(|w| matches!(w, [b'<' | b'>', b'(']))
+}
+
 /// Decision notes, kept only when explaining.
 struct Trace(Option<Vec<ShellDecision>>);
 
@@ -648,6 +653,15 @@ impl ShellRules {
             if inner.uncertain && restrictive {
                 let why = || "something inside (a wrapper, a script, a name operand) cannot be fully read".to_string();
                 trace.note(Verdict::Ask, &seg.words, depth, None, Some(lossy(&argv0.text)), why, true);
+                return Verdict::Ask;
+            }
+            // A substitution bash runs from a name operand is an expansion
+            // of this segment: never allowed, whatever the tables.
+            let name = wrappers::basename(&argv0.text);
+            if let Some(w) = name_operands(name, argv).into_iter().find(|w| has_substitution(&w.text)) {
+                o.uncertain = true;
+                let why = || "a name operand bash expands again holds a substitution".to_string();
+                trace.note(Verdict::Ask, &seg.words, depth, None, Some(lossy(&w.text)), why, true);
                 return Verdict::Ask;
             }
         }
