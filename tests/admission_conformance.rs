@@ -337,3 +337,117 @@ async fn a_bad_document_changes_nothing() {
     let out: Value = serde_json::from_str(&rt.execute_proposal(plan, stub(), None, None).await.unwrap()).unwrap();
     assert_eq!(out["results"][0]["status"], "rejected");
 }
+
+/// Issue #18: `modified_input` is applied: the substituted input is what the
+/// later layers check and what the tool receives; a panicking host hook
+/// denies (from the document's static hooks and from host closures alike).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_substituted_input_is_checked_and_is_what_the_tool_receives() {
+    use car_runtime::permission::{CanUseDecision, HookDecision};
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let recorder = |seen: &Arc<std::sync::Mutex<Vec<Value>>>| {
+        let log = seen.clone();
+        Arc::new(FnExecutor(move |call: ToolCall| {
+            log.lock().unwrap().push(call.params.clone());
+            Ok(json!({}))
+        }))
+    };
+    let plan = json!({"actions": [{"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "rm -rf /"}, "failure_behavior": "skip"}]}).to_string();
+
+    // A static hook substitutes a harmless command: it runs, with that command.
+    let rt = CarRuntime::new();
+    rt.register_tool("shell").unwrap();
+    rt.set_permissions(
+        Some(r#"{"hooks": [{"tool": "shell", "modified_input": {"command": "echo safe"}}], "preset": "open"}"#),
+        None,
+    )
+    .unwrap();
+    let out: Value =
+        serde_json::from_str(&rt.execute_proposal(&plan, recorder(&seen), None, None).await.unwrap()).unwrap();
+    assert_eq!(out["results"][0]["status"], "succeeded", "{out}");
+    assert_eq!(std::mem::take(&mut *seen.lock().unwrap()), vec![json!({"command": "echo safe"})]);
+
+    // A host hook substitutes a denied command: the deny rule sees it.
+    let rt = CarRuntime::new();
+    rt.register_tool("shell").unwrap();
+    rt.set_permissions(Some(r#"{"shell": {"deny": ["touch **"]}, "preset": "open"}"#), None).unwrap();
+    rt.set_permission_hooks(
+        vec![Arc::new(|_: &str, _: &Value| HookDecision::ModifiedInput(json!({"command": "touch pwned"})))],
+        None,
+    )
+    .unwrap();
+    let plan_ls = json!({"actions": [{"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "ls"}, "failure_behavior": "skip"}]}).to_string();
+    let out: Value =
+        serde_json::from_str(&rt.execute_proposal(&plan_ls, recorder(&seen), None, None).await.unwrap()).unwrap();
+    assert_eq!(out["results"][0]["status"], "rejected", "{out}");
+    assert!(seen.lock().unwrap().is_empty());
+
+    // A substitution the tool's schema refuses is refused.
+    let rt = CarRuntime::new();
+    rt.register_tool_schema(r#"{"name": "shell", "parameters": {"type": "object", "required": ["command"]}}"#).unwrap();
+    rt.set_permission_hooks(
+        vec![Arc::new(|_: &str, _: &Value| HookDecision::ModifiedInput(json!({"cmd": "x"})))],
+        None,
+    )
+    .unwrap();
+    let out: Value =
+        serde_json::from_str(&rt.execute_proposal(&plan_ls, recorder(&seen), None, None).await.unwrap()).unwrap();
+    assert_eq!(out["results"][0]["status"], "rejected", "{out}");
+    assert!(out["results"][0]["error"].as_str().unwrap().contains("substituted input"), "{out}");
+
+    // A panicking hook or can_use_tool denies.
+    for hooks in [true, false] {
+        let rt = CarRuntime::new();
+        rt.register_tool("shell").unwrap();
+        if hooks {
+            rt.set_permission_hooks(vec![Arc::new(|_: &str, _: &Value| -> HookDecision { panic!("boom") })], None)
+                .unwrap();
+        } else {
+            rt.set_permission_hooks(
+                Vec::new(),
+                Some(Arc::new(|_: &str, _: &Value| -> CanUseDecision { panic!("boom") })),
+            )
+            .unwrap();
+        }
+        let out: Value =
+            serde_json::from_str(&rt.execute_proposal(&plan_ls, recorder(&seen), None, None).await.unwrap()).unwrap();
+        assert_eq!(out["results"][0]["status"], "rejected", "hooks {hooks}: {out}");
+    }
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+/// Issue #25: shell rules may carry examples, checked when the document
+/// loads; one that does not come out as its rule says fails the load naming
+/// the rule and the example (JSON and TOML forms alike).
+#[test]
+fn shell_rule_examples_are_checked_at_load() {
+    use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers};
+    let build = |c: AdmissionConfig| AdmissionStage::build(c, &HostLayers::default(), None);
+    let good = r#"
+[[shell.rule]]
+table = "deny"
+pattern = "rm **"
+match = ["rm -rf /", "/bin/rm x", "sudo rm -rf /"]
+not_match = ["ls"]
+"#;
+    assert!(build(AdmissionConfig::from_toml(good).unwrap()).is_ok());
+    let bad = r#"
+[[shell.rule]]
+table = "deny"
+pattern = "rm -rf **"
+match = ["rm -r -f /"]
+"#;
+    let e = build(AdmissionConfig::from_toml(bad).unwrap()).unwrap_err();
+    assert_eq!(e.code(), "invalid_shell_rule_example", "{e}");
+    assert!(e.to_string().contains("rm -rf **") && e.to_string().contains("rm -r -f /"), "{e}");
+    let json = AdmissionConfig::from_value(
+        json!({"shell": {"rule": [{"table": "allow", "pattern": "git status", "not_match": ["git status; rm x"]}]}}),
+    );
+    assert!(build(json.unwrap()).is_ok());
+    // The rule's pattern takes part in the chain.
+    let c = AdmissionConfig::from_toml(good).unwrap();
+    let stage = build(c).unwrap();
+    let mut a = car_runtime::ir::Action::tool_call("shell");
+    a.parameters = json!({"command": "rm -rf /"}).as_object().unwrap().clone();
+    assert_eq!(stage.preview(&a).unwrap().0.layer, "deny-rule");
+}

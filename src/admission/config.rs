@@ -49,11 +49,39 @@ pub struct ShellTable {
     /// Deny rules `{tool: "shell", argv: P}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+    /// Rules with examples (`[[shell.rule]]`: `table`, `pattern`, `match`,
+    /// `not_match`): each example is checked when the document loads, and
+    /// one that does not come out as its rule says fails the load, naming the
+    /// rule and the example. The patterns join the lists above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule: Vec<crate::permission::shell::ShellRuleSpec>,
 }
 
 impl ShellTable {
     fn is_empty(&self) -> bool {
-        self.allow.is_empty() && self.ask.is_empty() && self.deny.is_empty()
+        self.allow.is_empty() && self.ask.is_empty() && self.deny.is_empty() && self.rule.is_empty()
+    }
+
+    /// `(allow, ask, deny)`: the lists with the rules' patterns added.
+    pub fn lists(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        use crate::permission::shell::ShellTable as T;
+        let (mut allow, mut ask, mut deny) = (self.allow.clone(), self.ask.clone(), self.deny.clone());
+        for r in &self.rule {
+            match r.table {
+                T::Allow => allow.push(r.pattern.clone()),
+                T::Ask => ask.push(r.pattern.clone()),
+                T::Deny => deny.push(r.pattern.clone()),
+            }
+        }
+        (allow, ask, deny)
+    }
+
+    /// Checks the rules' examples (`invalid_shell_rule_example` naming the
+    /// rule and the example) and every pattern (`invalid_shell_pattern`).
+    pub fn check(&self) -> crate::Result<()> {
+        crate::permission::ShellRules::with_examples(&self.rule)?;
+        let (allow, ask, deny) = self.lists();
+        crate::permission::ShellRules::new(&allow, &ask, &deny).map(|_| ())
     }
 }
 
@@ -219,10 +247,10 @@ impl AdmissionConfig {
             argv: Some(p.clone()),
             ..RuleSpec::default()
         };
-        let shell = self.shell.clone().unwrap_or_default();
-        let mut deny: Vec<RuleSpec> = shell.deny.iter().map(argv_rule).collect();
+        let (_, shell_ask, shell_deny) = self.shell.clone().unwrap_or_default().lists();
+        let mut deny: Vec<RuleSpec> = shell_deny.iter().map(argv_rule).collect();
         deny.extend(self.deny.iter().cloned());
-        let mut ask: Vec<RuleSpec> = shell.ask.iter().map(argv_rule).collect();
+        let mut ask: Vec<RuleSpec> = shell_ask.iter().map(argv_rule).collect();
         ask.extend(self.ask.iter().cloned());
         let mut m = serde_json::Map::new();
         if let Some(p) = &self.preset {

@@ -91,6 +91,10 @@ pub struct Decision {
     /// The granted tier (when the tier layer is on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub granted_tier: Option<PermissionTier>,
+    /// The input a hook or `can_use_tool` substituted: what later layers
+    /// checked and what the tool receives. Never recorded.
+    #[serde(skip)]
+    pub substituted: Option<serde_json::Map<String, Value>>,
 }
 
 impl Decision {
@@ -103,6 +107,7 @@ impl Decision {
             reason: reason.into(),
             required_tier: None,
             granted_tier: None,
+            substituted: None,
         }
     }
 
@@ -257,11 +262,12 @@ impl AdmissionStage {
                 }
                 PermissionChain::from_config(&pc)?
             };
-            if let Some(shell) = &config.shell
-                && !shell.allow.is_empty()
-            {
-                let rules = ShellRules::new(&shell.allow, &shell.ask, &shell.deny)?;
-                chain = chain.with_shell_allow(SHELL_TOOL, rules);
+            if let Some(shell) = &config.shell {
+                shell.check()?;
+                let (allow, ask, deny) = shell.lists();
+                if !allow.is_empty() {
+                    chain = chain.with_shell_allow(SHELL_TOOL, ShellRules::new(&allow, &ask, &deny)?);
+                }
             }
             Some(chain)
         } else {
@@ -461,12 +467,20 @@ impl AdmissionStage {
         let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason.clone());
         d.rule = ev.rule.as_ref().and_then(|r| serde_json::to_value(r).ok());
         if ev.verdict != Verdict::Deny && ev.input != input {
-            d.verdict = Verdict::Deny;
-            d.reason = format!(
-                "the permission chain substituted the input of `{name}` ({}); input substitution at admission is not supported, so the call is refused",
-                ev.decided_by.as_str()
-            );
-            return StageVerdict::Refuse(d);
+            // A substituted input: it is what the later layers checked, what
+            // an approval is keyed by and what the tool receives. Anything
+            // but an object cannot be a tool's parameters (fail closed).
+            match ev.input.as_object() {
+                Some(m) => d.substituted = Some(m.clone()),
+                None => {
+                    d.verdict = Verdict::Deny;
+                    d.reason = format!(
+                        "the permission chain substituted the input of `{name}` ({}) with a non-object; refused",
+                        ev.decided_by.as_str()
+                    );
+                    return StageVerdict::Refuse(d);
+                }
+            }
         }
         match ev.verdict {
             Verdict::Allow => StageVerdict::Admit(Some(d)),

@@ -98,6 +98,10 @@ struct Ctx {
     stage: Arc<AdmissionStage>,
     /// Actions refused at admission (their compensation refs are refused too).
     refused: Vec<bool>,
+    /// Actions whose input the permission chain substituted, by index
+    /// (empty: none): the substituted action is what dispatch checks and
+    /// what the tool receives.
+    overrides: Vec<Option<Action>>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -166,6 +170,7 @@ impl Runtime {
             detached: Mutex::new(Vec::new()),
             stage: self.admission_stage(),
             refused: Vec::new(),
+            overrides: Vec::new(),
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results);
 
@@ -434,6 +439,30 @@ impl Runtime {
                 let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| stage.decide(a))).unwrap_or_else(|_| {
                     StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
                 });
+                let substituted = match &verdict {
+                    StageVerdict::Admit(Some(d)) | StageVerdict::Hold(d, _) => d.substituted.clone(),
+                    _ => None,
+                };
+                if let Some(params) = substituted {
+                    // The substituted input must satisfy the tool's contract too.
+                    if let Some(t) = ctx.tools.get(i).cloned().flatten()
+                        && t.validates_params()
+                        && let Some(e) = t.check_params(&Value::Object(params.clone()))
+                    {
+                        let name = a.tool.as_deref().unwrap_or("");
+                        refusals[i] = Some(Decision::deny(
+                            layer::TOOL,
+                            format!("tool '{name}' parameter validation of the substituted input: {e}"),
+                        ));
+                        continue;
+                    }
+                    if ctx.overrides.is_empty() {
+                        ctx.overrides = vec![None; n];
+                    }
+                    let mut b = a.clone();
+                    b.parameters = params;
+                    ctx.overrides[i] = Some(b);
+                }
                 match verdict {
                     StageVerdict::Admit(d) => {
                         if let Some(mut d) = d {
@@ -473,6 +502,7 @@ impl Runtime {
                 if refusals[i].is_some() {
                     continue;
                 }
+                let a = ctx.overrides.get(i).and_then(Option::as_ref).unwrap_or(a);
                 let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| check(a, ctx.session_id.as_deref())))
                     .unwrap_or_else(|_| AdmissionVerdict::Refuse("the admission check panicked; refused".to_string()));
                 match verdict {
@@ -542,6 +572,11 @@ impl Runtime {
 }
 
 impl Ctx {
+    /// Action `i` as it runs: with the input the chain substituted, if any.
+    fn action(&self, i: usize) -> &Action {
+        self.overrides.get(i).and_then(Option::as_ref).unwrap_or(&self.proposal.actions[i])
+    }
+
     /// The cost budget in force: the stage's, else the runtime's.
     fn budget(&self) -> Option<&crate::ir::CostBudget> {
         self.stage.budget().or(self.rt.inner.options.cost_budget.as_ref())
@@ -681,7 +716,7 @@ async fn run_action(ctx: &Ctx, i: usize) -> Outcome {
 }
 
 async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
-    let a = &ctx.proposal.actions[i];
+    let a = ctx.action(i);
     let events = &ctx.rt.inner.events;
     let t0 = Instant::now();
     match await_hold(ctx, i).await {
@@ -1131,8 +1166,8 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
             let mut c = Action::tool_call(tool.clone());
             c.id = a.id.clone();
             c.parameters = parameters.clone();
-            admit_compensation(ctx, &c).await?;
-            invoke(ctx, make_call(ctx, tool, parameters, a, 1)).await.map(|_| ()).map_err(|f| f.message)
+            let params = admit_compensation(ctx, &c).await?.unwrap_or_else(|| parameters.clone());
+            invoke(ctx, make_call(ctx, tool, &params, a, 1)).await.map(|_| ()).map_err(|f| f.message)
         }
         Compensation::ActionRef { action_id } => {
             let Some((j, target)) = ctx.proposal.actions.iter().enumerate().find(|(_, b)| b.id == *action_id) else {
@@ -1152,15 +1187,24 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
                 );
                 return Err(d.reason);
             }
-            admit_compensation(ctx, target).await?;
-            attempt_action(ctx, j, target, 1, None).await.map(|_| ()).map_err(|f| f.message)
+            match admit_compensation(ctx, target).await? {
+                None => attempt_action(ctx, j, target, 1, None).await,
+                Some(params) => {
+                    let mut b = target.clone();
+                    b.parameters = params;
+                    attempt_action(ctx, j, &b, 1, None).await
+                }
+            }
+            .map(|_| ())
+            .map_err(|f| f.message)
         }
     }
 }
 
 /// Admission of one compensation, recorded as an `AdmissionDecided` event
-/// with `stage: "compensation"`; `Err` with the refusal.
-async fn admit_compensation(ctx: &Ctx, c: &Action) -> Result<(), String> {
+/// with `stage: "compensation"`; `Err` with the refusal, else the input the
+/// chain substituted, if it did.
+async fn admit_compensation(ctx: &Ctx, c: &Action) -> Result<Option<Map<String, Value>>, String> {
     let decision = decide_compensation(ctx, c).await;
     let events = &ctx.rt.inner.events;
     if let Some(d) = &decision {
@@ -1173,7 +1217,8 @@ async fn admit_compensation(ctx: &Ctx, c: &Action) -> Result<(), String> {
     }
     match decision {
         Some(d) if d.verdict != Verdict::Allow => Err(format!("compensation refused: {}", d.reason)),
-        _ => Ok(()),
+        Some(d) => Ok(d.substituted),
+        None => Ok(None),
     }
 }
 
@@ -1244,6 +1289,20 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
                 Err(_) => return Some(Decision::deny(layer::HOST, "the admission hold panicked; refused")),
             },
         }
+    }
+    // With a substituted input, the later checks see what the tool would receive.
+    let substituted = allowed.as_ref().and_then(|d| d.substituted.clone()).map(|params| {
+        let mut b = c.clone();
+        b.parameters = params;
+        b
+    });
+    let c = substituted.as_ref().unwrap_or(c);
+    if substituted.is_some()
+        && let Some(t) = inner.tools.read().ok().and_then(|t| t.get(c.tool.as_deref().unwrap_or("")))
+        && t.validates_params()
+        && let Some(e) = t.check_params(&Value::Object(c.parameters.clone()))
+    {
+        return Some(Decision::deny(layer::TOOL, format!("parameter validation of the substituted input: {e}")));
     }
     if let Some(d) = ctx.dispatch_layers(c) {
         return Some(d);
