@@ -1,7 +1,8 @@
 //! Engine overhead per action with a no-op in-process tool and the event log
 //! on: 10,000 independent tool calls, a 10,000-action chain, 10,000
 //! state_writes, and 1,000 vs 100,000 independent calls (per-action cost
-//! must not grow with proposal size). Throughput is reported in actions/s;
+//! must not grow with proposal size), and the independent and chain cases
+//! again with every admission layer configured. Throughput is reported in actions/s;
 //! `engine_cpu*` measure the executing thread's CPU time, `engine_wall` wall time.
 
 use std::time::Duration;
@@ -12,7 +13,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 
 #[path = "support/engine_shapes.rs"]
 mod engine_shapes;
-use engine_shapes::{chain, independent, runtime, writes};
+use engine_shapes::{chain, full_admission, independent, runtime, writes};
 
 /// CPU time consumed by the calling thread, from `/proc/thread-self/schedstat`
 /// (nanoseconds on CPU). The benchmark machine is shared (2 cores under other
@@ -25,8 +26,15 @@ fn thread_cpu() -> Duration {
 }
 
 fn bench_case(c: &mut Criterion, group: &str, name: &str, proposal: ActionProposal, cpu: bool) {
+    bench_with(c, group, name, proposal, cpu, false)
+}
+
+fn bench_with(c: &mut Criterion, group: &str, name: &str, proposal: ActionProposal, cpu: bool, admission: bool) {
     let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (rt, ex) = runtime();
+    if admission {
+        full_admission(&rt);
+    }
     let mut g = c.benchmark_group(group);
     g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
     g.throughput(Throughput::Elements(proposal.actions.len() as u64));
@@ -64,6 +72,10 @@ fn engine(c: &mut Criterion) {
     bench_case(c, "engine_wall", "independent_10k", independent(10_000), false);
     bench_case(c, "engine_wall", "chain_10k", chain(10_000), false);
     bench_case(c, "engine_wall", "state_write_10k", writes(10_000), false);
+    // Every admission layer configured (100 policy rules, a 30-rule chain,
+    // the tier with a ledger, one inspector): target < 3 µs per action.
+    bench_with(c, "engine_cpu_admission", "independent_10k", independent(10_000), true, true);
+    bench_with(c, "engine_cpu_admission", "chain_10k", chain(10_000), true, true);
 }
 
 criterion_group!(benches, engine);

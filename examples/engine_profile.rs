@@ -12,7 +12,8 @@
 //!
 //! The difference of the two totals divided by `2 * 10000` is the
 //! instructions per action in steady state (setup and the first, cold run
-//! cancel out). Workloads: `state_write`, `independent`, `chain`. With
+//! cancel out). Workloads: `state_write`, `independent`, `chain`; with
+//! `ADMISSION=full`, every admission layer configured. With
 //! `SIZES=1` set it also prints the sizes of the event and result types (the
 //! event log holds up to `max_events` of them).
 
@@ -38,6 +39,10 @@ fn main() {
     let iters: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
 
     let (rt, ex) = engine_shapes::runtime();
+    // `ADMISSION=full`: every admission layer configured (benches/engine.rs).
+    if std::env::var("ADMISSION").as_deref() == Ok("full") {
+        engine_shapes::full_admission(&rt);
+    }
     let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let p = proposal(kind, n);
     for _ in 0..iters {

@@ -62,3 +62,39 @@ pub fn writes(n: usize) -> ActionProposal {
             .collect(),
     )
 }
+
+/// Every admission layer configured (issue #18's benchmark): 100 mixed
+/// policy rules, a 30-rule permission chain with a preset, the tier layer
+/// with a ledger, and one dispatch-time inspector. None of them refuses
+/// `noop`, so every action is decided by every layer and then runs.
+pub fn full_admission(rt: &Runtime) {
+    use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers};
+    rt.with_policies_mut(|p| {
+        for i in 0..50 {
+            p.register(&format!("deny_t{i}"), car_runtime::policy::deny_tool(&format!("t{i}")), "bench");
+        }
+        for i in 0..50 {
+            p.register(
+                &format!("param_{i}"),
+                car_runtime::policy::deny_tool_param("noop", &format!("k{i}"), &format!("v{i}")),
+                "bench",
+            );
+        }
+    })
+    .unwrap();
+    let mut deny: Vec<Value> = (0..15).map(|i| json!({"tool": format!("d{i}")})).collect();
+    deny.push(json!({"tool": "shell", "argv": "rm **"}));
+    let ask: Vec<Value> = (0..14).map(|i| json!({"tool": format!("q{i}")})).collect();
+    let ledger = std::env::temp_dir().join(format!("car-bench-ledger-{}.jsonl", std::process::id()));
+    let config = AdmissionConfig::from_value(json!({
+        "tier": "sandbox_edit",
+        "ledger_path": ledger.to_string_lossy(),
+        "preset": "open",
+        "deny": deny,
+        "ask": ask,
+        "inspectors": {"egress_allowlist": ["example.com"]},
+    }))
+    .unwrap();
+    let stage = AdmissionStage::build(config, &HostLayers::default(), None).unwrap();
+    rt.set_admission_stage(Arc::new(stage));
+}
