@@ -451,3 +451,69 @@ match = ["rm -r -f /"]
     a.parameters = json!({"command": "rm -rf /"}).as_object().unwrap().clone();
     assert_eq!(stage.preview(&a).unwrap().0.layer, "deny-rule");
 }
+
+/// Issue #18, item 5: the plan/apply gate on the execution path: plan (no
+/// side effects), decide each ask with a scope, apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_decide_apply() {
+    let dir = scratch("plan");
+    let rt = CarRuntime::new();
+    rt.register_agent_basics(dir.to_str()).unwrap();
+    rt.register_tool("migrate").unwrap();
+    rt.set_permissions(
+        Some(r#"{"ask": [{"tool": "migrate"}], "deny": [{"tool": "edit_file"}], "preset": "open"}"#),
+        Some(dir.join("approvals").to_str().unwrap()),
+    )
+    .unwrap();
+    let plan = json!({"actions": [
+        {"id": "m1", "type": "tool_call", "tool": "migrate", "parameters": {"env": "a"}, "failure_behavior": "skip"},
+        {"id": "m2", "type": "tool_call", "tool": "migrate", "parameters": {"env": "b"}, "failure_behavior": "skip"},
+        {"id": "m3", "type": "tool_call", "tool": "migrate", "parameters": {"env": "c"}, "failure_behavior": "skip"},
+        {"id": "w", "type": "tool_call", "tool": "write_file", "parameters": {"path": "notes.txt", "content": "hello\n"}},
+        {"id": "e", "type": "tool_call", "tool": "edit_file", "parameters": {"path": "notes.txt", "old_text": "x", "new_text": "y"}, "failure_behavior": "skip"}
+    ]})
+    .to_string();
+    let events_before = rt.event_count();
+    let p: Value = serde_json::from_str(&rt.proposal_plan(&plan, None, None).unwrap()).unwrap();
+    assert_eq!(rt.event_count(), events_before, "planning records nothing");
+    assert!(!dir.join("notes.txt").exists(), "planning runs nothing");
+    let item = |id: &str| p["items"].as_array().unwrap().iter().find(|i| i["action_id"] == json!(id)).unwrap().clone();
+    assert_eq!((item("m1")["verdict"].as_str(), item("m1")["layer"].as_str()), (Some("ask"), Some("ask-rule")));
+    assert!(item("m1")["approval_key"].as_str().unwrap().starts_with("migrate:"));
+    assert_eq!(item("w")["verdict"], "allow");
+    assert!(item("w")["preview"]["diff"].as_str().unwrap().contains("+hello"), "{}", item("w"));
+    assert_eq!((item("e")["verdict"].as_str(), item("e")["layer"].as_str()), (Some("deny"), Some("deny-rule")));
+    assert_eq!(p["counts"], json!({"allow": 1, "ask": 3, "deny": 1}));
+    let id = p["plan_id"].as_str().unwrap();
+
+    // A deny is not an ask: it cannot be decided.
+    let e = rt.proposal_decide(id, "e", "allow", "once", "").unwrap_err();
+    assert!(e.to_string().contains("`e`"), "{e}");
+    let e = rt.proposal_decide(id, "m1", "allow", "always", "").unwrap_err();
+    assert_eq!(e.code(), "always_scope_unavailable");
+    rt.proposal_decide(id, "m1", "allow", "once", "reviewed").unwrap();
+    rt.proposal_decide(id, "m2", "deny", "once", "not today").unwrap();
+    // m3 is left undecided.
+    let out: Value = serde_json::from_str(&rt.proposal_apply(id, stub()).await.unwrap()).unwrap();
+    let status = |id: &str| {
+        out["results"].as_array().unwrap().iter().find(|r| r["action_id"] == json!(id)).unwrap()["status"].clone()
+    };
+    assert_eq!(status("m1"), "succeeded", "{out}");
+    assert_eq!(status("m2"), "rejected", "{out}");
+    assert_eq!(status("m3"), "rejected", "{out}");
+    assert_eq!(status("w"), "succeeded");
+    assert_eq!(status("e"), "rejected");
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "hello\n");
+    assert_eq!(rt.proposal_apply(id, stub()).await.unwrap_err().code(), "plan_not_found");
+
+    // `session`: later identical calls are answered without deciding again.
+    let one = json!({"actions": [{"id": "m", "type": "tool_call", "tool": "migrate", "parameters": {"env": "s"}}]})
+        .to_string();
+    let p: Value = serde_json::from_str(&rt.proposal_plan(&one, None, None).unwrap()).unwrap();
+    rt.proposal_decide(p["plan_id"].as_str().unwrap(), "m", "allow", "session", "ok for the session").unwrap();
+    for _ in 0..2 {
+        let out: Value = serde_json::from_str(&rt.execute_proposal(&one, stub(), None, None).await.unwrap()).unwrap();
+        assert_eq!(out["results"][0]["status"], "succeeded", "{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::admission::{AdmissionConfig, AdmissionStage, HostLayers};
 use crate::engine::{CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
 use crate::events::{EventQuery, RetentionPolicy};
-use crate::gate::{ApprovalCallback, ApprovalEvent, ApprovalStore};
+use crate::gate::{ApprovalCallback, ApprovalEvent, ApprovalStore, input_digest};
 use crate::ir::{ToolFailure, ToolSource};
 use crate::ir::{ToolSchema, from_json_str};
 use crate::permission::{CanUseToolFn, HookFn};
@@ -36,6 +36,10 @@ pub struct CarRuntime {
     host_layers: Arc<RwLock<HostLayers>>,
     /// Serialises reconfigurations (read, rebuild, install).
     configure: Arc<Mutex<()>>,
+    /// Plans built by `proposal_plan`, by id, until applied.
+    plans: Arc<Mutex<std::collections::HashMap<String, StoredPlan>>>,
+    /// `session`-scoped answers to asks: `(tool, input digest)` → (allow, reason).
+    session_answers: Arc<Mutex<std::collections::HashMap<(String, String), (bool, String)>>>,
     /// Where the built-in tools run, once `register_agent_basics` was called.
     builtin_root: Arc<RwLock<Option<Root>>>,
     /// The approvals store of `set_permissions` and the attached approvers.
@@ -80,6 +84,20 @@ impl Approvals {
         }
         self.store = store;
     }
+}
+
+/// A plan kept for `proposal_decide` and `proposal_apply`.
+#[derive(Debug, Clone)]
+struct StoredPlan {
+    proposal: crate::ir::ActionProposal,
+    session_id: Option<String>,
+    scope_json: Option<String>,
+    /// The ask items: action id → (tool, post-hook input digest).
+    asks: std::collections::HashMap<String, (String, String)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Sends calls of the registered built-in tools to the in-process
@@ -142,6 +160,8 @@ impl CarRuntime {
             rt: Runtime::new(options),
             host_layers: Arc::new(RwLock::new(HostLayers::default())),
             configure: Arc::new(Mutex::new(())),
+            plans: Arc::new(Mutex::new(std::collections::HashMap::new())),
+            session_answers: Arc::new(Mutex::new(std::collections::HashMap::new())),
             builtin_root: Arc::new(RwLock::new(None)),
             approvals: Arc::new(Mutex::new(Approvals::default())),
         }
@@ -387,6 +407,7 @@ impl CarRuntime {
             Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
             _ => ExecScope::default(),
         };
+        self.apply_session_answers(&proposal)?;
         let opts = ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id };
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let executor: Arc<dyn ToolExecutor> = match root {
@@ -396,6 +417,28 @@ impl CarRuntime {
             None => executor,
         };
         self.rt.execute(proposal, executor, opts).await
+    }
+
+    /// The `session`-scoped answers (`proposal_decide`) for the asks of a
+    /// proposal about to run, recorded for the stage's `approval` layer.
+    fn apply_session_answers(&self, proposal: &crate::ir::ActionProposal) -> Result<()> {
+        let answers = lock(&self.session_answers).clone();
+        if answers.is_empty() {
+            return Ok(());
+        }
+        let stage = self.rt.admission_stage();
+        for a in &proposal.actions {
+            if let Some((d, input)) = stage.preview(a)
+                && d.verdict == crate::permission::Verdict::Ask
+                && let Some(tool) = &a.tool
+            {
+                let digest = input_digest(&input)?;
+                if let Some((allow, reason)) = answers.get(&(tool.clone(), digest.clone())) {
+                    self.pre_resolve(tool, &digest, *allow, reason)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Number of events held.
@@ -520,6 +563,175 @@ impl CarRuntime {
     /// The admission configuration document in force, as JSON text.
     pub fn admission_config(&self) -> String {
         to_text(&self.rt.admission_stage().config().to_value())
+    }
+
+    /// The plan of a proposal before anything runs (the plan/apply gate on
+    /// the execution path): for every action what admission decides now
+    /// (`verdict`, deciding `layer`, `rule`, `reason`, `required_tier`,
+    /// `granted_tier`), its `risk`, and for an `ask` the `approval_key` a
+    /// decision resolves; a built-in file write carries its unified diff as
+    /// `preview`. Nothing runs, is recorded or is asked. Decide the asks with
+    /// [`CarRuntime::proposal_decide`], then run it with
+    /// [`CarRuntime::proposal_apply`]. JSON text `{plan_id, proposal_id,
+    /// items, counts: {allow, ask, deny}}`.
+    pub fn proposal_plan(
+        &self,
+        proposal_json: &str,
+        session_id: Option<&str>,
+        scope_json: Option<&str>,
+    ) -> Result<String> {
+        let proposal = crate::ir::parse_proposal(proposal_json)?;
+        if let Some(&(i, first)) = crate::dag::duplicate_ids(&proposal.actions).first() {
+            return Err(crate::error::InputError::Shape {
+                path: format!("actions[{i}].id"),
+                message: format!("duplicate action id '{}' (also actions[{first}].id)", proposal.actions[i].id),
+            }
+            .into());
+        }
+        let scope: ExecScope = match scope_json {
+            Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
+            _ => ExecScope::default(),
+        };
+        let decisions = self.rt.plan(&proposal, session_id, scope.tenant_id.as_deref())?;
+        let stage = self.rt.admission_stage();
+        let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut asks = std::collections::HashMap::new();
+        let mut counts = [0u64; 3];
+        let mut items = Vec::with_capacity(decisions.len());
+        for (a, (d, input)) in proposal.actions.iter().zip(decisions) {
+            counts[d.verdict as usize] += 1;
+            let mut item = serde_json::to_value(&d).unwrap_or_else(|_| json!({}));
+            item["action_id"] = json!(a.id);
+            item["type"] = json!(a.action_type.as_str());
+            if let Some(tool) = &a.tool {
+                item["tool"] = json!(tool);
+                if let Some(r) = stage.definition(tool).risk {
+                    item["risk"] = serde_json::to_value(r).unwrap_or(Value::Null);
+                }
+                if d.verdict == crate::permission::Verdict::Ask
+                    && let Some(input) = &input
+                {
+                    let digest = input_digest(input)?;
+                    item["approval_key"] = json!(crate::gate::approval_key(tool, &digest));
+                    asks.insert(a.id.clone(), (tool.clone(), digest));
+                }
+                if let Some(root) = &root
+                    && self.rt.tool(tool).is_some_and(|t| t.source == ToolSource::Builtin)
+                    && let Ok(Some(diff)) = crate::tools::preview(root, tool, &a.parameters)
+                {
+                    item["preview"] = json!({"kind": "diff", "diff": diff});
+                }
+            }
+            items.push(item);
+        }
+        let plan_id = format!("plan-{}", uuid::Uuid::new_v4());
+        let out = json!({
+            "plan_id": plan_id,
+            "proposal_id": proposal.id,
+            "items": items,
+            "counts": {"allow": counts[0], "ask": counts[1], "deny": counts[2]},
+        });
+        lock(&self.plans).insert(
+            plan_id,
+            StoredPlan {
+                proposal,
+                session_id: session_id.map(str::to_string),
+                scope_json: scope_json.map(str::to_string),
+                asks,
+            },
+        );
+        Ok(to_text(&out))
+    }
+
+    /// Decides one `ask` item of a plan: `decision` is `allow` or `deny`
+    /// (anything else is a deny), `scope` is `once` (this action of this
+    /// plan), `session` (every later identical call, tool and post-hook
+    /// input, of this runtime) or `always` (refused with
+    /// `always_scope_unavailable`: there is no shared rule store yet). The
+    /// decision resolves the item's approval in the approvals store, so the
+    /// admission stage applies it when the plan runs; it never lifts a deny.
+    /// JSON text `{plan_id, action_id, approval_key, decision, scope}`.
+    pub fn proposal_decide(
+        &self,
+        plan_id: &str,
+        action_id: &str,
+        decision: &str,
+        scope: &str,
+        reason: &str,
+    ) -> Result<String> {
+        let (tool, digest) = {
+            let plans = lock(&self.plans);
+            let plan = plans.get(plan_id).ok_or_else(|| {
+                Error::not_found("plan_not_found", format!("no plan `{plan_id}` (applied or never built)"))
+            })?;
+            plan.asks.get(action_id).cloned().ok_or_else(|| {
+                Error::invalid_argument("action_id", format!("`{action_id}` is not an `ask` item of plan `{plan_id}`"))
+            })?
+        };
+        let allow = decision == "allow";
+        match scope {
+            "once" => {}
+            "session" => {
+                lock(&self.session_answers).insert((tool.clone(), digest.clone()), (allow, reason.to_string()));
+            }
+            "always" => {
+                return Err(Error::runtime(
+                    "always_scope_unavailable",
+                    "an `always` decision needs a shared rule store, which this runtime does not have; decide with `once` or `session`",
+                ));
+            }
+            other => {
+                return Err(Error::invalid_argument(
+                    "scope",
+                    format!("`{other}` is not `once`, `session` or `always`"),
+                ));
+            }
+        }
+        self.pre_resolve(&tool, &digest, allow, reason)?;
+        Ok(to_text(&json!({
+            "plan_id": plan_id, "action_id": action_id,
+            "approval_key": crate::gate::approval_key(&tool, &digest),
+            "decision": if allow { "allow" } else { "deny" }, "scope": scope,
+        })))
+    }
+
+    /// Records an answer for `(tool, digest)` in the approvals store, for the
+    /// stage's `approval` layer to apply.
+    fn pre_resolve(&self, tool: &str, digest: &str, allow: bool, reason: &str) -> Result<()> {
+        let store = self.rt.admission_stage().approvals().cloned().ok_or_else(|| {
+            Error::runtime(
+                "approvals_not_configured",
+                "no approvals store: call set_permissions with an `approvals_dir` first",
+            )
+        })?;
+        let key = crate::gate::approval_key(tool, digest);
+        match store.request(tool, digest, None) {
+            Ok(crate::gate::Ticket::Resolved(_)) => {
+                // An earlier answer was just used up by this request: record again.
+                let _ = store.request(tool, digest, None);
+            }
+            Ok(crate::gate::Ticket::Pending(_)) => {}
+            Err(e) if e.code() == "approval_required" => {}
+            Err(e) => return Err(e),
+        }
+        let decision = if allow { crate::gate::ApprovalDecision::Allow } else { crate::gate::ApprovalDecision::Deny };
+        store.resolve(&key, decision, reason)?;
+        Ok(())
+    }
+
+    /// Runs a plan built by [`CarRuntime::proposal_plan`] with the host's
+    /// executor, after its decisions: the ProposalResult as JSON text. The
+    /// plan is used up. Admission decides again as the proposal runs (the
+    /// state may have changed since the plan); an `ask` nobody decided is
+    /// refused unless an approver answers it.
+    pub async fn proposal_apply(&self, plan_id: &str, executor: Arc<dyn ToolExecutor>) -> Result<String> {
+        let plan = lock(&self.plans).remove(plan_id).ok_or_else(|| {
+            Error::not_found("plan_not_found", format!("no plan `{plan_id}` (applied or never built)"))
+        })?;
+        let result = self
+            .execute_parsed(plan.proposal, executor, plan.session_id.as_deref(), plan.scope_json.as_deref())
+            .await?;
+        Ok(result.to_json_string())
     }
 
     /// Registers host closures in the chain: `hooks` run after the

@@ -67,6 +67,15 @@ struct Done {
     cached: Option<&'static str>,
 }
 
+/// What the engine's own admission layers found.
+struct FixedLayers {
+    refusals: Vec<Option<Decision>>,
+    policy_refused: Vec<bool>,
+    tools: Vec<Option<Arc<RegisteredTool>>>,
+    /// `(action index, violations)` of every policy that denied.
+    violations: Vec<(usize, Vec<crate::policy::PolicyViolation>)>,
+}
+
 /// How an action ended, for the scheduler.
 struct Outcome {
     result: ActionResult,
@@ -329,17 +338,21 @@ impl Runtime {
         Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
     }
 
-    /// Admission before anything runs. Returns true when a refused action's
-    /// failure behavior aborts the proposal. The layers and their order are
-    /// those of [`crate::admission`].
-    fn admit(&self, ctx: &mut Ctx, dag: &Dag, results: &mut [Option<ActionResult>]) -> bool {
-        let proposal = ctx.proposal.clone();
-        let actions = &proposal.actions;
+    /// The engine's own admission layers, in order: validation, budget, the
+    /// tool contract, policies. Pure: nothing is recorded.
+    fn fixed_layers(
+        &self,
+        actions: &[Action],
+        dag: &Dag,
+        budget: Option<&crate::ir::CostBudget>,
+        session: Option<&str>,
+        scope: &Scope,
+    ) -> FixedLayers {
         let n = actions.len();
-        let stage = ctx.stage.clone();
         let mut refusals: Vec<Option<Decision>> = vec![None; n];
         let mut policy_refused = vec![false; n];
-
+        let mut tools_of = vec![None; n];
+        let mut violations_of = Vec::new();
         for &i in dag.cyclic() {
             refusals[i] = Some(Decision::deny(layer::VALIDATION, "action is part of a dependency cycle"));
         }
@@ -348,7 +361,7 @@ impl Runtime {
                 Decision::deny(layer::VALIDATION, format!("dependency '{dep}' is not an action of this proposal"))
             });
         }
-        if let Some(b) = ctx.budget() {
+        if let Some(b) = budget {
             let tool_calls = actions.iter().filter(|a| a.action_type == ActionType::ToolCall).count() as u64;
             let over = match (b.max_actions, b.max_tool_calls) {
                 (Some(m), _) if n as u64 > m => Some(format!("cost budget exceeded: {n} actions > max_actions {m}")),
@@ -361,7 +374,6 @@ impl Runtime {
                 refusals.iter_mut().for_each(|r| *r = Some(Decision::deny(layer::BUDGET, reason.clone())));
             }
         }
-
         if let Ok(tools) = self.inner.tools.read() {
             for (i, a) in actions.iter().enumerate() {
                 if a.action_type != ActionType::ToolCall {
@@ -382,42 +394,104 @@ impl Runtime {
                             refusals[i] =
                                 Some(Decision::deny(layer::TOOL, format!("tool '{name}' parameter validation: {e}")));
                         }
-                        ctx.tools[i] = Some(t);
+                        tools_of[i] = Some(t);
                     }
                 }
             }
         }
-
         // A poisoned lock still holds every rule: keep enforcing (fail closed).
-        {
-            let policies = self.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
-            let session = ctx.session_id.as_deref();
-            if !policies.is_empty() || session.is_some() {
-                let state = self.inner.state.snapshot(&ctx.scope);
-                for (i, a) in actions.iter().enumerate() {
-                    let violations = policies.check_in_session(a, &state, session);
-                    if violations.is_empty() {
-                        continue;
-                    }
-                    let mut reasons = Vec::with_capacity(violations.len());
-                    for v in &violations {
-                        self.inner.events.record(
-                            EventKind::PolicyViolation,
-                            Some(&ctx.pid),
-                            Some(&a.id),
-                            json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason}),
-                        );
-                        reasons.push(format!("policy '{}': {}", v.policy_name, v.reason));
-                    }
-                    policy_refused[i] = true;
-                    if refusals[i].is_none() {
-                        let mut d = Decision::deny(layer::POLICY, reasons.join("; "));
-                        d.rule = Some(Value::String(violations[0].policy_name.clone()));
-                        refusals[i] = Some(d);
-                    }
+        let policies = self.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
+        if !policies.is_empty() || session.is_some() {
+            let state = self.inner.state.snapshot(scope);
+            for (i, a) in actions.iter().enumerate() {
+                let violations = policies.check_in_session(a, &state, session);
+                if violations.is_empty() {
+                    continue;
                 }
+                policy_refused[i] = true;
+                if refusals[i].is_none() {
+                    let reasons: Vec<String> =
+                        violations.iter().map(|v| format!("policy '{}': {}", v.policy_name, v.reason)).collect();
+                    let mut d = Decision::deny(layer::POLICY, reasons.join("; "));
+                    d.rule = Some(Value::String(violations[0].policy_name.clone()));
+                    refusals[i] = Some(d);
+                }
+                violations_of.push((i, violations));
             }
         }
+        FixedLayers { refusals, policy_refused, tools: tools_of, violations: violations_of }
+    }
+
+    /// The plan of a proposal: what admission would decide for every action
+    /// now, without running, recording or asking anything (the approvals
+    /// store is not consulted: an `ask` stays `ask`). One entry per action:
+    /// its decision by the first layer that refuses it, else by the stage's
+    /// chain (or tier), else `allow` by `none`; with the post-hook input of
+    /// a tool call the chain judged.
+    pub fn plan(
+        &self,
+        proposal: &ActionProposal,
+        session: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(Decision, Option<Value>)>> {
+        let scope = Scope::from_option(tenant)?;
+        let stage = self.admission_stage();
+        let dag = Dag::build(&proposal.actions);
+        let budget = stage.budget().or(self.inner.options.cost_budget.as_ref());
+        let fixed = self.fixed_layers(&proposal.actions, &dag, budget, session, &scope);
+        let tier = if stage.is_empty() { Vec::new() } else { stage.tier_decisions(&proposal.actions) };
+        Ok(proposal
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if let Some(d) = fixed.refusals[i].clone() {
+                    return (d, None);
+                }
+                let tier_d = tier.get(i).cloned();
+                if let Some((true, d)) = tier_d {
+                    return (d, None);
+                }
+                match stage.preview(a) {
+                    Some((mut d, input)) => {
+                        if let Some((_, t)) = &tier_d {
+                            d.required_tier = t.required_tier;
+                            d.granted_tier = t.granted_tier;
+                        }
+                        (d, Some(input))
+                    }
+                    None => (
+                        tier_d
+                            .map(|(_, d)| d)
+                            .unwrap_or_else(|| Decision::new(Verdict::Allow, layer::NONE, "no layer refuses it")),
+                        None,
+                    ),
+                }
+            })
+            .collect())
+    }
+
+    /// Admission before anything runs. Returns true when a refused action's
+    /// failure behavior aborts the proposal. The layers and their order are
+    /// those of [`crate::admission`].
+    fn admit(&self, ctx: &mut Ctx, dag: &Dag, results: &mut [Option<ActionResult>]) -> bool {
+        let proposal = ctx.proposal.clone();
+        let actions = &proposal.actions;
+        let n = actions.len();
+        let stage = ctx.stage.clone();
+        let fixed = self.fixed_layers(actions, dag, ctx.budget(), ctx.session_id.as_deref(), &ctx.scope);
+        for (i, violations) in &fixed.violations {
+            for v in violations {
+                self.inner.events.record(
+                    EventKind::PolicyViolation,
+                    Some(&ctx.pid),
+                    Some(&actions[*i].id),
+                    json!({"policy_name": v.policy_name, "action_id": v.action_id, "reason": v.reason}),
+                );
+            }
+        }
+        let FixedLayers { mut refusals, policy_refused, tools, .. } = fixed;
+        ctx.tools = tools;
 
         // The stage's layers: the tier (the whole proposal), then the chain
         // and ask approvals per action.
