@@ -725,13 +725,19 @@ impl CarRuntime {
     /// state may have changed since the plan); an `ask` nobody decided is
     /// refused unless an approver answers it.
     pub async fn proposal_apply(&self, plan_id: &str, executor: Arc<dyn ToolExecutor>) -> Result<String> {
+        let (proposal, session, scope) = self.proposal_take(plan_id)?;
+        let result = self.execute_parsed(proposal, executor, session.as_deref(), scope.as_deref()).await?;
+        Ok(result.to_json_string())
+    }
+
+    /// Takes a plan out for a host that runs it itself (the daemon, which
+    /// admits a submission before executing it): its proposal, session id
+    /// and scope. The plan is used up.
+    pub fn proposal_take(&self, plan_id: &str) -> Result<(crate::ir::ActionProposal, Option<String>, Option<String>)> {
         let plan = lock(&self.plans).remove(plan_id).ok_or_else(|| {
             Error::not_found("plan_not_found", format!("no plan `{plan_id}` (applied or never built)"))
         })?;
-        let result = self
-            .execute_parsed(plan.proposal, executor, plan.session_id.as_deref(), plan.scope_json.as_deref())
-            .await?;
-        Ok(result.to_json_string())
+        Ok((plan.proposal, plan.session_id, plan.scope_json))
     }
 
     /// Registers host closures in the chain: `hooks` run after the

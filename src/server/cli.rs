@@ -205,6 +205,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     config.allow_self_approval = args.allow_self_approval
         || env("CAR_ALLOW_SELF_APPROVAL").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
     config.policy_dir = Some(paths.policy_dir());
+    config.admission_path = Some(paths.state_root.join("permissions.toml"));
     config.ledger_path = Some(paths.state_root.join("approvals.jsonl"));
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
 

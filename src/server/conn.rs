@@ -524,6 +524,16 @@ impl Conn {
         {
             return Err(format!("connection refused: policy directory `{}`: {e}", dir.display()));
         }
+        if let Some(path) = config.admission_path.as_ref().filter(|p| p.is_file()) {
+            let bad = |e: String| format!("connection refused: admission document `{}`: {e}", path.display());
+            let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+            let doc = crate::admission::AdmissionConfig::from_toml(&text).map_err(|e| bad(e.to_string()))?;
+            if doc.ledger_path.is_some() || doc.approvals_dir.is_some() {
+                return Err(bad("`ledger_path` and `approvals_dir` are the daemon's own (`$CAR_HOME`)".to_string()));
+            }
+            rt.configure_admission(doc).map_err(|e| bad(e.to_string()))?;
+            rt.set_tier_ledger(daemon.ledger.clone());
+        }
         let protected_policies = rt
             .list_policies(None)
             .ok()

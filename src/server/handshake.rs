@@ -123,8 +123,9 @@ pub const OWNER: &str = "owner";
 pub const OPERATOR: &str = "operator";
 
 /// The methods that decide for the daemon: approvals, the permission tier,
-/// supervision.
+/// supervision, a session's admission document.
 const DECIDING: &[&str] = &[
+    "admission.configure",
     "permission.approve",
     "permission.reject",
     "permission.set_tier",
@@ -204,6 +205,8 @@ pub const METHODS: &[MethodSpec] = &[
     m("policy.list", "{session_id?}", "{policies: [{name, description}], scope}"),
     m("policy.register", "{name, rule, target?, key?, pattern?, value?, session_id?}", "{registered, scope}"),
     m("policy.unregister", "{name, session_id?}", "{unregistered, removed, scope}"),
+    m("proposal.apply", "{plan_id}", "ProposalResult"),
+    m("proposal.plan", "{proposal, session_id?, scope?}", "{plan_id, proposal_id, items, counts}"),
     m("proposal.submit", "{proposal, session_id?, scope?}", "ProposalResult"),
     m(
         "server.handshake",

@@ -189,6 +189,25 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             conn.subscribe_tool_stream();
             Ok(json!({"subscribed": true}))
         }
+        "proposal.plan" => {
+            let text = proposal_text(req(p, "proposal")?)?;
+            let scope = match obj(p)?.get("scope") {
+                None | Some(Value::Null) => None,
+                Some(s @ Value::Object(_)) => Some(s.to_string()),
+                Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
+            };
+            parse(&rt.proposal_plan(&text, opt_str(p, "session_id")?, scope.as_deref()).map_err(in_param("proposal"))?)
+        }
+        "proposal.apply" => {
+            let (proposal, session, scope) = rt.proposal_take(req_str(p, "plan_id")?).map_err(|e| {
+                if e.code() == "plan_not_found" { RpcError::invalid_params(e.to_string()) } else { e.into() }
+            })?;
+            let submission = Submission { proposal, session, scope };
+            match admit(conn, &submission).await? {
+                Some(refused) => Ok(refused),
+                None => execute(conn, submission).await,
+            }
+        }
         "proposal.submit" => {
             let submission = Submission::read(p)?;
             match admit(conn, &submission).await? {

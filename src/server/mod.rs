@@ -72,6 +72,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// `*.toml` policies applied to every session (`~/.car/policies`).
     pub policy_dir: Option<PathBuf>,
+    /// The operator's admission document (`$CAR_HOME/permissions.toml`,
+    /// TOML), applied to every session before it can do anything.
+    pub admission_path: Option<PathBuf>,
     /// The approvals ledger (`~/.car/approvals.jsonl`) behind
     /// `permission.evaluate/pending/approve/reject`.
     pub ledger_path: Option<PathBuf>,
@@ -102,6 +105,7 @@ impl Default for Config {
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(90),
             policy_dir: None,
+            admission_path: None,
             ledger_path: None,
             supervision_timeout: Duration::from_secs(60),
         }

@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from client import ToolError
+from client import Client, ToolError
 from test_server import URL, TOKEN, Daemon, authed, run
 
 CORPUS = json.loads((pathlib.Path(__file__).parents[1] / "conformance" / "admission" / "cases.json").read_text())
@@ -106,3 +106,51 @@ def test_wire_config_cannot_set_operator_keys():
         await c.close()
 
     run(go())
+
+
+def test_plan_then_apply_over_the_wire():
+    async def go():
+        c = await authed()
+        c.handlers["tools.execute"] = stub
+        await c.call("tools.register", CORPUS["tools"])
+        await c.call("admission.configure", {"config": {"deny": [{"tool": "migrate"}], "preset": "open"}})
+        p = {"actions": [
+            {"id": "l", "type": "tool_call", "tool": "lookup"},
+            {"id": "m", "type": "tool_call", "tool": "migrate", "parameters": {"env": "x"}, "failure_behavior": "skip"},
+        ]}
+        before = await c.call("events.count")
+        plan = await c.call("proposal.plan", {"proposal": p})
+        assert await c.call("events.count") == before, "planning records nothing"
+        items = {i["action_id"]: i for i in plan["items"]}
+        assert (items["l"]["verdict"], items["l"]["layer"]) == ("allow", "default")
+        assert (items["m"]["verdict"], items["m"]["layer"]) == ("deny", "deny-rule")
+        assert plan["counts"] == {"allow": 1, "ask": 0, "deny": 1}
+        res = await c.call("proposal.apply", {"plan_id": plan["plan_id"]})
+        assert [r["status"] for r in res["results"]] == ["succeeded", "rejected"]
+        r = await c.request("proposal.apply", {"plan_id": plan["plan_id"]})
+        assert r["error"]["code"] == -32602 and "plan" in r["error"]["message"], r
+        await c.close()
+
+    run(go())
+
+
+def test_the_operators_document_applies_to_every_session_and_agents_cannot_change_it(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "permissions.toml").write_text('preset = "open"\n[shell]\ndeny = ["touch **"]\n')
+
+    async def go(url):
+        agent = await Client.connect(url)
+        assert (await agent.call("session.auth", {"token": "agent-secret", "agent_id": "a1"}))["ok"] is True
+        agent.handlers["tools.execute"] = stub
+        await agent.call("tools.register", CORPUS["tools"])
+        r = await agent.request("admission.configure", {"config": {}})
+        assert "error" in r, r
+        assert (await agent.call("admission.get"))["shell"] == {"deny": ["touch **"]}
+        res = await agent.call("proposal.submit", {"proposal": {"actions": [
+            {"id": "t", "type": "tool_call", "tool": "shell", "parameters": {"command": "touch x"}}]}})
+        assert res["results"][0]["status"] == "rejected"
+        await agent.close()
+
+    with Daemon("--auth-token", "op-secret", "--agent-token", "a1=agent-secret", home=str(home)) as d:
+        run(go(d.url.rstrip("/")))
