@@ -17,7 +17,7 @@
 //! | 5 | `tier` | this stage | deny (the whole proposal, as the daemon does) |
 //! | 6 | permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default` | this stage | allow, ask, deny |
 //! | 7 | `approval` | this stage | an ask becomes allow (approved), deny, or a hold |
-//! | 8 | `host` | the engine's admission hook (supervision, a host's own check) | allow, deny, hold |
+//! | 8 | `host` | the engine's admission hook (a Rust host's own check) | allow, deny, hold |
 //! | 9 | `dispatch` | engine, per attempt | deny (preconditions, state dependencies) |
 //! | 10 | `inspector` | this stage, per attempt | deny |
 //! | 11 | `trace` | engine ([`crate::policy::PolicyEngine::check_dispatch`]), per attempt | deny |
