@@ -5,6 +5,7 @@
 //! {
 //!   "tier": "sandbox_edit",
 //!   "ledger_path": "/var/lib/car/approvals.jsonl",
+//!   "ledger_key_path": "/etc/car/ledger.key",
 //!   "preset": "standard",
 //!   "hooks": [{"tool": "fetch", "verdict": "ask"}],
 //!   "deny": [{"tool": "shell", "argv": "rm **"}],
@@ -115,6 +116,11 @@ pub struct AdmissionConfig {
     /// The approvals ledger (JSONL) consulted for tier escalations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_path: Option<String>,
+    /// The key file authenticating the ledger's records (HMAC-SHA256, see
+    /// `JsonlLedger::with_key`); without it the `CAR_LEDGER_KEY` variable,
+    /// else the ledger is unauthenticated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_key_path: Option<String>,
     /// `strict`, `standard` or `open`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,

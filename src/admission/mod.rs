@@ -296,7 +296,17 @@ impl AdmissionStage {
             (None, Some(dir)) => Some(Arc::new(ApprovalStore::open(dir)?)),
             (None, None) => None,
         };
-        let ledger = config.ledger_path.as_ref().map(|p| Arc::new(JsonlLedger::new(Path::new(p))));
+        let ledger = match (&config.ledger_path, &config.ledger_key_path) {
+            (Some(p), key) => Some(Arc::new(JsonlLedger::open(Path::new(p), key.as_deref().map(Path::new))?)),
+            (None, Some(_)) => {
+                return Err(crate::Error::config(
+                    "invalid_admission_config",
+                    "`ledger_key_path` is set without `ledger_path`",
+                    serde_json::json!({"key": "ledger_key_path"}),
+                ));
+            }
+            (None, None) => None,
+        };
         Ok(AdmissionStage {
             tier: config.tier,
             ledger,

@@ -192,11 +192,13 @@ fn parse_tier(s: &str) -> Result<PermissionTier> {
     })
 }
 
-fn gate(ledger_path: Option<&str>) -> PermissionGate {
-    match ledger_path {
-        Some(p) => PermissionGate::new().with_ledger(Box::new(JsonlLedger::new(p))),
+/// The gate over the ledger at `ledger_path`, keyed by the file at
+/// `ledger_key_path`, else by `CAR_LEDGER_KEY`, else unauthenticated.
+fn gate(ledger_path: Option<&str>, ledger_key_path: Option<&str>) -> Result<PermissionGate> {
+    Ok(match ledger_path {
+        Some(p) => PermissionGate::new().with_ledger(Box::new(JsonlLedger::open(p, ledger_key_path.map(Path::new))?)),
         None => PermissionGate::new(),
-    }
+    })
 }
 
 /// Decides each action against a granted tier and, when given, the JSONL
@@ -204,11 +206,16 @@ fn gate(ledger_path: Option<&str>) -> PermissionGate {
 /// required, granted, reversibility, reason?}]}`.
 pub fn permission_evaluate(proposal_json: &str, granted_tier: &str, ledger_path: Option<&str>) -> Result<String> {
     let p = crate::ir::parse_proposal(proposal_json)?;
-    Ok(evaluate_value(&p, parse_tier(granted_tier)?, ledger_path)?.to_string())
+    Ok(evaluate_value(&p, parse_tier(granted_tier)?, ledger_path, None)?.to_string())
 }
 
-fn evaluate_value(p: &ActionProposal, granted: PermissionTier, ledger_path: Option<&str>) -> Result<Value> {
-    let gate = gate(ledger_path);
+fn evaluate_value(
+    p: &ActionProposal,
+    granted: PermissionTier,
+    ledger_path: Option<&str>,
+    ledger_key_path: Option<&str>,
+) -> Result<Value> {
+    let gate = gate(ledger_path, ledger_key_path)?;
     let rows = gate.evaluate_all(&p.actions, granted)?;
     Ok(json!({ "decisions": rows }))
 }
@@ -223,8 +230,22 @@ pub fn permission_record_decision(
     ledger_path: &str,
     evidence: Option<&str>,
 ) -> Result<String> {
+    permission_record_decision_keyed(action_json, approve, reviewer, reason, ledger_path, None, evidence)
+}
+
+/// [`permission_record_decision`] on a ledger keyed by the file at
+/// `ledger_key_path` (`None`: `CAR_LEDGER_KEY`, else unauthenticated).
+pub fn permission_record_decision_keyed(
+    action_json: &str,
+    approve: bool,
+    reviewer: &str,
+    reason: &str,
+    ledger_path: &str,
+    ledger_key_path: Option<&str>,
+    evidence: Option<&str>,
+) -> Result<String> {
     let action: Action = crate::ir::from_json_str(action_json)?;
-    let rec = gate(Some(ledger_path)).record(
+    let rec = gate(Some(ledger_path), ledger_key_path)?.record(
         &action,
         approve,
         reviewer,
@@ -244,10 +265,35 @@ pub fn permission_record_for_fingerprint(
     ledger_path: &str,
     evidence: Option<&str>,
 ) -> Result<String> {
+    permission_record_for_fingerprint_keyed(
+        fingerprint,
+        required_tier,
+        approve,
+        reviewer,
+        reason,
+        ledger_path,
+        None,
+        evidence,
+    )
+}
+
+/// [`permission_record_for_fingerprint`] on a ledger keyed by the file at
+/// `ledger_key_path` (`None`: `CAR_LEDGER_KEY`, else unauthenticated).
+#[allow(clippy::too_many_arguments)]
+pub fn permission_record_for_fingerprint_keyed(
+    fingerprint: &str,
+    required_tier: &str,
+    approve: bool,
+    reviewer: &str,
+    reason: &str,
+    ledger_path: &str,
+    ledger_key_path: Option<&str>,
+    evidence: Option<&str>,
+) -> Result<String> {
     let tier = PermissionTier::parse(required_tier).ok_or_else(|| {
         Error::invalid_argument("required_tier", format!("unknown permission tier `{required_tier}`"))
     })?;
-    let rec = gate(Some(ledger_path)).record_fingerprint(
+    let rec = gate(Some(ledger_path), ledger_key_path)?.record_fingerprint(
         fingerprint,
         tier,
         approve,
@@ -302,7 +348,12 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
         "permission_evaluate" => (|| {
             let proposal = proposal_param(params)?;
             let tier = parse_tier(str_param(params, "granted_tier")?)?;
-            evaluate_value(&proposal, tier, opt_str_param(params, "ledger_path")?)
+            evaluate_value(
+                &proposal,
+                tier,
+                opt_str_param(params, "ledger_path")?,
+                opt_str_param(params, "ledger_key_path")?,
+            )
         })(),
         "permission_record_decision" => (|| {
             let action: Action = crate::ir::from_value(super::json_arg(super::required(params, "action")?)?)?;
@@ -313,7 +364,8 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
             let reason = opt_str_param(params, "reason")?.unwrap_or("");
             let ledger = str_param(params, "ledger_path")?;
             let evidence = params.get("evidence").filter(|v| !v.is_null()).cloned();
-            let rec = gate(Some(ledger)).record(&action, approve, reviewer, reason, evidence)?;
+            let key = opt_str_param(params, "ledger_key_path")?;
+            let rec = gate(Some(ledger), key)?.record(&action, approve, reviewer, reason, evidence)?;
             Ok(serde_json::to_value(rec).unwrap_or(Value::Null))
         })(),
         _ => return None,

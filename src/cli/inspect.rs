@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use car_runtime::api;
 use car_runtime::ir::{ActionProposal, Severity, ToolSchema, VerificationResult};
 
-use super::{CliError, CliResult, Format, pretty, read_json, read_plan, read_state};
+use super::{CliError, CliResult, Format, pretty, read_json, read_plan, read_state, shown, shown_lines};
 
 fn core_error(file: &Path, e: car_runtime::Error) -> CliError {
     CliError::Input(format!("{}: {e}", file.display()))
@@ -43,7 +43,7 @@ pub fn verify(
         serde_json::from_str(&out).map_err(|e| CliError::Runtime(format!("unreadable verification result: {e}")))?;
     match format {
         Format::Json => println!("{}", pretty(&result)),
-        Format::Mermaid => print!("{}", mermaid(&proposal, &result)),
+        Format::Mermaid => print!("{}", shown_lines(&mermaid(&proposal, &result))),
         Format::Text => print_verification(plan, &proposal, &result),
     }
     Ok(if result.valid { 0 } else { 1 })
@@ -51,11 +51,14 @@ pub fn verify(
 
 fn print_verification(plan: &Path, proposal: &ActionProposal, r: &VerificationResult) {
     println!(
-        "{}: {} ({} action{})",
-        plan.display(),
-        if r.valid { "valid" } else { "INVALID" },
-        proposal.actions.len(),
-        if proposal.actions.len() == 1 { "" } else { "s" }
+        "{}",
+        shown(&format!(
+            "{}: {} ({} action{})",
+            plan.display(),
+            if r.valid { "valid" } else { "INVALID" },
+            proposal.actions.len(),
+            if proposal.actions.len() == 1 { "" } else { "s" }
+        ))
     );
     if r.issues.is_empty() {
         println!("  no issues");
@@ -66,20 +69,20 @@ fn print_verification(plan: &Path, proposal: &ActionProposal, r: &VerificationRe
             Severity::Warning => "warning",
             Severity::Info => "info",
         };
-        println!("  {sev:<7} {}: {}", i.action_id, i.message);
+        println!("{}", shown(&format!("  {sev:<7} {}: {}", i.action_id, i.message)));
     }
     println!("execution levels:");
     for (n, level) in r.execution_levels.iter().enumerate() {
-        println!("  {n}: {}", level.join(", "));
+        println!("{}", shown(&format!("  {n}: {}", level.join(", "))));
     }
     if !r.conflicts.is_empty() {
         println!("conflicts (unordered writers of one key):");
         for (a, b, key) in &r.conflicts {
-            println!("  {a} and {b} both write `{key}`");
+            println!("{}", shown(&format!("  {a} and {b} both write `{key}`")));
         }
     }
     if !r.simulated_state.is_empty() {
-        println!("simulated state: {}", Value::Object(r.simulated_state.clone()));
+        println!("{}", shown(&format!("simulated state: {}", Value::Object(r.simulated_state.clone()))));
     }
 }
 
@@ -206,8 +209,8 @@ pub fn policy_check(plan: &Path, dir: Option<&Path>, as_json: bool) -> CliResult
         println!("{}", pretty(&v));
     } else {
         match &dir {
-            Some(d) => println!("policies: {} ({} rules)", d.display(), v["rule_count"]),
-            None => println!("policies: none found (no .car/policies above {})", cwd.display()),
+            Some(d) => println!("{}", shown(&format!("policies: {} ({} rules)", d.display(), v["rule_count"]))),
+            None => println!("{}", shown(&format!("policies: none found (no .car/policies above {})", cwd.display()))),
         }
         for a in &proposal.actions {
             let vs: Vec<&Value> = v["violations"]
@@ -215,18 +218,21 @@ pub fn policy_check(plan: &Path, dir: Option<&Path>, as_json: bool) -> CliResult
                 .map(|xs| xs.iter().filter(|x| x["action_id"] == a.id.as_str()).collect())
                 .unwrap_or_default();
             if vs.is_empty() {
-                println!("  ok    {}", a.id);
+                println!("{}", shown(&format!("  ok    {}", a.id)));
             }
             for x in vs {
                 println!(
-                    "  DENY  {}  {}: {}",
-                    a.id,
-                    x["policy_name"].as_str().unwrap_or(""),
-                    x["reason"].as_str().unwrap_or("")
+                    "{}",
+                    shown(&format!(
+                        "  DENY  {}  {}: {}",
+                        a.id,
+                        x["policy_name"].as_str().unwrap_or(""),
+                        x["reason"].as_str().unwrap_or("")
+                    ))
                 );
             }
         }
-        println!("{denied} of {} actions would be denied", proposal.actions.len());
+        println!("{}", shown(&format!("{denied} of {} actions would be denied", proposal.actions.len())));
     }
     Ok(if denied == 0 { 0 } else { 1 })
 }
@@ -243,18 +249,21 @@ pub fn policy_lint(dir: &Path, as_json: bool) -> CliResult {
         return Ok(0);
     }
     for f in v["files"].as_array().into_iter().flatten() {
-        println!("  {}: {} rules", f["file"].as_str().unwrap_or(""), f["rules"]);
+        println!("{}", shown(&format!("  {}: {} rules", f["file"].as_str().unwrap_or(""), f["rules"])));
     }
     for w in v["warnings"].as_array().into_iter().flatten() {
         println!(
-            "  warning: {}: {}: {}",
-            w["file"].as_str().unwrap_or(""),
-            w["key"].as_str().unwrap_or(""),
-            w["message"].as_str().unwrap_or("")
+            "{}",
+            shown(&format!(
+                "  warning: {}: {}: {}",
+                w["file"].as_str().unwrap_or(""),
+                w["key"].as_str().unwrap_or(""),
+                w["message"].as_str().unwrap_or("")
+            ))
         );
     }
     let warnings = v["warnings"].as_array().map_or(0, Vec::len);
-    println!("{}: {} rules loaded, {warnings} warning(s)", dir.display(), v["rule_count"]);
+    println!("{}", shown(&format!("{}: {} rules loaded, {warnings} warning(s)", dir.display(), v["rule_count"])));
     Ok(0)
 }
 
@@ -263,6 +272,6 @@ pub fn shell_match(command: &str, allow: &[String], ask: &[String], deny: &[Stri
     let rules = json!({"allow": allow, "ask": ask, "deny": deny});
     let v = api::call("match_shell_command", &json!({"command": command, "rules": rules}))
         .map_err(|e| CliError::Input(e.to_string()))?;
-    println!("{}", v.as_str().unwrap_or("ask"));
+    println!("{}", shown(v.as_str().unwrap_or("ask")));
     Ok(0)
 }

@@ -34,7 +34,7 @@ use car_runtime::admission::{AdmissionConfig, AdmissionStage, Decision, HostLaye
 use car_runtime::ir::Action;
 use car_runtime::permission::Preset;
 
-use super::{CliError, CliResult, pretty, read_text};
+use super::{CliError, CliResult, pretty, read_text, shown};
 
 /// The admission document and where it came from.
 pub struct Permissions {
@@ -135,21 +135,30 @@ pub fn explain(a: ExplainArgs) -> CliResult {
         println!("{}", pretty(&v));
         return Ok(0);
     }
-    println!("tool:       {}", a.tool);
-    println!("verdict:    {}", d.verdict.as_str());
-    println!("decided by: {}", d.layer);
+    println!("{}", shown(&format!("tool:       {}", a.tool)));
+    println!("{}", shown(&format!("verdict:    {}", d.verdict.as_str())));
+    println!("{}", shown(&format!("decided by: {}", d.layer)));
     println!(
-        "rule:       {}",
-        d.rule.as_ref().map_or("none".to_string(), |r| serde_json::to_string(r).unwrap_or_default())
+        "{}",
+        shown(&format!(
+            "rule:       {}",
+            d.rule.as_ref().map_or("none".to_string(), |r| serde_json::to_string(r).unwrap_or_default())
+        ))
     );
-    println!("reason:     {}", if d.reason.is_empty() { perms.describe(&d) } else { d.reason.clone() });
-    println!("preset:     {}", perms.preset.as_str());
     println!(
-        "rules from: {}",
-        perms.file.as_ref().map_or("no .car/permissions.toml found".to_string(), |f| f.display().to_string())
+        "{}",
+        shown(&format!("reason:     {}", if d.reason.is_empty() { perms.describe(&d) } else { d.reason.clone() }))
+    );
+    println!("{}", shown(&format!("preset:     {}", perms.preset.as_str())));
+    println!(
+        "{}",
+        shown(&format!(
+            "rules from: {}",
+            perms.file.as_ref().map_or("no .car/permissions.toml found".to_string(), |f| f.display().to_string())
+        ))
     );
     if after != input {
-        println!("input:      {after} (after hooks)");
+        println!("{}", shown(&format!("input:      {after} (after hooks)")));
     }
     Ok(0)
 }

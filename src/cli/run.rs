@@ -40,7 +40,7 @@ use car_runtime::admission::Decision;
 use car_runtime::gate::ApprovalEvent;
 
 use super::permissions::{self, Permissions};
-use super::{CliError, CliResult, pretty, read_plan, read_state};
+use super::{CliError, CliResult, pretty, read_plan, read_state, shown};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -83,13 +83,16 @@ struct Out {
 }
 
 impl Out {
+    /// Prints one line; every character that could drive the terminal
+    /// (from an id, a command, a path, a message) is escaped ([`shown`]).
     fn line(self, s: impl AsRef<str>) {
+        let s = shown(s.as_ref());
         if self.err {
             let mut e = std::io::stderr().lock();
-            let _ = writeln!(e, "{}", s.as_ref());
+            let _ = writeln!(e, "{s}");
         } else {
             let mut o = std::io::stdout().lock();
-            let _ = writeln!(o, "{}", s.as_ref());
+            let _ = writeln!(o, "{s}");
             let _ = o.flush();
         }
     }
@@ -256,7 +259,14 @@ fn print_plan(
             match car_runtime::tools::preview(root, tool, &a.parameters) {
                 Ok(Some(diff)) if diff.is_empty() => out.line("            (no change)"),
                 Ok(Some(diff)) => {
-                    for l in diff.lines() {
+                    // The header names the file: a path holding a newline
+                    // must stay one header line, not become plan lines.
+                    let (header, body) = diff_header(&diff);
+                    if let Some(rel) = header {
+                        out.line(format!("            --- a/{rel}"));
+                        out.line(format!("            +++ b/{rel}"));
+                    }
+                    for l in body.lines() {
                         out.line(format!("            {l}"));
                     }
                 }
@@ -292,6 +302,20 @@ fn print_verification(out: Out, rt: &CarRuntime, text: &str) {
 }
 
 /// An answer to one `ask`.
+/// Splits a unified diff's `--- a/R` / `+++ b/R` header (with `R` as it is,
+/// newlines included) from its hunks; `None` when there is no such header.
+fn diff_header(diff: &str) -> (Option<&str>, &str) {
+    if let Some(rest) = diff.strip_prefix("--- a/") {
+        for (i, _) in rest.match_indices("\n+++ b/") {
+            let rel = &rest[..i];
+            if let Some(body) = rest[i + 7..].strip_prefix(rel).and_then(|b| b.strip_prefix('\n')) {
+                return (Some(rel), body);
+            }
+        }
+    }
+    (None, diff)
+}
+
 enum Answer {
     Yes,
     No,
@@ -302,7 +326,10 @@ fn prompt(id: &str, tool: &str, summary: &str) -> Answer {
     let mut err = std::io::stderr().lock();
     let _ = write!(
         err,
-        "\nApprove {id} ({summary})?\n  [y] approve  [n] deny  [a] approve `{tool}` for the rest of this run: "
+        "\nApprove {} ({})?\n  [y] approve  [n] deny  [a] approve `{}` for the rest of this run: ",
+        shown(id),
+        shown(summary),
+        shown(tool)
     );
     let _ = err.flush();
     drop(err);

@@ -3,7 +3,7 @@
 
 use car_runtime::permission::shell::{ShellExplanation, ShellRules};
 
-use super::{CliError, CliResult, pretty};
+use super::{CliError, CliResult, pretty, shown};
 
 /// Prints the explanation of `command` against the three tables (as JSON
 /// with `json`). Exit 0; a bad pattern is bad input (2).
@@ -18,7 +18,8 @@ pub fn explain(command: &str, allow: &[String], ask: &[String], deny: &[String],
     Ok(0)
 }
 
-/// The human-readable explanation.
+/// The human-readable explanation; the command's words, rules, tokens and
+/// reasons are [`shown`] escaped.
 pub fn render(e: &ShellExplanation) -> String {
     let mut out = format!("verdict: {}\n", e.verdict.as_str());
     if e.uncertain {
@@ -31,12 +32,12 @@ pub fn render(e: &ShellExplanation) -> String {
         let argv = if d.argv.is_empty() { "(no words)".to_string() } else { shell_words(&d.argv) };
         out.push_str(&format!("{indent}{:<5} {argv}\n", d.verdict.as_str()));
         if let (Some(t), Some(r)) = (d.table, &d.rule) {
-            out.push_str(&format!("{indent}      rule:  {} `{r}`\n", t.as_str()));
+            out.push_str(&format!("{indent}      rule:  {} `{}`\n", t.as_str(), shown(r)));
         }
         if let Some(t) = &d.token {
-            out.push_str(&format!("{indent}      token: `{t}`\n"));
+            out.push_str(&format!("{indent}      token: `{}`\n", shown(t)));
         }
-        out.push_str(&format!("{indent}      why:   {}\n", d.reason));
+        out.push_str(&format!("{indent}      why:   {}\n", shown(&d.reason)));
     }
     out
 }
@@ -45,7 +46,7 @@ pub fn render(e: &ShellExplanation) -> String {
 fn shell_words(words: &[String]) -> String {
     words
         .iter()
-        .map(|w| if w.is_empty() || w.contains([' ', '\t', '\n']) { format!("{w:?}") } else { w.clone() })
+        .map(|w| if w.is_empty() || w.contains([' ', '\t', '\n']) { format!("{w:?}") } else { shown(w).into_owned() })
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -11,6 +11,11 @@
 //! 4. otherwise `allow`.
 //!
 //! The embedded ledger is an append-only JSONL file of [`ApprovalRecord`]s.
+//! With a [`LedgerKey`] ([`JsonlLedger::with_key`]) every line carries an
+//! HMAC-SHA256 (`mac`) over the record's canonical form, and a line without
+//! a valid one is no record at all: it never approves (nor rejects), and the
+//! read reports it. Without a key (backward compatible, [`JsonlLedger::new`])
+//! any well-formed line counts, so whoever can write the file can approve.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -54,6 +59,196 @@ pub struct ApprovalRecord {
     pub decided_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// The environment variable holding a ledger key (its text, at least
+/// [`LedgerKey::MIN_LEN`] bytes) for a ledger configured without a key file.
+pub const LEDGER_KEY_ENV: &str = "CAR_LEDGER_KEY";
+
+/// The secret that authenticates the lines of a [`JsonlLedger`]
+/// (HMAC-SHA256). Keep it outside every directory an agent can write or
+/// read (the ledger's own directory included): whoever holds it can forge
+/// approvals. Its `Debug` form never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LedgerKey(Arc<[u8]>);
+
+impl std::fmt::Debug for LedgerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LedgerKey(..)")
+    }
+}
+
+impl LedgerKey {
+    /// The shortest key accepted, in bytes.
+    pub const MIN_LEN: usize = 32;
+
+    /// A key from its bytes; shorter than [`Self::MIN_LEN`] is an error.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> crate::Result<Self> {
+        let bytes = bytes.into();
+        if bytes.len() < Self::MIN_LEN {
+            return Err(Error::invalid_argument(
+                "ledger_key",
+                format!("a ledger key must be at least {} bytes, got {}", Self::MIN_LEN, bytes.len()),
+            ));
+        }
+        Ok(LedgerKey(bytes.into()))
+    }
+
+    /// A fresh random key (256 bits from the operating system's generator,
+    /// as 64 hex digits).
+    pub fn generate() -> Self {
+        let mut text = String::with_capacity(64);
+        for _ in 0..2 {
+            // A v4 UUID is 122 bits of the OS's CSPRNG; two are 244 bits.
+            text.push_str(&uuid::Uuid::new_v4().simple().to_string());
+        }
+        LedgerKey(text.into_bytes().into())
+    }
+
+    /// The key in the file at `path` (its text, surrounding whitespace
+    /// trimmed). On Unix a file readable or writable by group or others is
+    /// refused: the key would not be secret.
+    pub fn from_file(path: &Path) -> crate::Result<Self> {
+        let shown = path.display();
+        let bad = |m: String| Error::config("invalid_ledger_key", m, json!({"file": path.display().to_string()}));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot read ledger key `{shown}`: {e}")))?;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(bad(format!(
+                    "ledger key `{shown}` is accessible to group or others (mode {mode:o}); make it 600"
+                )));
+            }
+        }
+        let text = std::fs::read(path).map_err(|e| bad(format!("cannot read ledger key `{shown}`: {e}")))?;
+        let trimmed = text.trim_ascii();
+        LedgerKey::new(trimmed.to_vec()).map_err(|_| {
+            bad(format!("ledger key `{shown}` is too short ({} bytes, at least {})", trimmed.len(), Self::MIN_LEN))
+        })
+    }
+
+    /// The key at `path`, creating the file (mode 600, a [`Self::generate`]d
+    /// key, its directory created mode 700) when it does not exist.
+    pub fn load_or_create(path: &Path) -> crate::Result<Self> {
+        let shown = path.display();
+        let io = |e: std::io::Error| {
+            Error::config(
+                "invalid_ledger_key",
+                format!("cannot create ledger key `{shown}`: {e}"),
+                json!({"file": path.display().to_string()}),
+            )
+        };
+        if !path.exists() {
+            if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                let mut b = std::fs::DirBuilder::new();
+                b.recursive(true);
+                #[cfg(unix)]
+                std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+                b.create(dir).map_err(io)?;
+            }
+            let key = Self::generate();
+            let mut o = std::fs::OpenOptions::new();
+            o.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            match o.open(path) {
+                Ok(mut f) => {
+                    f.write_all(&key.0).map_err(io)?;
+                    f.write_all(b"\n").map_err(io)?;
+                    f.sync_all().map_err(io)?;
+                }
+                // Another process created it first: read theirs.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Self::from_file(path)
+    }
+
+    /// The key of [`LEDGER_KEY_ENV`], `None` when it is unset or empty; a
+    /// set but too short key is an error.
+    pub fn from_env() -> crate::Result<Option<Self>> {
+        match std::env::var(LEDGER_KEY_ENV) {
+            Ok(v) if !v.trim().is_empty() => LedgerKey::new(v.trim().as_bytes().to_vec()).map(Some).map_err(|_| {
+                Error::invalid_argument(LEDGER_KEY_ENV, format!("must be at least {} bytes", Self::MIN_LEN))
+            }),
+            _ => Ok(None),
+        }
+    }
+
+    /// The key a front end configures: the file at `key_path` when given,
+    /// else [`Self::from_env`].
+    pub fn resolve(key_path: Option<&Path>) -> crate::Result<Option<Self>> {
+        match key_path {
+            Some(p) => Self::from_file(p).map(Some),
+            None => Self::from_env(),
+        }
+    }
+
+    /// The MAC of `record`, as lowercase hex: HMAC-SHA256 over a version tag
+    /// and the record's canonical JSON (every field, keys sorted, compact).
+    pub fn mac(&self, record: &ApprovalRecord) -> String {
+        let tag = self.tag(record);
+        let mut out = String::with_capacity(64);
+        for b in tag {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+
+    /// Whether `mac` (hex) is the MAC of `record` (compared in constant time).
+    pub fn verify(&self, record: &ApprovalRecord, mac: &str) -> bool {
+        let Some(given) = decode_hex(mac) else { return false };
+        let expected = self.tag(record);
+        given.len() == expected.len() && given.iter().zip(expected.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+
+    fn tag(&self, record: &ApprovalRecord) -> [u8; 32] {
+        use hmac::{KeyInit, Mac};
+        let body = canonical_json(&serde_json::to_value(record).unwrap_or(Value::Null));
+        // Any key length is valid for HMAC; the fallback is unreachable.
+        let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0) else { return [0; 32] };
+        mac.update(b"car-runtime approvals ledger record v1\n");
+        mac.update(body.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    let nib = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    b.chunks(2).map(|p| Some(nib(p[0])? << 4 | nib(p[1])?)).collect()
+}
+
+/// A ledger line as stored: the record and, in a keyed ledger, its MAC.
+#[derive(Serialize, Deserialize)]
+struct StoredLine {
+    #[serde(flatten)]
+    record: ApprovalRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mac: Option<String>,
+}
+
+/// What one read of a [`JsonlLedger`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LedgerContents {
+    /// The records that count, oldest first (in a keyed ledger, only those
+    /// with a valid MAC).
+    pub records: Vec<ApprovalRecord>,
+    /// The 1-based line numbers of well-formed records a keyed ledger
+    /// ignored because their MAC is missing or wrong (forged, tampered
+    /// with, or written without the key).
+    pub unauthenticated: Vec<usize>,
+}
+
 /// Where approvals are kept.
 pub trait ApprovalLedger: Send + Sync {
     /// The latest record for a fingerprint.
@@ -72,9 +267,13 @@ pub trait ApprovalLedger: Send + Sync {
 /// re-parsed only when its length, modification time or inode changed (an
 /// append always changes the length), so a long-lived ledger consulted on
 /// every admission does not parse the whole file each time.
+///
+/// With a key ([`Self::with_key`]) appended lines carry a MAC and lines
+/// without a valid one are ignored and reported (see the module docs).
 #[derive(Debug)]
 pub struct JsonlLedger {
     path: PathBuf,
+    key: Option<LedgerKey>,
     lock: Mutex<()>,
     latest: Mutex<Option<(FileStamp, LatestRecords)>>,
 }
@@ -91,9 +290,30 @@ struct FileStamp {
 }
 
 impl JsonlLedger {
-    /// A ledger at `path` (created on first append).
+    /// An unauthenticated ledger at `path` (created on first append): any
+    /// well-formed line counts. Prefer [`Self::with_key`].
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        JsonlLedger { path: path.into(), lock: Mutex::new(()), latest: Mutex::new(None) }
+        JsonlLedger { path: path.into(), key: None, lock: Mutex::new(()), latest: Mutex::new(None) }
+    }
+
+    /// An authenticated ledger at `path`: appends carry an HMAC-SHA256 under
+    /// `key`, and only lines with a valid one are records.
+    pub fn with_key(path: impl Into<PathBuf>, key: LedgerKey) -> Self {
+        JsonlLedger { path: path.into(), key: Some(key), lock: Mutex::new(()), latest: Mutex::new(None) }
+    }
+
+    /// The ledger at `path`, keyed by [`LedgerKey::resolve`]`(key_path)`
+    /// (the key file, else [`LEDGER_KEY_ENV`], else unauthenticated).
+    pub fn open(path: impl Into<PathBuf>, key_path: Option<&Path>) -> crate::Result<Self> {
+        Ok(match LedgerKey::resolve(key_path)? {
+            Some(k) => Self::with_key(path, k),
+            None => Self::new(path),
+        })
+    }
+
+    /// Whether lines are authenticated.
+    pub fn is_keyed(&self) -> bool {
+        self.key.is_some()
     }
 
     /// The latest record of every fingerprint, shared: re-read only when the
@@ -136,22 +356,29 @@ impl JsonlLedger {
         &self.path
     }
 
-    /// Every record, oldest first.
+    /// Every record that counts, oldest first (see [`Self::read`]).
     pub fn records(&self) -> crate::Result<Vec<ApprovalRecord>> {
+        Ok(self.read()?.records)
+    }
+
+    /// Every record that counts, oldest first, and the lines a keyed ledger
+    /// ignored for a missing or wrong MAC (each also warned about on stderr,
+    /// naming the file and line).
+    pub fn read(&self) -> crate::Result<LedgerContents> {
         let shown = self.path.display().to_string();
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LedgerContents::default()),
             Err(e) => {
                 return Err(Error::runtime("ledger_io_error", format!("cannot read approvals ledger `{shown}`: {e}")));
             }
         };
-        let mut out = Vec::new();
+        let mut out = LedgerContents::default();
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let rec: ApprovalRecord = match serde_json::from_str(line) {
+            let stored: StoredLine = match serde_json::from_str(line) {
                 Ok(r) => r,
                 // A record cut short (a writer killed mid-write) never
                 // committed: it is skipped with a warning. Any other bad line
@@ -172,7 +399,19 @@ impl JsonlLedger {
                     ));
                 }
             };
-            out.push(rec);
+            if let Some(key) = &self.key
+                && !stored.mac.as_deref().is_some_and(|m| key.verify(&stored.record, m))
+            {
+                let why = if stored.mac.is_some() { "its MAC is wrong" } else { "it has no MAC" };
+                eprintln!(
+                    "car-runtime: warning: approvals ledger `{shown}`: ignoring line {}, an unauthenticated record \
+                     ({why}: forged, altered or written without the ledger key)",
+                    i + 1
+                );
+                out.unauthenticated.push(i + 1);
+                continue;
+            }
+            out.records.push(stored.record);
         }
         Ok(out)
     }
@@ -197,7 +436,8 @@ impl ApprovalLedger for JsonlLedger {
         if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
-        let mut line = serde_json::to_string(record).map_err(|e| Error::runtime("ledger_io_error", e.to_string()))?;
+        let stored = StoredLine { record: record.clone(), mac: self.key.as_ref().map(|k| k.mac(record)) };
+        let mut line = serde_json::to_string(&stored).map_err(|e| Error::runtime("ledger_io_error", e.to_string()))?;
         line.push('\n');
         let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(&self.path).map_err(io)?;
         // Complete a torn last line first, so the new record stays a line of
@@ -574,6 +814,112 @@ mod tests {
         assert!(ledger.latest_shared().is_err());
         std::fs::remove_file(&path).unwrap();
         assert!(ledger.latest_shared().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn hmac_sha256_matches_rfc_4231() {
+        use hmac::{KeyInit, Mac};
+        // RFC 4231, test case 2.
+        let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"Jefe").unwrap();
+        m.update(b"what do ya want for nothing?");
+        let hex: String = m.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+
+    fn keyed(dir: &Path) -> (JsonlLedger, LedgerKey) {
+        let key = LedgerKey::load_or_create(&dir.join("keys").join("ledger.key")).unwrap();
+        (JsonlLedger::with_key(dir.join("ledger").join("approvals.jsonl"), key.clone()), key)
+    }
+
+    #[test]
+    fn a_keyed_ledger_admits_only_records_with_a_valid_mac() {
+        let dir = std::env::temp_dir().join(format!("car-approvals-mac-{}", uuid::Uuid::new_v4()));
+        let (ledger, key) = keyed(&dir);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.join("keys").join("ledger.key")).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert_eq!(LedgerKey::load_or_create(&dir.join("keys").join("ledger.key")).unwrap(), key, "reused");
+        let deploy = act("d", "deploy", json!({"target": "prod"}));
+        let fp = fingerprint(&deploy);
+        let path = ledger.path().to_path_buf();
+        let gate = PermissionGate::new().with_ledger(Box::new(JsonlLedger::with_key(&path, key.clone())));
+        let forged = json!({"fingerprint": fp, "required_tier": "full_access", "decision": "approved",
+            "reviewer": "me", "reason": "trust me", "decided_at": "2030-01-01T00:00:00Z"});
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        for line in [json!({}), json!({"mac": "00".repeat(32)}), json!({"mac": "zz"})].iter().map(|extra| {
+            let mut v = forged.clone();
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            v
+        }) {
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+            writeln!(f, "{line}").unwrap();
+        }
+        let read = ledger.read().unwrap();
+        assert!(read.records.is_empty(), "a forged line is no record");
+        assert_eq!(read.unauthenticated, [1, 2, 3]);
+        assert_eq!(gate.evaluate(&deploy, PermissionTier::FullAccess).unwrap().decision, Decision::NeedsApproval);
+
+        // Recorded through the API: it counts.
+        gate.record(&deploy, true, "al", "ok", Some(json!({"ticket": 7}))).unwrap();
+        assert_eq!(gate.evaluate(&deploy, PermissionTier::FullAccess).unwrap().decision, Decision::Allow);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let good = text.lines().last().unwrap().to_string();
+
+        // Tampering with any field (or the MAC) invalidates it.
+        let v: Value = serde_json::from_str(&good).unwrap();
+        let tampered = [
+            ("fingerprint", json!("tool_call|deploy|{}")),
+            ("required_tier", json!("read_only")),
+            ("decision", json!("rejected")),
+            ("reviewer", json!("mallory")),
+            ("reason", json!("ok!")),
+            ("evidence", json!({"ticket": 8})),
+            ("decided_at", json!("2031-01-01T00:00:00Z")),
+            ("mac", json!(key.mac(&serde_json::from_value(forged.clone()).unwrap()))),
+        ];
+        for (field, value) in tampered {
+            let mut t = v.clone();
+            t[field] = value;
+            std::fs::write(&path, format!("{t}\n")).unwrap();
+            let read = ledger.read().unwrap();
+            assert!(read.records.is_empty(), "tampered `{field}` still counts");
+            assert_eq!(read.unauthenticated, [1]);
+        }
+        // The untouched line still verifies; another key does not accept it.
+        std::fs::write(&path, format!("{good}\n")).unwrap();
+        assert_eq!(ledger.records().unwrap().len(), 1);
+        let other = JsonlLedger::with_key(&path, LedgerKey::generate());
+        assert!(other.records().unwrap().is_empty());
+        // An unkeyed ledger reads every well-formed line (backward compatible).
+        assert_eq!(JsonlLedger::new(&path).records().unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn ledger_keys_fail_closed() {
+        let dir = std::env::temp_dir().join(format!("car-approvals-key-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let short = dir.join("short.key");
+        std::fs::write(&short, "abc").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let open = dir.join("open.key");
+            std::fs::write(&open, "k".repeat(64)).unwrap();
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let e = LedgerKey::from_file(&open).unwrap_err().to_string();
+            assert!(e.contains("open.key") && e.contains("644"), "{e}");
+        }
+        let e = LedgerKey::from_file(&short).unwrap_err().to_string();
+        assert!(e.contains("short.key") && e.contains("too short"), "{e}");
+        assert!(LedgerKey::from_file(&dir.join("missing.key")).is_err());
+        assert!(LedgerKey::new(vec![0u8; 31]).is_err());
+        assert_eq!(format!("{:?}", LedgerKey::generate()), "LedgerKey(..)");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

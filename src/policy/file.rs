@@ -216,7 +216,7 @@ fn deny_keyword_rule(kw: &str) -> PolicyFn {
     Arc::new(move |a: &Action, _: &Map<String, Value>| {
         a.parameters
             .iter()
-            .find(|(_, v)| coerce_to_string(v).contains(kw.as_str()))
+            .find(|(k, v)| super::rulelist::for_each_text(k, v, |t| t.contains(kw.as_str())))
             .map(|(k, _)| format!("parameter `{k}` contains a denied keyword"))
     })
 }

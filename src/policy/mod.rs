@@ -27,8 +27,8 @@ use serde_json::{Map, Value};
 use crate::ir::Action;
 
 pub use approval::{
-    ApprovalLedger, ApprovalRecord, ApprovalVerdict, Decision, JsonlLedger, LatestRecords, MemoryLedger,
-    PermissionDecision, PermissionGate, fingerprint,
+    ApprovalLedger, ApprovalRecord, ApprovalVerdict, Decision, JsonlLedger, LEDGER_KEY_ENV, LatestRecords,
+    LedgerContents, LedgerKey, MemoryLedger, PermissionDecision, PermissionGate, fingerprint,
 };
 pub use classify::{Axes, Flattened, PermissionTier, RiskClassifier, classify_reversibility, evaluate_axes, flatten};
 pub use file::{PolicySet, discover_policy_dir, load_policy_set, parse_policy_text};

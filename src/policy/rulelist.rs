@@ -1,7 +1,8 @@
 //! An ordered list of named rules with a lazily built index, so that a check
 //! only runs the rules that can apply to the action's tool, and every
-//! `deny_keyword` rule is answered by one multi-pattern scan per parameter.
-//! Violations still come out in registration order.
+//! `deny_keyword` rule is answered by one multi-pattern scan over the
+//! action's parameter texts (see [`for_each_text`]). Violations still come
+//! out in registration order.
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -10,7 +11,7 @@ use std::sync::OnceLock;
 use regex::RegexSet;
 use serde_json::{Map, Value};
 
-use super::{PolicyFn, PolicyInfo, PolicyViolation, coerce_to_string};
+use super::{PolicyFn, PolicyInfo, PolicyViolation};
 use crate::ir::Action;
 
 /// Which actions a rule can apply to. The scope is a promise the engine uses
@@ -22,8 +23,10 @@ pub enum RuleScope {
     Any,
     /// Only actions whose `tool` is this name.
     Tool(String),
-    /// `deny_keyword`: any action with a parameter whose string form
-    /// contains this substring. The engine evaluates these together.
+    /// `deny_keyword`: any action with a parameter one of whose texts (see
+    /// [`for_each_text`]: its name, every string and object key at any
+    /// depth, unescaped, and other scalars' JSON text) contains this
+    /// substring. The engine evaluates these together.
     Keyword(String),
 }
 
@@ -99,21 +102,24 @@ impl RuleList {
             todo.extend_from_slice(list);
         }
         todo.extend_from_slice(&idx.keyword_fallback);
-        // For each keyword pattern, the first parameter key whose string
-        // form contains it (patterns are in entry order).
+        // For each keyword pattern, the first parameter whose texts contain
+        // it (patterns are in entry order). One automaton over every text of
+        // the action: linear in the parameters' size, whatever the number of
+        // keywords.
         let mut first: Vec<Option<&str>> = Vec::new();
         if let Some((set, owners)) = &idx.keywords {
             first = vec![None; owners.len()];
             for (k, v) in &action.parameters {
-                let text = coerce_to_string(v);
-                if !set.is_match(&text) {
-                    continue;
-                }
-                for p in set.matches(&text).iter() {
-                    if first[p].is_none() {
-                        first[p] = Some(k.as_str());
+                for_each_text(k, v, |text| {
+                    if set.is_match(text) {
+                        for p in set.matches(text).iter() {
+                            if first[p].is_none() {
+                                first[p] = Some(k.as_str());
+                            }
+                        }
                     }
-                }
+                    false
+                });
             }
             todo.extend(first.iter().zip(owners).filter(|(hit, _)| hit.is_some()).map(|(_, &owner)| owner));
         }
@@ -164,4 +170,45 @@ fn build_index(entries: &[Entry]) -> Index {
         }
     }
     idx
+}
+
+/// Calls `f` on every text of the parameter `key` = `value`, stopping at (and
+/// returning `true` for) the first call that returns `true`: the parameter's
+/// name, then every string and every object key at any depth, in their
+/// unescaped form, and the JSON text of numbers, booleans and null. Keyword
+/// rules match these texts one by one, so a keyword never matches across two
+/// of them nor against JSON punctuation or escapes. The walk keeps its own
+/// stack: any nesting depth, no recursion.
+pub(crate) fn for_each_text(key: &str, value: &Value, mut f: impl FnMut(&str) -> bool) -> bool {
+    if f(key) {
+        return true;
+    }
+    let mut stack: Vec<&Value> = vec![value];
+    while let Some(v) = stack.pop() {
+        let hit = match v {
+            Value::String(s) => f(s),
+            Value::Array(a) => {
+                stack.extend(a.iter().rev());
+                false
+            }
+            Value::Object(m) => {
+                let mut hit = false;
+                for (k, v) in m.iter().rev() {
+                    if f(k) {
+                        hit = true;
+                        break;
+                    }
+                    stack.push(v);
+                }
+                hit
+            }
+            Value::Null => f("null"),
+            Value::Bool(b) => f(if *b { "true" } else { "false" }),
+            Value::Number(n) => f(&n.to_string()),
+        };
+        if hit {
+            return true;
+        }
+    }
+    false
 }

@@ -37,6 +37,10 @@ pub struct Paths {
     pub state_root: PathBuf,
     /// The token file.
     pub token_file: PathBuf,
+    /// The approvals ledger's key file (`CAR_LEDGER_KEY_FILE`; default
+    /// `~/.config/ai.parslee.car/ledger.key`, outside the state root that
+    /// holds the ledger; with `CAR_HOME`, `$CAR_HOME/ai.parslee.car/ledger.key`).
+    pub ledger_key_file: PathBuf,
 }
 
 impl Paths {
@@ -44,19 +48,39 @@ impl Paths {
     pub fn resolve(env: impl Fn(&str) -> Option<String>) -> Result<Paths, String> {
         let nonempty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         let home = nonempty("HOME").map(PathBuf::from);
+        let key_override = match nonempty("CAR_LEDGER_KEY_FILE").map(PathBuf::from) {
+            Some(p) if !p.is_absolute() => {
+                return Err(format!("CAR_LEDGER_KEY_FILE must be an absolute path, got `{}`", p.display()));
+            }
+            other => other,
+        };
         if let Some(root) = nonempty("CAR_HOME") {
             let root = PathBuf::from(root);
             if !root.is_absolute() {
                 return Err(format!("CAR_HOME must be an absolute path, got `{}`", root.display()));
             }
-            return Ok(Paths { token_file: root.join(APP_DIR).join("auth-token"), state_root: root });
+            return Ok(Paths {
+                token_file: root.join(APP_DIR).join("auth-token"),
+                ledger_key_file: key_override.unwrap_or_else(|| root.join(APP_DIR).join("ledger.key")),
+                state_root: root,
+            });
         }
         let home = home.ok_or("neither CAR_HOME nor HOME is set")?;
         let token_dir = match nonempty("XDG_RUNTIME_DIR") {
             Some(d) => PathBuf::from(d).join(APP_DIR),
             None => home.join(".config").join(APP_DIR),
         };
-        Ok(Paths { state_root: home.join(".car"), token_file: token_dir.join("auth-token") })
+        // Not the runtime directory: the key must outlive a reboot, or every
+        // approval recorded before it would stop counting.
+        let key_dir = match nonempty("XDG_CONFIG_HOME") {
+            Some(d) => PathBuf::from(d).join(APP_DIR),
+            None => home.join(".config").join(APP_DIR),
+        };
+        Ok(Paths {
+            state_root: home.join(".car"),
+            token_file: token_dir.join("auth-token"),
+            ledger_key_file: key_override.unwrap_or_else(|| key_dir.join("ledger.key")),
+        })
     }
 
     /// The policy directory applied to every session.
@@ -190,11 +214,18 @@ mod tests {
         let p = Paths::resolve(env(&[("HOME", "/h"), ("XDG_RUNTIME_DIR", "/run/u")])).unwrap();
         assert_eq!(p.token_file, PathBuf::from("/run/u/ai.parslee.car/auth-token"));
         assert_eq!(p.policy_dir(), PathBuf::from("/h/.car/policies"));
+        assert_eq!(p.ledger_key_file, PathBuf::from("/h/.config/ai.parslee.car/ledger.key"), "not the runtime dir");
+        let p = Paths::resolve(env(&[("HOME", "/h"), ("XDG_CONFIG_HOME", "/cfg")])).unwrap();
+        assert_eq!(p.ledger_key_file, PathBuf::from("/cfg/ai.parslee.car/ledger.key"));
+        let p = Paths::resolve(env(&[("HOME", "/h"), ("CAR_LEDGER_KEY_FILE", "/k/ledger.key")])).unwrap();
+        assert_eq!(p.ledger_key_file, PathBuf::from("/k/ledger.key"));
+        assert!(Paths::resolve(env(&[("HOME", "/h"), ("CAR_LEDGER_KEY_FILE", "k")])).unwrap_err().contains("absolute"));
         let p = Paths::resolve(env(&[("HOME", "/h")])).unwrap();
         assert_eq!(p.token_file, PathBuf::from("/h/.config/ai.parslee.car/auth-token"));
         let p = Paths::resolve(env(&[("HOME", "/h"), ("XDG_RUNTIME_DIR", "/r"), ("CAR_HOME", "/alt")])).unwrap();
         assert_eq!(p.token_file, PathBuf::from("/alt/ai.parslee.car/auth-token"));
         assert_eq!(p.lock_file(), PathBuf::from("/alt/run/daemon.lock"));
+        assert_eq!(p.ledger_key_file, PathBuf::from("/alt/ai.parslee.car/ledger.key"));
         assert!(Paths::resolve(env(&[("CAR_HOME", "rel")])).unwrap_err().contains("absolute"));
     }
 

@@ -317,6 +317,9 @@ fn evaluate(conn: &Conn, p: &Value) -> R {
     let mut args = json!({"proposal": req(p, "proposal")?, "granted_tier": conn.rt.permission_get_tier()});
     if let Some(l) = &conn.config.ledger_path {
         args["ledger_path"] = json!(l.to_string_lossy());
+        if let Some(k) = &conn.config.ledger_key_path {
+            args["ledger_key_path"] = json!(k.to_string_lossy());
+        }
     }
     crate::api::call("permission_evaluate", &args).map_err(in_param("proposal"))
 }
@@ -347,6 +350,7 @@ fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
         .ok_or_else(|| RpcError::internal("no approvals ledger is configured"))?
         .to_string_lossy()
         .to_string();
+    let key = conn.config.ledger_key_path.as_ref().map(|k| k.to_string_lossy().into_owned());
     let reviewer = conn.reviewer();
     let reason = opt_str(p, "reason")?.unwrap_or("");
     let evidence = match obj(p)?.get("evidence") {
@@ -359,23 +363,25 @@ fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
             if !action.is_object() {
                 return Err(RpcError::invalid_params("action must be an object"));
             }
-            crate::api::policy::permission_record_decision(
+            crate::api::policy::permission_record_decision_keyed(
                 &action.to_string(),
                 approve,
                 &reviewer,
                 reason,
                 &ledger,
+                key.as_deref(),
                 evidence.as_deref(),
             )
             .map_err(in_param("action"))?
         }
-        None => crate::api::policy::permission_record_for_fingerprint(
+        None => crate::api::policy::permission_record_for_fingerprint_keyed(
             req_str(p, "fingerprint")?,
             req_str(p, "required_tier")?,
             approve,
             &reviewer,
             reason,
             &ledger,
+            key.as_deref(),
             evidence.as_deref(),
         )?,
     };
@@ -513,7 +519,7 @@ impl Submission {
 /// Keys of the admission document only the operator sets (never over the
 /// wire): the granted tier has `permission.set_tier`, and the ledger and
 /// approvals files are the daemon's own.
-const OPERATOR_KEYS: [&str; 3] = ["tier", "ledger_path", "approvals_dir"];
+const OPERATOR_KEYS: [&str; 4] = ["tier", "ledger_path", "ledger_key_path", "approvals_dir"];
 
 /// `admission.configure` / `session.init {admission}`: the session's
 /// admission document (`docs/admission.md`). The session keeps its tier and

@@ -78,6 +78,10 @@ pub struct Config {
     /// The approvals ledger (`~/.car/approvals.jsonl`) behind
     /// `permission.evaluate/pending/approve/reject`.
     pub ledger_path: Option<PathBuf>,
+    /// The key file authenticating the ledger's records (HMAC-SHA256;
+    /// `car-server` creates it, mode 600, outside the state root). `None`:
+    /// `CAR_LEDGER_KEY`, else an unauthenticated ledger.
+    pub ledger_key_path: Option<PathBuf>,
     /// How long a proposal parked for supervision waits for a verdict
     /// before it is refused (fail closed).
     pub supervision_timeout: Duration,
@@ -107,6 +111,7 @@ impl Default for Config {
             policy_dir: None,
             admission_path: None,
             ledger_path: None,
+            ledger_key_path: None,
             supervision_timeout: Duration::from_secs(60),
         }
     }
@@ -163,7 +168,17 @@ impl Daemon {
     pub(crate) fn new(config: &Config) -> Daemon {
         Daemon {
             supervisors: Arc::new(supervision::Supervisors::new(config.supervision_timeout)),
-            ledger: config.ledger_path.as_ref().map(|p| Arc::new(crate::policy::JsonlLedger::new(p))),
+            ledger: config.ledger_path.as_ref().and_then(|p| {
+                match crate::policy::JsonlLedger::open(p, config.ledger_key_path.as_deref()) {
+                    Ok(l) => Some(Arc::new(l)),
+                    // Fail closed: no ledger admits nothing, and every
+                    // ledger method reports the key error itself.
+                    Err(e) => {
+                        eprintln!("car-server: approvals ledger disabled: {e}");
+                        None
+                    }
+                }
+            }),
             throttle: throttle::AuthThrottle::new(config.auth_max_failures, config.auth_failure_window),
             unauthenticated: Arc::new(AtomicUsize::new(0)),
         }
