@@ -38,6 +38,14 @@ export declare class CarRuntime {
    * `removeApprovalCallback`.
    */
   onApproval(callback: (eventJson: string) => void): number
+  /**
+   * Registers `hooks` host hooks and, when `canUseTool`, a `can_use_tool`
+   * in the permission chain, replacing earlier ones; each call goes to
+   * `call(callJson)` (`{"id","slot","tool","input"}`, slot -1 for
+   * `can_use_tool`) and is answered with `_hookAnswer`. Use
+   * `setPermissionHooks(hooks, canUseTool)` (the `lib.js` shim).
+   */
+  _setPermissionHooks(hooks: number, canUseTool: boolean, call: (callJson: string) => void): void
   /** Detaches an approver; false for an unknown id. */
   removeApprovalCallback(id: number): boolean
   /**
@@ -118,6 +126,12 @@ export type JsCarRuntime = CarRuntime
  * message, 3 a terminal failure message, 4 a detached call's stream started.
  */
 export declare function _answer(port: number, answers: string): Step | null
+
+/**
+ * The shim's answer to hook call `id`: the answer as JSON text, or null
+ * when the function threw, its Promise rejected or the answer is not JSON.
+ */
+export declare function _hookAnswer(id: number, answerJson?: string | undefined | null): void
 
 /** Installs the dispatcher of this JS environment (called once by `lib.js`). */
 export declare function _init(dispatch: (arg: Step | undefined | null) => void): void

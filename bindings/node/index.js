@@ -838,6 +838,7 @@ module.exports = nativeBinding
 module.exports.CarRuntime = nativeBinding.CarRuntime
 module.exports.JsCarRuntime = nativeBinding.JsCarRuntime
 module.exports._answer = nativeBinding._answer
+module.exports._hookAnswer = nativeBinding._hookAnswer
 module.exports._init = nativeBinding._init
 module.exports._streamEnd = nativeBinding._streamEnd
 module.exports._streamPush = nativeBinding._streamPush

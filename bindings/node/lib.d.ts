@@ -7,8 +7,31 @@ declare module './index' {
   interface CarRuntime {
     /** Executes with the handler from `registerToolHandler`; rejects with `.code === 'no_tool_handler'` when none is set. */
     submitProposal(proposalJson: string | object, sessionId?: string | null): Promise<string>;
+    /** Registers host hooks (run after the admission document's declarative hooks) and
+     * `canUseTool` in the permission chain, replacing earlier ones. Each is called during
+     * admission as `f(toolName, input)` and may return a Promise; `{modifiedInput: {...}}`
+     * substitutes the input later layers check and the tool receives. A throw, a rejected
+     * Promise, any other answer, or no answer within 30 s denies. Throws `invalid_argument`
+     * when an argument is not a function. */
+    setPermissionHooks(hooks?: readonly PermissionHook[] | null, canUseTool?: CanUseToolFn | null): void;
   }
 }
+
+/** A hook's answer: `undefined`/`null` (pass), `'allow'`, `'deny'`, `'ask'`, or
+ * `{modifiedInput: {...}}` (the substituted input). Anything else denies. */
+export type HookAnswer = undefined | null | 'allow' | 'deny' | 'ask' | { modifiedInput: Record<string, unknown> };
+
+/** `canUseTool`'s answer: as a hook's, without `'ask'` (which denies). */
+export type CanUseToolAnswer = undefined | null | 'allow' | 'deny' | { modifiedInput: Record<string, unknown> };
+
+/** A host permission hook. */
+export type PermissionHook = (toolName: string, input: Record<string, unknown>) => HookAnswer | Promise<HookAnswer>;
+
+/** A host `canUseTool`. */
+export type CanUseToolFn = (
+  toolName: string,
+  input: Record<string, unknown>,
+) => CanUseToolAnswer | Promise<CanUseToolAnswer>;
 
 /** The second argument of a tool function called for a detached action
  * (`invocation_mode` `"streaming"` or `"long_running"`). */

@@ -316,6 +316,53 @@ for (const name of Object.getOwnPropertyNames(CarRuntime.prototype)) {
   };
 }
 
+// ---------------------------------------------------------------------------
+// Host permission hooks (see src/hooks.rs). A runtime with hooks polls its
+// proposals on tokio workers; during admission the engine posts each hook
+// call here as `{"id","slot","tool","input"}` (slot -1 is canUseTool) and
+// blocks its worker until `_hookAnswer(id, answerJson)`. The answer goes back
+// as JSON, untouched (`undefined` is null); a throw, a rejected Promise or an
+// answer JSON cannot render is null. The Rust side decides (anything it does
+// not recognise denies, and so does no answer within 30 s).
+
+function hookDispatcher(hooks, canUseTool) {
+  return (text) => {
+    const call = JSON.parse(text);
+    const fail = () => native._hookAnswer(call.id, null);
+    const reply = (v) => {
+      let out = null;
+      try {
+        out = v === undefined ? 'null' : JSON.stringify(v);
+      } catch (_) { /* not JSON: deny */ }
+      native._hookAnswer(call.id, out === undefined ? null : out);
+    };
+    const fn = call.slot < 0 ? canUseTool : hooks[call.slot];
+    try {
+      const r = fn(call.tool, call.input);
+      if (r !== null && typeof r === 'object' && typeof r.then === 'function') r.then(reply, fail);
+      else reply(r);
+    } catch (_) {
+      fail();
+    }
+  };
+}
+
+function checkHookFn(fn, what) {
+  if (typeof fn !== 'function') {
+    const e = new TypeError(`${what} must be a function`);
+    e.code = 'invalid_argument';
+    throw e;
+  }
+  return fn;
+}
+
+/** Registers host hooks and `canUseTool` in the permission chain (see README). */
+CarRuntime.prototype.setPermissionHooks = function setPermissionHooks(hooks, canUseTool) {
+  const list = hooks == null ? [] : Array.from(hooks, (f) => checkHookFn(f, 'each hook'));
+  const can = canUseTool == null ? null : checkHookFn(canUseTool, 'canUseTool');
+  this._setPermissionHooks(list.length, can !== null, hookDispatcher(list, can));
+};
+
 let handler = null;
 
 /** Sets the handler `submitProposal` uses. */
@@ -348,7 +395,7 @@ function executeProposal(rt, proposalJson, toolFn, sessionId, scopeJson) {
   return run(rt, proposalJson, toolFn, sessionId, scopeJson);
 }
 
-// `_init`, `_answer`, `_streamPush` and `_streamEnd` are the shims' helpers, not API.
+// `_init`, `_answer`, `_streamPush`, `_streamEnd` and `_hookAnswer` are the shims' helpers, not API.
 module.exports = {
   ...native,
   CarRuntime,

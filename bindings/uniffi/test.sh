@@ -15,6 +15,7 @@ echo "--> uniffi: python through the generated bindings"
 PYTHONPATH="$GEN/python" python3 tests/python/test_uniffi.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_approvals.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_admission.py
+PYTHONPATH="$GEN/python" python3 tests/python/test_hooks.py
 
 echo "--> uniffi: kotlin through the generated bindings"
 JNA=/usr/share/java/jna.jar

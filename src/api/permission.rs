@@ -91,3 +91,104 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<crate::Result<Value>>
     };
     Some(r)
 }
+
+/// The key a host hook's answer substitutes the input with: `modified_input`
+/// (Python, UniFFI) or `modifiedInput` (Node).
+const MODIFIED_INPUT_KEYS: [&str; 2] = ["modified_input", "modifiedInput"];
+
+/// A host answer's substituted input: an object `{"modified_input": {...}}`
+/// (or `modifiedInput`) with that one key whose value is an object.
+fn modified_input(answer: &Value) -> Option<Value> {
+    let obj = answer.as_object()?;
+    if obj.len() != 1 {
+        return None;
+    }
+    let (key, v) = obj.iter().next()?;
+    (MODIFIED_INPUT_KEYS.contains(&key.as_str()) && v.is_object()).then(|| v.clone())
+}
+
+/// Translates a host hook's answer (already turned into JSON by a binding)
+/// into a [`HookDecision`](crate::permission::HookDecision): `null` passes;
+/// `"allow"`, `"deny"`, `"ask"` are decisive; `{"modified_input": {...}}`
+/// (or `{"modifiedInput": {...}}`) substitutes the input. Anything else —
+/// another string, another shape, a non-object input — denies (fail closed).
+/// Every binding uses this one translation.
+pub fn hook_decision_from_json(answer: &Value) -> crate::permission::HookDecision {
+    use crate::permission::HookDecision;
+    match answer {
+        Value::Null => HookDecision::Pass,
+        Value::String(s) => match s.as_str() {
+            "allow" => HookDecision::Allow,
+            "ask" => HookDecision::Ask,
+            _ => HookDecision::Deny,
+        },
+        other => modified_input(other).map_or(HookDecision::Deny, HookDecision::ModifiedInput),
+    }
+}
+
+/// [`hook_decision_from_json`] for `can_use_tool`: the same vocabulary
+/// without `"ask"` (which, like anything unrecognised, denies).
+pub fn can_use_decision_from_json(answer: &Value) -> crate::permission::CanUseDecision {
+    use crate::permission::CanUseDecision;
+    match answer {
+        Value::Null => CanUseDecision::Pass,
+        Value::String(s) if s == "allow" => CanUseDecision::Allow,
+        Value::String(_) => CanUseDecision::Deny,
+        other => modified_input(other).map_or(CanUseDecision::Deny, CanUseDecision::ModifiedInput),
+    }
+}
+
+/// [`hook_decision_from_json`] for an answer given as JSON text (UniFFI);
+/// text that is not JSON denies.
+pub fn hook_decision_from_text(answer: &str) -> crate::permission::HookDecision {
+    serde_json::from_str::<Value>(answer).map_or(crate::permission::HookDecision::Deny, |v| hook_decision_from_json(&v))
+}
+
+/// [`can_use_decision_from_json`] for an answer given as JSON text (UniFFI);
+/// text that is not JSON denies.
+pub fn can_use_decision_from_text(answer: &str) -> crate::permission::CanUseDecision {
+    serde_json::from_str::<Value>(answer)
+        .map_or(crate::permission::CanUseDecision::Deny, |v| can_use_decision_from_json(&v))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::permission::{CanUseDecision, HookDecision};
+
+    #[test]
+    fn a_host_answer_translates_and_anything_unrecognised_denies() {
+        assert_eq!(hook_decision_from_json(&Value::Null), HookDecision::Pass);
+        assert_eq!(hook_decision_from_json(&json!("allow")), HookDecision::Allow);
+        assert_eq!(hook_decision_from_json(&json!("deny")), HookDecision::Deny);
+        assert_eq!(hook_decision_from_json(&json!("ask")), HookDecision::Ask);
+        let sub = json!({"command": "touch x"});
+        assert_eq!(hook_decision_from_json(&json!({"modified_input": sub})), HookDecision::ModifiedInput(sub.clone()));
+        assert_eq!(hook_decision_from_json(&json!({"modifiedInput": sub})), HookDecision::ModifiedInput(sub.clone()));
+        for bad in [
+            json!("Allow"),
+            json!(""),
+            json!(true),
+            json!(1),
+            json!([]),
+            json!({}),
+            json!({"modified_input": "x"}),
+            json!({"modified_input": null}),
+            json!({"modified_input": sub, "verdict": "allow"}),
+            json!({"verdict": "allow"}),
+        ] {
+            assert_eq!(hook_decision_from_json(&bad), HookDecision::Deny, "{bad}");
+            assert_eq!(can_use_decision_from_json(&bad), CanUseDecision::Deny, "{bad}");
+        }
+        assert_eq!(can_use_decision_from_json(&Value::Null), CanUseDecision::Pass);
+        assert_eq!(can_use_decision_from_json(&json!("allow")), CanUseDecision::Allow);
+        assert_eq!(can_use_decision_from_json(&json!("ask")), CanUseDecision::Deny);
+        assert_eq!(can_use_decision_from_json(&json!({"modified_input": sub})), CanUseDecision::ModifiedInput(sub));
+        assert_eq!(hook_decision_from_text("\"allow\""), HookDecision::Allow);
+        assert_eq!(hook_decision_from_text("null"), HookDecision::Pass);
+        assert_eq!(hook_decision_from_text("allow"), HookDecision::Deny);
+        assert_eq!(can_use_decision_from_text("not json"), CanUseDecision::Deny);
+    }
+}

@@ -4,6 +4,7 @@
 use napi_derive::napi;
 use serde_json::{Map, Value};
 
+pub mod hooks;
 pub mod port;
 mod runtime;
 

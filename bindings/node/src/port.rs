@@ -130,6 +130,9 @@ struct Port {
     driving: AtomicBool,
     posted: AtomicBool,
     dispatcher: Arc<Dispatcher>,
+    /// Polled only on tokio workers, never on the JS thread: the runtime has
+    /// host permission hooks, which block the polling thread on JS.
+    worker_only: bool,
 }
 
 impl Port {
@@ -370,9 +373,21 @@ fn done(id: u32, r: Outcome) -> Step {
     step
 }
 
+/// True on a thread that runs JS (one with ports), where nothing may block
+/// on JS.
+pub(crate) fn on_js_thread() -> bool {
+    LOCAL.with(|l| l.try_borrow().map_or(true, |l| l.is_some()))
+}
+
 /// Starts a proposal on a new port: polled here right away, or first on a
-/// tokio worker when `on_worker`.
-pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) -> ResultFuture) -> crate::Result<Step> {
+/// tokio worker when `on_worker`; only ever on tokio workers when
+/// `worker_only` (which implies `on_worker`).
+pub(crate) fn start(
+    on_worker: bool,
+    worker_only: bool,
+    make: impl FnOnce(Arc<dyn ToolExecutor>) -> ResultFuture,
+) -> crate::Result<Step> {
+    let on_worker = on_worker || worker_only;
     let dispatcher = LOCAL
         .with(|l| l.borrow().as_ref().map(|l| l.dispatcher.clone()))
         .ok_or_else(|| js_err("the tool dispatcher is not installed; load the package through its main module"))?;
@@ -384,6 +399,7 @@ pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) ->
         driving: AtomicBool::new(on_worker),
         posted: AtomicBool::new(false),
         dispatcher,
+        worker_only,
     });
     let fut = make(Arc::new(JsExecutor { port: port.clone() }));
     let task = Task { port, fut };
@@ -412,6 +428,9 @@ pub(crate) fn start(on_worker: bool, make: impl FnOnce(Arc<dyn ToolExecutor>) ->
 fn drive(id: u32) -> Option<Step> {
     let mut task = LOCAL.with(|l| l.borrow_mut().as_mut().and_then(|l| l.tasks.remove(&id)))?;
     let port = task.port.clone();
+    if port.worker_only {
+        return drive_away(id, task);
+    }
     let handle = tokio_handle();
     let _runtime = handle.enter();
     let began = Instant::now();
@@ -444,6 +463,34 @@ fn drive(id: u32) -> Option<Step> {
             calls.map(|(first, text)| Step { port: id, first, calls: Some(text), ..Step::default() })
         }
     }
+}
+
+/// [`drive`] for a `worker_only` port: hands JS the calls queued and ships
+/// the future to a worker again when it was woken.
+fn drive_away(id: u32, task: Task) -> Option<Step> {
+    let port = task.port.clone();
+    port.driving.store(true, Ordering::SeqCst);
+    let calls = port.take_calls();
+    if port.woken.load(Ordering::SeqCst) {
+        LOCAL.with(|l| {
+            if let Some(l) = l.borrow_mut().as_mut() {
+                l.away.insert(id, port.clone());
+            }
+        });
+        ship(task);
+    } else {
+        LOCAL.with(|l| {
+            if let Some(l) = l.borrow_mut().as_mut() {
+                l.tasks.insert(id, task);
+            }
+        });
+        port.driving.store(false, Ordering::SeqCst);
+        // A wake between the check above and here saw `driving` and posted nothing.
+        if port.woken.load(Ordering::SeqCst) {
+            port.schedule();
+        }
+    }
+    calls.map(|(first, text)| Step { port: id, first, calls: Some(text), ..Step::default() })
 }
 
 fn deliver(p: &Port, list: Vec<(u32, u8, Value)>) {
@@ -480,7 +527,7 @@ pub fn answer(port: u32, answers: String) -> crate::Result<Option<Step>> {
     if here {
         // Polled right below (or shipped): answering must not post a wake-up too.
         p.driving.store(true, Ordering::SeqCst);
-        let many = list.len() > WORKER_ABOVE_ANSWERS;
+        let many = list.len() > WORKER_ABOVE_ANSWERS || p.worker_only;
         deliver(&p, list);
         if many {
             let task = LOCAL.with(|l| {

@@ -5,8 +5,11 @@
 //! batches of tool calls, so a callback may call back into the same runtime
 //! (e.g. `stateSet`) without deadlock.
 
+use car_runtime::api::permission::{can_use_decision_from_json, hook_decision_from_json};
 use car_runtime::api::runtime::CarRuntime as Core;
+use car_runtime::permission::{CanUseDecision, CanUseToolFn, HookDecision, HookFn};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
@@ -37,6 +40,9 @@ fn text(v: Value) -> String {
 #[napi(js_name = "CarRuntime")]
 pub struct JsCarRuntime {
     core: Core,
+    /// Host permission hooks are registered: proposals are polled only on
+    /// tokio workers (a hook blocks the polling thread until JS answers).
+    hooks_on: AtomicBool,
 }
 
 impl Default for JsCarRuntime {
@@ -50,7 +56,7 @@ impl JsCarRuntime {
     /// An empty runtime.
     #[napi(constructor)]
     pub fn new() -> Self {
-        JsCarRuntime { core: Core::new() }
+        JsCarRuntime { core: Core::new(), hooks_on: AtomicBool::new(false) }
     }
 
     /// Registers the published built-in tools (`read_file`, `write_file`,
@@ -87,6 +93,39 @@ impl JsCarRuntime {
             let _ = f.call(ev, ThreadsafeFunctionCallMode::NonBlocking);
         }));
         u32::try_from(id).unwrap_or(u32::MAX)
+    }
+
+    /// Registers `hooks` host hooks and, when `canUseTool`, a `can_use_tool`
+    /// in the permission chain, replacing earlier ones; each call goes to
+    /// `call(callJson)` (`{"id","slot","tool","input"}`, slot -1 for
+    /// `can_use_tool`) and is answered with `_hookAnswer`. Use
+    /// `setPermissionHooks(hooks, canUseTool)` (the `lib.js` shim).
+    #[napi(
+        js_name = "_setPermissionHooks",
+        ts_args_type = "hooks: number, canUseTool: boolean, call: (callJson: string) => void"
+    )]
+    pub fn set_permission_hooks(&self, hooks: u32, can_use_tool: bool, call: crate::hooks::HookCallFn) -> Result<()> {
+        let call = Arc::new(call);
+        let hook_fns: Vec<HookFn> = (0..hooks)
+            .map(|slot| -> HookFn {
+                let call = call.clone();
+                Arc::new(move |tool: &str, input: &Value| {
+                    crate::hooks::ask(&call, i64::from(slot), tool, input)
+                        .map_or(HookDecision::Deny, |v| hook_decision_from_json(&v))
+                })
+            })
+            .collect();
+        let can_use: Option<CanUseToolFn> = can_use_tool.then(|| -> CanUseToolFn {
+            let call = call.clone();
+            Arc::new(move |tool: &str, input: &Value| {
+                crate::hooks::ask(&call, crate::hooks::CAN_USE_TOOL_SLOT, tool, input)
+                    .map_or(CanUseDecision::Deny, |v| can_use_decision_from_json(&v))
+            })
+        });
+        let any = hooks > 0 || can_use_tool;
+        self.core.set_permission_hooks(hook_fns, can_use).map_err(to_js_err)?;
+        self.hooks_on.store(any, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Detaches an approver; false for an unknown id.
@@ -245,7 +284,8 @@ impl JsCarRuntime {
         let proposal = text(proposal_json);
         let scope = scope_json.filter(|v| !v.is_null()).map(text);
         let on_worker = proposal.len() > crate::port::WORKER_ABOVE_BYTES;
-        crate::port::start(on_worker, move |exec| {
+        let worker_only = self.hooks_on.load(Ordering::SeqCst);
+        crate::port::start(on_worker, worker_only, move |exec| {
             Box::pin(
                 async move { core.execute_proposal(&proposal, exec, session_id.as_deref(), scope.as_deref()).await },
             )

@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use car_runtime::api::callback::{CallPump, PumpedCall, call_json, parse_tool_output};
+use car_runtime::api::permission::{can_use_decision_from_json, hook_decision_from_json};
 use car_runtime::api::runtime::CarRuntime as Core;
 use car_runtime::engine::ToolCall;
 use car_runtime::ir::ToolFailure;
+use car_runtime::permission::{CanUseToolFn, HookFn};
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -206,6 +208,67 @@ fn run_with(
     out.map_err(|e| to_py_err(py, e))
 }
 
+/// Runs an awaitable a hook returned to completion: with `asyncio.run` when
+/// no event loop runs on this thread, else (the caller is a coroutine blocked
+/// in `execute_proposal`, so its loop cannot run anything) on a private loop
+/// in a thread of its own.
+const HOOK_HELPERS: &std::ffi::CStr = c"
+import asyncio, inspect, threading
+
+async def _await(a):
+    return await a
+
+def finish(r):
+    if not inspect.isawaitable(r):
+        return r
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(r))
+    box = {}
+    def target():
+        try:
+            box['value'] = asyncio.run(_await(r))
+        except BaseException as e:
+            box['error'] = e
+    t = threading.Thread(target=target, name='car-runtime-hook', daemon=True)
+    t.start()
+    t.join()
+    if 'error' in box:
+        raise box['error']
+    return box['value']
+";
+
+/// Calls a Python hook (or `can_use_tool`) with `(tool_name, input_dict)`
+/// and renders its answer as JSON (`None` becomes null, a string stays a
+/// string, anything else goes through `json.dumps`); `None` when it raised
+/// or the answer is not JSON, which the caller turns into a deny.
+fn hook_answer(f: &Py<PyAny>, tool: &str, input: &Value) -> Option<Value> {
+    static FINISH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Python::attach(|py| -> PyResult<Value> {
+        let finish = FINISH.get_or_try_init(py, || {
+            PyModule::from_code(py, HOOK_HELPERS, c"car_runtime_hooks.py", c"car_runtime_hooks")?
+                .getattr("finish")
+                .map(Bound::unbind)
+        })?;
+        let loads = LOADS.get_or_try_init(py, || py.import("json")?.getattr("loads").map(Bound::unbind))?;
+        let arg = loads.call1(py, (input.to_string(),))?;
+        let r = f.call1(py, (tool, arg))?;
+        let r = finish.call1(py, (r,))?;
+        let r = r.bind(py);
+        if r.is_none() {
+            return Ok(Value::Null);
+        }
+        if let Ok(s) = r.cast::<PyString>() {
+            return Ok(Value::String(s.to_cow()?.into_owned()));
+        }
+        let text = json_text(py, r)?;
+        serde_json::from_str(&text).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+    })
+    .ok()
+}
+
 fn opt_text(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     v.map(|o| json_text(py, o)).transpose()
 }
@@ -247,6 +310,41 @@ impl PyCarRuntime {
     ) -> PyResult<()> {
         let config = opt_text(py, config_json)?;
         self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Registers host hooks in the permission chain (after the document's
+    /// declarative hooks) and `can_use_tool` (its slot), replacing earlier
+    /// ones. Each is called as `f(tool_name, input_dict)` during admission
+    /// and answers None (pass), `"allow"`, `"deny"`, `"ask"` (hooks only) or
+    /// `{"modified_input": {...}}` (the input later layers check and the tool
+    /// receives). `async def` functions work: the coroutine runs to
+    /// completion on a private event loop. An exception, or any other
+    /// answer, denies. Calls run with the GIL taken on the engine's thread.
+    #[pyo3(signature = (hooks=None, can_use_tool=None))]
+    fn set_permission_hooks(
+        &self,
+        py: Python<'_>,
+        hooks: Option<Vec<Py<PyAny>>>,
+        can_use_tool: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let hooks: Vec<HookFn> = hooks
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| -> HookFn {
+                Arc::new(move |tool: &str, input: &Value| {
+                    hook_answer(&f, tool, input)
+                        .map_or(car_runtime::permission::HookDecision::Deny, |v| hook_decision_from_json(&v))
+                })
+            })
+            .collect();
+        let can_use_tool = can_use_tool.filter(|f| !f.is_none(py)).map(|f| -> CanUseToolFn {
+            Arc::new(move |tool: &str, input: &Value| {
+                hook_answer(&f, tool, input)
+                    .map_or(car_runtime::permission::CanUseDecision::Deny, |v| can_use_decision_from_json(&v))
+            })
+        });
+        let core = self.core.clone();
+        py.detach(move || core.set_permission_hooks(hooks, can_use_tool)).map_err(|e| to_py_err(py, e))
     }
 
     /// Attaches an approver: `callback(event_json)` is called with every

@@ -227,6 +227,34 @@ pub trait ApprovalListener: Send + Sync {
     fn on_event(&self, event_json: String);
 }
 
+/// A permission hook's failure: it denies.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+pub enum HookError {
+    /// The hook failed; the call is denied.
+    #[error("{msg}")]
+    Failed {
+        /// What went wrong.
+        msg: String,
+    },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for HookError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        HookError::Failed { msg: format!("permission hook failed unexpectedly: {}", e.reason) }
+    }
+}
+
+/// A host permission hook (or `can_use_tool`), called during admission with
+/// the tool name and its input as JSON text. It answers JSON text: `null`
+/// (pass), `"allow"`, `"deny"`, `"ask"` (hooks only) or
+/// `{"modified_input": {...}}` (the input later layers check and the tool
+/// receives). An error, text that is not JSON, or any other answer denies.
+#[uniffi::export(with_foreign)]
+pub trait PermissionHook: Send + Sync {
+    /// Decides one call.
+    fn decide(&self, tool: String, input_json: String) -> Result<String, HookError>;
+}
+
 /// The watchdog period of a run's call pump: once the calling thread has sat
 /// in one tool call for two periods, the calls waiting behind it move to
 /// worker threads.
@@ -338,6 +366,35 @@ impl CarRuntime {
                 let _ = tx.send(ev);
             }
         }))
+    }
+
+    /// Registers host hooks in the permission chain (after the document's
+    /// declarative hooks) and `can_use_tool` (its slot), replacing earlier
+    /// ones. See `PermissionHook` for the answers; an error denies.
+    #[uniffi::method(default(can_use_tool = None))]
+    pub fn set_permission_hooks(
+        &self,
+        hooks: Vec<std::sync::Arc<dyn PermissionHook>>,
+        can_use_tool: Option<std::sync::Arc<dyn PermissionHook>>,
+    ) -> Result<(), CarError> {
+        use car_runtime::api::permission::{can_use_decision_from_text, hook_decision_from_text};
+        use car_runtime::permission::{CanUseDecision, CanUseToolFn, HookDecision, HookFn};
+        let hooks: Vec<HookFn> = hooks
+            .into_iter()
+            .map(|h| -> HookFn {
+                std::sync::Arc::new(move |tool: &str, input: &Value| {
+                    h.decide(tool.to_string(), input.to_string())
+                        .map_or(HookDecision::Deny, |answer| hook_decision_from_text(&answer))
+                })
+            })
+            .collect();
+        let can_use_tool = can_use_tool.map(|h| -> CanUseToolFn {
+            std::sync::Arc::new(move |tool: &str, input: &Value| {
+                h.decide(tool.to_string(), input.to_string())
+                    .map_or(CanUseDecision::Deny, |answer| can_use_decision_from_text(&answer))
+            })
+        });
+        Ok(self.core.set_permission_hooks(hooks, can_use_tool)?)
     }
 
     /// Detaches an approver; false for an unknown id.

@@ -6,10 +6,16 @@ list, ...). Document results are JSON text (``json.loads`` them). Errors are
 ``.message``, ``.family`` and ``.details`` (JSON text).
 """
 
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Union
 
 JsonArg = Union[str, dict, list, int, float, bool, None]
 ToolFn = Union[Callable[[str], Any], Callable[[str, str], Any]]
+HookAnswer = Union[None, Literal["allow", "deny", "ask"], Dict[str, Any]]
+"""None (pass), "allow", "deny", "ask", or {"modified_input": {...}}; anything else denies."""
+CanUseToolAnswer = Union[None, Literal["allow", "deny"], Dict[str, Any]]
+"""None (pass), "allow", "deny", or {"modified_input": {...}}; anything else denies."""
+HookFn = Callable[[str, Dict[str, Any]], Union[HookAnswer, Awaitable[HookAnswer]]]
+CanUseToolFn = Callable[[str, Dict[str, Any]], Union[CanUseToolAnswer, Awaitable[CanUseToolAnswer]]]
 
 __version__: str
 
@@ -54,6 +60,13 @@ class CarRuntime:
         """Configures the admission stage from the admission configuration document
         (the core's AdmissionConfig; None removes every layer but the tier); asks go through the
         approvals store. A malformed document raises naming the bad key and changes nothing."""
+    def set_permission_hooks(
+        self, hooks: Optional[Sequence[HookFn]] = None, can_use_tool: Optional[CanUseToolFn] = None
+    ) -> None:
+        """Registers host hooks (run after the document's declarative hooks) and `can_use_tool`,
+        replacing earlier ones. Each is called as `f(tool_name, input)` during admission, sync or
+        `async def`; `{"modified_input": {...}}` substitutes the input later layers check and the
+        tool receives. A raise or any other answer denies."""
     def on_approval(self, callback: Callable[[str], Any]) -> int:
         """Attaches an approver notified of every approval event (JSON text); an ask then waits for it."""
     def remove_approval_callback(self, id: int) -> bool: ...
