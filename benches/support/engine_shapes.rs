@@ -71,12 +71,12 @@ pub fn full_admission(rt: &Runtime) {
     use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers};
     rt.with_policies_mut(|p| {
         for i in 0..50 {
-            p.register(&format!("deny_t{i}"), car_runtime::policy::deny_tool(&format!("t{i}")), "bench");
+            p.register(format!("deny_t{i}"), car_runtime::policy::deny_tool(format!("t{i}")), "bench");
         }
         for i in 0..50 {
             p.register(
-                &format!("param_{i}"),
-                car_runtime::policy::deny_tool_param("noop", &format!("k{i}"), &format!("v{i}")),
+                format!("param_{i}"),
+                car_runtime::policy::deny_tool_param("noop", format!("k{i}"), format!("v{i}")),
                 "bench",
             );
         }

@@ -39,7 +39,7 @@ pub struct CarRuntime {
     /// Plans built by `proposal_plan`, by id, until applied.
     plans: Arc<Mutex<std::collections::HashMap<String, StoredPlan>>>,
     /// `session`-scoped answers to asks: `(tool, input digest)` → (allow, reason).
-    session_answers: Arc<Mutex<std::collections::HashMap<(String, String), (bool, String)>>>,
+    session_answers: Arc<Mutex<SessionAnswers>>,
     /// Where the built-in tools run, once `register_agent_basics` was called.
     builtin_root: Arc<RwLock<Option<Root>>>,
     /// The approvals store of `set_permissions` and the attached approvers.
@@ -85,6 +85,9 @@ impl Approvals {
         self.store = store;
     }
 }
+
+/// `session`-scoped answers: `(tool, input digest)` → (allow, reason).
+type SessionAnswers = std::collections::HashMap<(String, String), (bool, String)>;
 
 /// A plan kept for `proposal_decide` and `proposal_apply`.
 #[derive(Debug, Clone)]
