@@ -206,6 +206,52 @@ pub enum EventData {
         /// The new value; `None` for a delete.
         value: Option<Value>,
     },
+    /// An admission decision, rendered on demand.
+    Admission(Box<AdmissionData>),
+}
+
+/// The data of an `AdmissionDecided` event: `{verdict, layer, rule?, reason,
+/// required_tier?, granted_tier?, tool, stage}`. Never parameter values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionData {
+    /// `allow`, `ask` or `deny`.
+    pub verdict: &'static str,
+    /// The deciding layer.
+    pub layer: &'static str,
+    /// The matched rule, as the operator wrote it.
+    pub rule: Option<Value>,
+    /// Why.
+    pub reason: String,
+    /// The tier the action requires.
+    pub required_tier: Option<&'static str>,
+    /// The granted tier.
+    pub granted_tier: Option<&'static str>,
+    /// The tool of a tool call.
+    pub tool: Option<String>,
+    /// Where: `admission`, `approval`, `dispatch`, `compensation`.
+    pub stage: &'static str,
+}
+
+impl AdmissionData {
+    fn to_value(&self) -> Value {
+        let mut m = Map::with_capacity(8);
+        let s = |x: &'static str| Value::String(x.into());
+        m.insert("verdict".into(), s(self.verdict));
+        m.insert("layer".into(), s(self.layer));
+        if let Some(r) = &self.rule {
+            m.insert("rule".into(), r.clone());
+        }
+        m.insert("reason".into(), Value::String(self.reason.clone()));
+        if let Some(t) = self.required_tier {
+            m.insert("required_tier".into(), s(t));
+        }
+        if let Some(t) = self.granted_tier {
+            m.insert("granted_tier".into(), s(t));
+        }
+        m.insert("tool".into(), self.tool.clone().map_or(Value::Null, Value::String));
+        m.insert("stage".into(), s(self.stage));
+        Value::Object(m)
+    }
 }
 
 impl EventData {
@@ -230,6 +276,7 @@ impl EventData {
                 };
                 EventData::State { key, tenant: tenant.clone(), version: *version, value }.to_value()
             }
+            EventData::Admission(a) => a.to_value(),
             EventData::State { key, tenant, version, value } => {
                 let mut m = Map::new();
                 m.insert("key".into(), Value::String(key.clone()));

@@ -64,24 +64,28 @@ pub fn writes(n: usize) -> ActionProposal {
 }
 
 /// Every admission layer configured (issue #18's benchmark): 100 mixed
-/// policy rules, a 30-rule permission chain with a preset, the tier layer
+/// policy-file rules, a 30-rule permission chain with a preset, the tier layer
 /// with a ledger, and one dispatch-time inspector. None of them refuses
 /// `noop`, so every action is decided by every layer and then runs.
 pub fn full_admission(rt: &Runtime) {
     use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers};
-    rt.with_policies_mut(|p| {
-        for i in 0..50 {
-            p.register(format!("deny_t{i}"), car_runtime::policy::deny_tool(format!("t{i}")), "bench");
-        }
-        for i in 0..50 {
-            p.register(
-                format!("param_{i}"),
-                car_runtime::policy::deny_tool_param("noop", format!("k{i}"), format!("v{i}")),
-                "bench",
-            );
-        }
-    })
-    .unwrap();
+    // 100 mixed policy-file rules: 40 denied tools, 20 keywords, 20 denied
+    // parameter values, 20 parameter regexes.
+    let mut text = String::from("deny_tool = [");
+    text.push_str(&(0..40).map(|i| format!("\"t{i}\"")).collect::<Vec<_>>().join(", "));
+    text.push_str("]\ndeny_keyword = [");
+    text.push_str(&(0..20).map(|i| format!("\"secret{i}\"")).collect::<Vec<_>>().join(", "));
+    text.push_str("]\n");
+    for i in 0..20 {
+        text.push_str(&format!("[[deny_tool_param]]\ntool = \"noop\"\nparam = \"k{i}\"\nequals = \"v{i}\"\n"));
+    }
+    for i in 0..20 {
+        text.push_str(&format!(
+            "[[deny_tool_param_matching]]\ntool = \"noop\"\nparam = \"p{i}\"\nmatches = \"^x{i}$\"\n"
+        ));
+    }
+    let set = car_runtime::policy::parse_policy_text(&text, "bench.toml").unwrap();
+    rt.with_policies_mut(|p| assert_eq!(p.apply_policy_set(&set), 100)).unwrap();
     let mut deny: Vec<Value> = (0..15).map(|i| json!({"tool": format!("d{i}")})).collect();
     deny.push(json!({"tool": "shell", "argv": "rm **"}));
     let ask: Vec<Value> = (0..14).map(|i| json!({"tool": format!("q{i}")})).collect();

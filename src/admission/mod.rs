@@ -79,7 +79,7 @@ pub struct Decision {
     /// `allow`, `ask` or `deny`.
     pub verdict: Verdict,
     /// The deciding layer (see [`layer`] and the chain's `decided_by`).
-    pub layer: String,
+    pub layer: &'static str,
     /// The matched rule, when a rule decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<Value>,
@@ -99,10 +99,10 @@ pub struct Decision {
 
 impl Decision {
     /// A decision by `layer`.
-    pub fn new(verdict: Verdict, layer: &str, reason: impl Into<String>) -> Self {
+    pub fn new(verdict: Verdict, layer: &'static str, reason: impl Into<String>) -> Self {
         Decision {
             verdict,
-            layer: layer.to_string(),
+            layer,
             rule: None,
             reason: reason.into(),
             required_tier: None,
@@ -112,18 +112,23 @@ impl Decision {
     }
 
     /// A denial by `layer`.
-    pub fn deny(layer: &str, reason: impl Into<String>) -> Self {
+    pub fn deny(layer: &'static str, reason: impl Into<String>) -> Self {
         Decision::new(Verdict::Deny, layer, reason)
     }
 
-    /// The event data (`stage` says where: admission, approval, dispatch, compensation).
-    pub fn event_data(&self, tool: Option<&str>, stage: &str) -> Value {
-        let mut v = serde_json::to_value(self).unwrap_or_else(|_| json!({}));
-        if let Value::Object(m) = &mut v {
-            m.insert("tool".into(), tool.map_or(Value::Null, |t| Value::String(t.to_string())));
-            m.insert("stage".into(), Value::String(stage.to_string()));
-        }
-        v
+    /// The event data (`stage` says where: admission, approval, dispatch,
+    /// compensation), rendered only when the event is read.
+    pub fn event_data(&self, tool: Option<&str>, stage: &'static str) -> crate::events::EventData {
+        crate::events::EventData::Admission(Box::new(crate::events::AdmissionData {
+            verdict: self.verdict.as_str(),
+            layer: self.layer,
+            rule: self.rule.clone(),
+            reason: self.reason.clone(),
+            required_tier: self.required_tier.map(PermissionTier::as_str),
+            granted_tier: self.granted_tier.map(PermissionTier::as_str),
+            tool: tool.map(str::to_string),
+            stage,
+        }))
     }
 }
 
@@ -427,16 +432,28 @@ impl AdmissionStage {
             None => Default::default(),
         };
         let gate = PermissionGate::new();
-        let decisions = gate.evaluate_with(actions, granted, &latest);
-        let required: Vec<PermissionTier> = decisions.iter().map(|d| d.required).collect();
-        let refusal = PermissionGate::tier_refusal_of(decisions, granted);
-        actions
-            .iter()
-            .zip(required)
-            .map(|(_, req)| {
+        // The common case first: every action within the tier and none
+        // needing an approval, with no per-action ledger lookup when the
+        // ledger is empty. Otherwise the gate decides (and words) it.
+        let required: Vec<PermissionTier> = actions.iter().map(|a| gate.required_tier(a)).collect();
+        let clear = required.iter().zip(actions).all(|(r, a)| {
+            let record = if latest.is_empty() { None } else { latest.get(&crate::policy::fingerprint(a)) };
+            match record {
+                Some(r) => r.decision == crate::policy::ApprovalVerdict::Approved,
+                None => *r != PermissionTier::FullAccess && *r <= granted,
+            }
+        });
+        let refusal = if clear {
+            None
+        } else {
+            PermissionGate::tier_refusal_of(gate.evaluate_with(actions, granted, &latest), granted)
+        };
+        required
+            .into_iter()
+            .map(|req| {
                 let mut d = match &refusal {
                     Some(r) => Decision::deny(layer::TIER, r.clone()),
-                    None => Decision::new(Verdict::Allow, layer::TIER, format!("within the granted tier `{granted}`")),
+                    None => Decision::new(Verdict::Allow, layer::TIER, "within the granted tier"),
                 };
                 d.required_tier = Some(req);
                 d.granted_tier = Some(granted);
@@ -471,12 +488,18 @@ impl AdmissionStage {
             return StageVerdict::Admit(None);
         }
         let name = a.tool.as_deref().unwrap_or_default();
-        let def = self.definition(name);
-        let input = Value::Object(a.parameters.clone());
-        let ev = chain.evaluate(&def, &input);
-        let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason.clone());
+        let undeclared;
+        let def = match self.defs.get(name) {
+            Some(d) => d,
+            None => {
+                undeclared = ToolDefinition::undeclared(name);
+                &undeclared
+            }
+        };
+        let ev = chain.evaluate_owned(def, Value::Object(a.parameters.clone()));
+        let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason);
         d.rule = ev.rule.as_ref().and_then(|r| serde_json::to_value(r).ok());
-        if ev.verdict != Verdict::Deny && ev.input != input {
+        if ev.verdict != Verdict::Deny && ev.input.as_object() != Some(&a.parameters) {
             // A substituted input: it is what the later layers checked, what
             // an approval is keyed by and what the tool receives. Anything
             // but an object cannot be a tool's parameters (fail closed).
@@ -495,7 +518,7 @@ impl AdmissionStage {
         match ev.verdict {
             Verdict::Allow => StageVerdict::Admit(Some(d)),
             Verdict::Deny => {
-                d.reason = format!("denied by {}: {}", ev.decided_by.as_str(), ev.reason);
+                d.reason = format!("denied by {}: {}", ev.decided_by.as_str(), d.reason);
                 StageVerdict::Refuse(d)
             }
             Verdict::Ask => self.ask(name, &ev.input, d),
@@ -515,7 +538,7 @@ impl AdmissionStage {
         let refuse = |reason: String| {
             let mut d = asked.clone();
             d.verdict = Verdict::Deny;
-            d.layer = layer::APPROVAL.to_string();
+            d.layer = layer::APPROVAL;
             d.reason = reason;
             StageVerdict::Refuse(d)
         };
@@ -523,7 +546,7 @@ impl AdmissionStage {
             Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => {
                 let mut d = asked;
                 d.verdict = Verdict::Allow;
-                d.layer = layer::APPROVAL.to_string();
+                d.layer = layer::APPROVAL;
                 d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
                 StageVerdict::Admit(Some(d))
             }
@@ -535,7 +558,7 @@ impl AdmissionStage {
                     Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => {
                         let mut d = asked;
                         d.verdict = Verdict::Allow;
-                        d.layer = layer::APPROVAL.to_string();
+                        d.layer = layer::APPROVAL;
                         d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
                         StageVerdict::Admit(Some(d))
                     }

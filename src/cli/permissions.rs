@@ -88,7 +88,7 @@ impl Permissions {
 
     /// Which layer decided, in words: `deny-rule {"tool":"shell",...}`.
     pub fn describe(&self, d: &Decision) -> String {
-        match (&d.rule, d.layer.as_str()) {
+        match (&d.rule, d.layer) {
             (Some(rule), by) => format!("{by} {}", serde_json::to_string(rule).unwrap_or_default()),
             (None, "shell-allow") => {
                 "every segment matches a [shell] allow pattern of .car/permissions.toml (no deny rule matched)"
@@ -130,7 +130,7 @@ pub fn explain(a: ExplainArgs) -> CliResult {
     };
     if a.json {
         let mut v = serde_json::to_value(&d).unwrap_or(Value::Null);
-        v["decided_by"] = Value::String(d.layer.clone());
+        v["decided_by"] = Value::String(d.layer.to_string());
         v["input"] = after.clone();
         println!("{}", pretty(&v));
         return Ok(0);

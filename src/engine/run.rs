@@ -495,7 +495,7 @@ impl Runtime {
 
         // The stage's layers: the tier (the whole proposal), then the chain
         // and ask approvals per action.
-        let mut allowed: Vec<Option<Decision>> = vec![None; n];
+        let mut allowed: Vec<Option<Decision>> = if stage.is_empty() { Vec::new() } else { vec![None; n] };
         let mut permission_refused = vec![false; n];
         if !stage.is_empty() {
             for (i, (refused, d)) in stage.tier_decisions(actions).into_iter().enumerate() {
@@ -557,10 +557,10 @@ impl Runtime {
                         refusals[i] = Some(d);
                     }
                     StageVerdict::Hold(d, wait) => {
-                        self.inner.events.record(
+                        self.inner.events.append(
                             EventKind::AdmissionDecided,
                             Some(&ctx.pid),
-                            Some(&a.id),
+                            Some(&Arc::from(a.id.as_str())),
                             d.event_data(a.tool.as_deref(), "admission"),
                         );
                         ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, wait);
@@ -611,19 +611,19 @@ impl Runtime {
             let a = &actions[i];
             let Some(d) = refusal else {
                 if record_all && let Some(d) = allowed[i].take() {
-                    self.inner.events.record(
+                    self.inner.events.append(
                         EventKind::AdmissionDecided,
                         Some(&ctx.pid),
-                        Some(&a.id),
+                        Some(&Arc::from(a.id.as_str())),
                         d.event_data(a.tool.as_deref(), "admission"),
                     );
                 }
                 continue;
             };
-            self.inner.events.record(
+            self.inner.events.append(
                 EventKind::AdmissionDecided,
                 Some(&ctx.pid),
-                Some(&a.id),
+                Some(&Arc::from(a.id.as_str())),
                 d.event_data(a.tool.as_deref(), "admission"),
             );
             let reason = d.reason;
@@ -663,16 +663,16 @@ impl Ctx {
 
     /// Records a refusal decided after admission (approval, dispatch) and
     /// builds the `rejected` outcome.
-    fn reject(&self, a: &Action, d: Decision, stage: &str) -> Outcome {
+    fn reject(&self, a: &Action, d: Decision, stage: &'static str) -> Outcome {
         let events = &self.rt.inner.events;
-        events.record(
+        events.append(
             EventKind::AdmissionDecided,
             Some(&self.pid),
-            Some(&a.id),
+            Some(&Arc::from(a.id.as_str())),
             d.event_data(a.tool.as_deref(), stage),
         );
-        let permission = matches!(d.layer.as_str(), layer::APPROVAL | layer::HOST | layer::INSPECTOR);
-        let policy = matches!(d.layer.as_str(), layer::POLICY | layer::TRACE);
+        let permission = matches!(d.layer, layer::APPROVAL | layer::HOST | layer::INSPECTOR);
+        let policy = matches!(d.layer, layer::POLICY | layer::TRACE);
         events.record(
             EventKind::ActionRejected,
             Some(&self.pid),
@@ -797,10 +797,10 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
         HoldEnd::Admitted => {}
         HoldEnd::Approved => {
             let d = Decision::new(Verdict::Allow, layer::APPROVAL, "approved while held");
-            events.record(
+            events.append(
                 EventKind::AdmissionDecided,
                 Some(&ctx.pid),
-                Some(&a.id),
+                Some(&Arc::from(a.id.as_str())),
                 d.event_data(a.tool.as_deref(), "approval"),
             );
         }
@@ -819,11 +819,13 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     if let Some(reason) = dispatch_check(ctx, a) {
         return ctx.reject(a, Decision::deny(layer::DISPATCH, reason), "dispatch");
     }
-    if let Some(d) = ctx.dispatch_layers(a) {
-        return ctx.reject(a, d, "dispatch");
-    }
     let traced = a.action_type == ActionType::ToolCall
         && !ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner).trace_rules().is_empty();
+    if (traced || ctx.stage.has_dispatch_layers())
+        && let Some(d) = ctx.dispatch_layers(a)
+    {
+        return ctx.reject(a, d, "dispatch");
+    }
     let outcome = run_attempts(ctx, i, a, t0).await;
     if traced {
         let p = ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
@@ -899,7 +901,8 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                     events.append(EventKind::ActionRetrying, pid, Some(aid), EventData::Action(ev));
                     let base = ctx.stage.retry_backoff_ms().unwrap_or(opts.retry_backoff_ms);
                     if base > 0 {
-                        tokio::time::sleep(backoff(base, attempt)).await;
+                        // Boxed: the timer is large and most attempts never wait.
+                        Box::pin(tokio::time::sleep(backoff(base, attempt))).await;
                     }
                     attempt += 1;
                     continue;
@@ -1253,10 +1256,10 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
                     format!("compensation refused: action '{action_id}' was refused at admission"),
                 );
                 let events = &ctx.rt.inner.events;
-                events.record(
+                events.append(
                     EventKind::AdmissionDecided,
                     Some(&ctx.pid),
-                    Some(&a.id),
+                    Some(&Arc::from(a.id.as_str())),
                     d.event_data(target.tool.as_deref(), "compensation"),
                 );
                 return Err(d.reason);
@@ -1282,10 +1285,10 @@ async fn admit_compensation(ctx: &Ctx, c: &Action) -> Result<Option<Map<String, 
     let decision = decide_compensation(ctx, c).await;
     let events = &ctx.rt.inner.events;
     if let Some(d) = &decision {
-        events.record(
+        events.append(
             EventKind::AdmissionDecided,
             Some(&ctx.pid),
-            Some(&c.id),
+            Some(&Arc::from(c.id.as_str())),
             d.event_data(c.tool.as_deref(), "compensation"),
         );
     }
@@ -1344,7 +1347,7 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
             StageVerdict::Admit(d) => allowed = d.or(allowed),
             StageVerdict::Refuse(d) => return Some(d),
             StageVerdict::Hold(d, wait) => match AssertUnwindSafe(wait).catch_unwind().await {
-                Ok(None) => allowed = Some(Decision { verdict: Verdict::Allow, layer: layer::APPROVAL.into(), ..d }),
+                Ok(None) => allowed = Some(Decision { verdict: Verdict::Allow, layer: layer::APPROVAL, ..d }),
                 Ok(Some(reason)) => return Some(Decision::deny(layer::APPROVAL, reason)),
                 Err(_) => return Some(Decision::deny(layer::APPROVAL, "the admission hold panicked; refused")),
             },

@@ -699,7 +699,11 @@ impl PermissionChain {
 
     /// Evaluates one call; nothing executes.
     pub fn evaluate(&self, tool: &ToolDefinition, input: &Value) -> PermissionEvaluation {
-        let mut input = input.clone();
+        self.evaluate_owned(tool, input.clone())
+    }
+
+    /// [`Self::evaluate`] taking the input by value (no copy of it).
+    pub fn evaluate_owned(&self, tool: &ToolDefinition, mut input: Value) -> PermissionEvaluation {
         let mut decided = self.decide(tool, &mut input);
         decided.advisory = self.advisory(tool, &decided.input);
         decided

@@ -578,6 +578,12 @@ impl PermissionGate {
         self
     }
 
+    /// The authority axis alone: the tier an action requires.
+    pub fn required_tier(&self, action: &Action) -> PermissionTier {
+        let classifier = self.classifier.as_ref().unwrap_or_else(|| RiskClassifier::shared());
+        classifier.classify_flat(&flatten(action))
+    }
+
     /// Both axes of an action from one flattening.
     pub fn axes(&self, action: &Action) -> Axes {
         let f = flatten(action);
