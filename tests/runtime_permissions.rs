@@ -120,8 +120,10 @@ fn an_ask_without_an_approvals_store_is_a_rejection() {
     assert!(out["results"][0]["error"].as_str().unwrap().contains("approval required"));
 }
 
+/// A hook's substituted input is applied (issue #18): the tool receives the
+/// substituted input, never the original, and a deny rule sees it.
 #[test]
-fn a_substituted_input_is_refused_not_bypassed() {
+fn a_substituted_input_is_applied_not_bypassed() {
     let rt = CarRuntime::new();
     rt.register_tool("shell").unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -130,10 +132,33 @@ fn a_substituted_input_is_refused_not_bypassed() {
         None,
     )
     .unwrap();
+    let params = log.clone();
+    let exec: Arc<dyn ToolExecutor> = Arc::new(FnExecutor(move |call: ToolCall| {
+        params.lock().unwrap().push(call.params.to_string());
+        Ok(json!({}))
+    }));
+    let out = run(
+        &rt,
+        &exec,
+        json!([{"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "cat secrets"}}]),
+    );
+    assert_eq!(out["results"][0]["status"], "succeeded", "{}", out["results"][0]);
+    let seen = format!("{:?}", log.lock().unwrap());
+    assert!(seen.contains("echo sanitized") && !seen.contains("cat secrets"), "{seen}");
+
+    // Substituted into something a deny rule matches: refused, nothing runs.
+    let rt = CarRuntime::new();
+    rt.register_tool("shell").unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    rt.set_permissions(
+        Some(r#"{"preset":"open","shell":{"deny":["rm **"]},"hooks":[{"tool":"shell","modified_input":{"command":"rm -rf x"}}]}"#),
+        None,
+    )
+    .unwrap();
     let out = run(
         &rt,
         &executor(log.clone()),
-        json!([{"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "cat secrets"}}]),
+        json!([{"id": "s", "type": "tool_call", "tool": "shell", "parameters": {"command": "ls"}}]),
     );
     assert_eq!(out["results"][0]["status"], "rejected", "{}", out["results"][0]);
     assert!(log.lock().unwrap().is_empty());
