@@ -29,6 +29,23 @@ export declare class CarRuntime {
    * document rejects naming the bad key and changes nothing.
    */
   setPermissions(configJson?: any | undefined | null, approvalsDir?: string | undefined | null): Promise<void>
+  /** The admission configuration document in force, as JSON text. */
+  admissionConfig(): string
+  /**
+   * The plan of a proposal before anything runs (JSON text `{plan_id,
+   * proposal_id, items, counts}`); nothing runs, is recorded or is asked.
+   */
+  proposalPlan(proposalJson: any, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): string
+  /**
+   * Decides one `ask` item of a plan (`allow` / `deny`, scope `once` or
+   * `session`; `always` rejects with `always_scope_unavailable`).
+   */
+  proposalDecide(planId: string, actionId: string, decision: string, scope?: string | undefined | null, reason?: string | undefined | null): string
+  /**
+   * Takes a plan out for `proposalApply` (lib.js): `{proposal_json,
+   * session_id, scope_json}` as JSON text. Not API.
+   */
+  _proposalTake(planId: string): string
   /**
    * Attaches an approver: `callback(eventJson)` is called on the JS thread
    * with every approval event (`{"event": "pending", key, tool, ...}` /

@@ -14,6 +14,8 @@ declare module './index' {
      * Promise, any other answer, or no answer within 30 s denies. Throws `invalid_argument`
      * when an argument is not a function. */
     setPermissionHooks(hooks?: readonly PermissionHook[] | null, canUseTool?: CanUseToolFn | null): void;
+    /** Runs a plan built by `proposalPlan` after its decisions; the plan is used up. */
+    proposalApply(planId: string, toolFn: (callJson: string) => string | Promise<string> | unknown): Promise<string>;
   }
 }
 

@@ -363,6 +363,18 @@ CarRuntime.prototype.setPermissionHooks = function setPermissionHooks(hooks, can
   this._setPermissionHooks(list.length, can !== null, hookDispatcher(list, can));
 };
 
+/** Runs a plan built by `proposalPlan` after its decisions; the plan is used up. */
+CarRuntime.prototype.proposalApply = function proposalApply(planId, toolFn) {
+  let taken;
+  try {
+    checkToolFn(toolFn);
+    taken = JSON.parse(this._proposalTake(planId));
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  return run(this, taken.proposal_json, toolFn, taken.session_id ?? undefined, taken.scope_json ?? undefined);
+};
+
 let handler = null;
 
 /** Sets the handler `submitProposal` uses. */

@@ -80,6 +80,55 @@ impl JsCarRuntime {
         self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(aerr)
     }
 
+    /// The admission configuration document in force, as JSON text.
+    #[napi]
+    pub fn admission_config(&self) -> String {
+        self.core.admission_config()
+    }
+
+    /// The plan of a proposal before anything runs (JSON text `{plan_id,
+    /// proposal_id, items, counts}`); nothing runs, is recorded or is asked.
+    #[napi]
+    pub fn proposal_plan(
+        &self,
+        proposal_json: Value,
+        session_id: Option<String>,
+        scope_json: Option<Value>,
+    ) -> napi::Result<String> {
+        let scope = scope_json.filter(|v| !v.is_null()).map(text);
+        self.core.proposal_plan(&text(proposal_json), session_id.as_deref(), scope.as_deref()).map_err(aerr)
+    }
+
+    /// Decides one `ask` item of a plan (`allow` / `deny`, scope `once` or
+    /// `session`; `always` rejects with `always_scope_unavailable`).
+    #[napi]
+    pub fn proposal_decide(
+        &self,
+        plan_id: String,
+        action_id: String,
+        decision: String,
+        scope: Option<String>,
+        reason: Option<String>,
+    ) -> napi::Result<String> {
+        let scope = scope.unwrap_or_else(|| "once".to_string());
+        self.core
+            .proposal_decide(&plan_id, &action_id, &decision, &scope, reason.as_deref().unwrap_or(""))
+            .map_err(aerr)
+    }
+
+    /// Takes a plan out for `proposalApply` (lib.js): `{proposal_json,
+    /// session_id, scope_json}` as JSON text. Not API.
+    #[napi(js_name = "_proposalTake")]
+    pub fn proposal_take(&self, plan_id: String) -> napi::Result<String> {
+        let (p, session, scope) = self.core.proposal_take(&plan_id).map_err(aerr)?;
+        Ok(serde_json::json!({
+            "proposal_json": car_runtime::api::proposal_to_json(&p),
+            "session_id": session,
+            "scope_json": scope,
+        })
+        .to_string())
+    }
+
     /// Attaches an approver: `callback(eventJson)` is called on the JS thread
     /// with every approval event (`{"event": "pending", key, tool, ...}` /
     /// `{"event": "resolved", ...}`). While one is attached an ask waits for

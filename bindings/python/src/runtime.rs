@@ -512,6 +512,55 @@ impl PyCarRuntime {
         self.core.state_snapshot(tenant.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
+    /// The admission configuration document in force, as JSON text.
+    fn admission_config(&self) -> String {
+        self.core.admission_config()
+    }
+
+    /// The plan of a proposal before anything runs: for every action what
+    /// admission decides now (`verdict`, `layer`, `rule`, `reason`, tiers,
+    /// `approval_key` of an ask, `preview` diff of a built-in file write), as
+    /// JSON text `{plan_id, proposal_id, items, counts}`. Nothing runs, is
+    /// recorded or is asked.
+    #[pyo3(signature = (proposal_json, session_id=None, scope_json=None))]
+    fn proposal_plan(
+        &self,
+        py: Python<'_>,
+        proposal_json: &Bound<'_, PyAny>,
+        session_id: Option<String>,
+        scope_json: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let text = json_text(py, proposal_json)?;
+        let scope = opt_text(py, scope_json)?;
+        let core = self.core.clone();
+        py.detach(move || core.proposal_plan(&text, session_id.as_deref(), scope.as_deref()))
+            .map_err(|e| to_py_err(py, e))
+    }
+
+    /// Decides one `ask` item of a plan: `decision` `allow` or `deny`,
+    /// `scope` `once` or `session` (`always` raises
+    /// `always_scope_unavailable`). Needs an approvals store
+    /// (`set_permissions(..., approvals_dir)`).
+    #[pyo3(signature = (plan_id, action_id, decision, scope="once".to_string(), reason=String::new()))]
+    fn proposal_decide(
+        &self,
+        py: Python<'_>,
+        plan_id: String,
+        action_id: String,
+        decision: String,
+        scope: String,
+        reason: String,
+    ) -> PyResult<String> {
+        self.core.proposal_decide(&plan_id, &action_id, &decision, &scope, &reason).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Runs a plan after its decisions with `tool_fn` (as `execute_proposal`);
+    /// the plan is used up.
+    fn proposal_apply(&self, py: Python<'_>, plan_id: String, tool_fn: Py<PyAny>) -> PyResult<String> {
+        let (proposal, session, scope) = self.core.proposal_take(&plan_id).map_err(|e| to_py_err(py, e))?;
+        run_with(py, &self.core, car_runtime::api::proposal_to_json(&proposal), tool_fn, session, scope)
+    }
+
     /// Verifies a proposal against this runtime's state and tool schemas.
     fn verify_proposal(&self, py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
         let text = json_text(py, proposal_json)?;

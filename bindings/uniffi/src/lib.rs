@@ -346,6 +346,45 @@ impl CarRuntime {
         Ok(self.core.set_permissions(config_json.as_deref(), approvals_dir.as_deref())?)
     }
 
+    /// The admission configuration document in force, as JSON text.
+    pub fn admission_config(&self) -> String {
+        self.core.admission_config()
+    }
+
+    /// The plan of a proposal before anything runs (JSON text `{plan_id,
+    /// proposal_id, items, counts}`); nothing runs, is recorded or is asked.
+    pub fn proposal_plan(
+        &self,
+        proposal_json: String,
+        session_id: Option<String>,
+        scope_json: Option<String>,
+    ) -> Result<String, CarError> {
+        Ok(self.core.proposal_plan(&proposal_json, session_id.as_deref(), scope_json.as_deref())?)
+    }
+
+    /// Decides one `ask` item of a plan (`allow` / `deny`; scope `once` or
+    /// `session`; `always` is `always_scope_unavailable`).
+    pub fn proposal_decide(
+        &self,
+        plan_id: String,
+        action_id: String,
+        decision: String,
+        scope: String,
+        reason: String,
+    ) -> Result<String, CarError> {
+        Ok(self.core.proposal_decide(&plan_id, &action_id, &decision, &scope, &reason)?)
+    }
+
+    /// Runs a plan after its decisions with `handler`; the plan is used up.
+    pub fn proposal_apply(
+        &self,
+        plan_id: String,
+        handler: std::sync::Arc<dyn ToolHandler>,
+    ) -> Result<String, CarError> {
+        let (proposal, session, scope) = self.core.proposal_take(&plan_id)?;
+        self.execute_proposal(car_runtime::api::proposal_to_json(&proposal), handler, session, scope)
+    }
+
     /// Attaches an approver: while one is attached an ask waits for
     /// `approval_resolve` (or its deadline) instead of being rejected.
     /// Returns an id for `remove_approval_callback`.

@@ -103,6 +103,22 @@ class CarRuntime:
     def state_snapshot(self, tenant: Optional[str] = None) -> str: ...
     def verify_proposal(self, proposal_json: JsonArg) -> str:
         """Verifies against this runtime's state and tool schemas."""
+    def admission_config(self) -> str:
+        """The admission configuration document in force, as JSON text."""
+        ...
+    def proposal_plan(
+        self, proposal_json: JsonArg, session_id: Optional[str] = None, scope_json: Optional[JsonArg] = None
+    ) -> str:
+        """The plan of a proposal before anything runs: JSON text {plan_id, proposal_id, items, counts}."""
+        ...
+    def proposal_decide(
+        self, plan_id: str, action_id: str, decision: str, scope: str = "once", reason: str = ""
+    ) -> str:
+        """Decides one `ask` item of a plan (allow/deny; scope once or session)."""
+        ...
+    def proposal_apply(self, plan_id: str, tool_fn: ToolFn) -> str:
+        """Runs a plan after its decisions; the plan is used up."""
+        ...
     def execute_proposal(
         self,
         proposal_json: JsonArg,

@@ -126,13 +126,36 @@ def the_tier_is_enforced_in_process():
     assert tools.calls == [], tools.calls
 
 
+def plan_decide_apply():
+    tmp = tempfile.mkdtemp(prefix="car-uniffi-plan-")
+    try:
+        rt = car.CarRuntime()
+        rt.register_tool("migrate")
+        rt.set_permissions(json.dumps({"ask": [{"tool": "migrate"}], "preset": "open"}), tmp)
+        assert json.loads(rt.admission_config())["ask"] == [{"tool": "migrate"}]
+        tools = Stub()
+        proposal = {"actions": [
+            {"id": "a", "type": "tool_call", "tool": "migrate", "parameters": {"env": "a"}, "failure_behavior": "skip"},
+            {"id": "b", "type": "tool_call", "tool": "migrate", "parameters": {"env": "b"}, "failure_behavior": "skip"},
+        ]}
+        plan = json.loads(rt.proposal_plan(json.dumps(proposal), None, None))
+        assert [i["verdict"] for i in plan["items"]] == ["ask", "ask"], plan
+        rt.proposal_decide(plan["plan_id"], "a", "allow", "once", "reviewed")
+        out = json.loads(rt.proposal_apply(plan["plan_id"], tools))
+        assert [r["status"] for r in out["results"]] == ["succeeded", "rejected"], out
+        assert [c["params"] for c in tools.calls] == [{"env": "a"}], tools.calls
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
+    plan_decide_apply()
     cases = CORPUS["cases"]
     assert len(cases) >= 40, len(cases)
     failures = [f for case in cases for f in run_case(case)]
     assert not failures, f"{len(failures)} differences over {len(cases)} cases:\n" + "\n".join(failures)
     the_tier_is_enforced_in_process()
-    print(f"uniffi admission: {len(cases)} cases ok; read_only refuses rm -rf /")
+    print(f"uniffi admission: {len(cases)} cases ok; read_only refuses rm -rf /; plan, decide, apply")
 
 
 if __name__ == "__main__":
