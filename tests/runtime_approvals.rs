@@ -123,11 +123,18 @@ fn a_deny_or_anything_but_an_explicit_allow_rejects_with_the_reason() {
     }
     answers.join().unwrap();
     assert!(log.lock().unwrap().is_empty(), "nothing ran");
-    // The denial is recorded as an admission-stage rejection of the approval.
+    // The denial is recorded as a rejection by the approval layer: while the
+    // action is held (stage `approval`), or at admission when the approver
+    // answered before the stage looked again (stage `admission`).
     let events: Value = serde_json::from_str(&rt.event_query(r#"{"kinds":["ActionRejected"]}"#).unwrap()).unwrap();
     let events = events["events"].as_array().unwrap();
     assert_eq!(events.len(), 3);
-    assert!(events.iter().all(|e| e["data"]["stage"] == "approval" && e["data"]["permission"] == true), "{events:?}");
+    assert!(
+        events.iter().all(|e| e["data"]["layer"] == "approval"
+            && (e["data"]["stage"] == "approval" || e["data"]["stage"] == "admission")
+            && e["data"]["permission"] == true),
+        "{events:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
