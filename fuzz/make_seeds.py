@@ -20,8 +20,19 @@ def put(target, data):
         f.write(data)
 
 
+session = []
 for path in sorted(glob.glob(os.path.join(ROOT, "tests/conformance/*/*.json"))):
     for case in json.load(open(path))["cases"]:
+        if "method" not in case:
+            # The admission corpus: a document and a proposal per case.
+            if isinstance(case.get("proposal"), dict):
+                put("ir_parse", json.dumps(case["proposal"]))
+                put("rpc_session", "\n".join(json.dumps(f) for f in [
+                    {"jsonrpc": "2.0", "id": 1, "method": "admission.configure", "params": {"config": case.get("config", {})}},
+                    {"jsonrpc": "2.0", "id": 2, "method": "proposal.plan", "params": {"proposal": case["proposal"]}},
+                    {"jsonrpc": "2.0", "id": 3, "method": "proposal.submit", "params": {"proposal": case["proposal"]}},
+                ]))
+            continue
         m, params = case["method"], case.get("params", {})
         if m in METHODS:
             put("facade_call", bytes([METHODS.index(m)]) + json.dumps(params).encode())
@@ -40,6 +51,7 @@ for path in sorted(glob.glob(os.path.join(ROOT, "tests/conformance/*/*.json"))):
             put("shell_match", "\n".join(lines) + "\0" + params.get("command", ""))
         frame = {"jsonrpc": "2.0", "id": 1, "method": m, "params": params}
         put("rpc_frame", json.dumps(frame))
+        put("rpc_session", json.dumps(frame))
 
 for path in glob.glob(os.path.join(ROOT, "tests/policy_fixtures/**/*.toml"), recursive=True):
     put("policy_file", open(path, "rb").read())

@@ -13,12 +13,12 @@ cd "$(dirname "$0")"
 secs="${1:-10}"
 shift || true
 targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then targets=(ir_parse policy_file shell_match rpc_frame rpc_session facade_call); fi
+if [ ${#targets[@]} -eq 0 ]; then targets=(ir_parse policy_file shell_match shell_reference rpc_frame rpc_session facade_call); fi
 export RUSTC_BOOTSTRAP=1
 python3 make_seeds.py
 status=0
 for t in "${targets[@]}"; do
-  mkdir -p "corpus/$t"
+  mkdir -p "corpus/$t" "seeds/$t"
   echo "==> fuzz $t for ${secs}s"
   # shellcheck disable=SC2086
   if ! cargo fuzz run ${CAR_FUZZ_BUILD_FLAGS:-} "$t" "corpus/$t" "seeds/$t" -- \
