@@ -83,12 +83,35 @@ def test_case_on_a_daemon_of_its_own(case, tmp_path):
         pol.mkdir(parents=True)
         for name, text in case["policy_files"].items():
             (pol / name).write_text(text)
-    if case.get("ledger"):
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "approvals.jsonl").write_text("".join(json.dumps(l) + "\n" for l in case["ledger"]))
+    home.mkdir(parents=True, exist_ok=True)
+
+    async def record(url):
+        # The daemon's ledger is authenticated: a hand-written line never
+        # approves, so the case's records are made through the API, from a
+        # connection other than the one that submits.
+        reviewer = await authed(url, "case-token")
+        for rec in case["ledger"]:
+            method = "permission.approve" if rec["decision"] == "approved" else "permission.reject"
+            await reviewer.call(method, {"fingerprint": rec["fingerprint"], "required_tier": rec["required_tier"],
+                                         "reason": rec["reason"]})
+        await reviewer.close()
+
     with Daemon("--auth-token", "case-token", home=str(home)) as d:
-        res, got = run(run_case(case, d.url.rstrip("/"), "case-token"))
+        url = d.url.rstrip("/")
+        if case.get("ledger"):
+            run(record(url))
+        res, got = run(run_case(case, url, "case-token"))
     check(case, res, got)
+
+
+def test_a_hand_written_ledger_line_does_not_approve(tmp_path):
+    case = next(c for c in CASES if c["name"] == "tier escalation with a ledger approval runs")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "approvals.jsonl").write_text("".join(json.dumps(l) + "\n" for l in case["ledger"]))
+    with Daemon("--auth-token", "case-token", home=str(home)) as d:
+        res, _ = run(run_case(case, d.url.rstrip("/"), "case-token"))
+    assert res["results"][0]["status"] == "rejected", res
 
 
 def test_wire_config_cannot_set_operator_keys():
