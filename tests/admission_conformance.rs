@@ -517,3 +517,54 @@ async fn plan_decide_apply() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue #25: a shell command that names the runtime's own files (its
+/// configuration, policies, approvals) is refused unless the operator's
+/// document allows it; generated over writers, spellings and places.
+#[test]
+fn shell_commands_naming_protected_files_are_refused() {
+    use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers, StageVerdict};
+    let stage = |extra: Value| {
+        let mut doc = json!({"preset": "open"});
+        if let (Some(d), Some(e)) = (doc.as_object_mut(), extra.as_object()) {
+            d.extend(e.clone());
+        }
+        AdmissionStage::build(AdmissionConfig::from_value(doc).unwrap(), &HostLayers::default(), None).unwrap()
+    };
+    let shell = |cmd: &str| {
+        let mut a = car_runtime::ir::Action::tool_call("shell");
+        a.parameters = json!({"command": cmd}).as_object().unwrap().clone();
+        a
+    };
+    let targets = [
+        ".car/permissions.toml",
+        "./.car/policies/x.toml",
+        ".CAR/permissions.toml",
+        "state/approvals.jsonl",
+        "a/b/.Car",
+    ];
+    let writers = [
+        "echo x > {}",
+        "echo x >>{}",
+        "rm -rf {}",
+        "cp evil {}",
+        "tee {} < x",
+        "git diff --output={} a b",
+        "sh -c 'echo > \"{}\"'",
+    ];
+    let strict = stage(json!({}));
+    let open = stage(json!({"allow_protected_writes": true}));
+    for t in targets {
+        for w in writers {
+            let cmd = w.replace("{}", t);
+            match strict.decide(&shell(&cmd)) {
+                StageVerdict::Refuse(d) => assert_eq!(d.layer, "protected", "{cmd}"),
+                other => panic!("{cmd}: {other:?}"),
+            }
+            assert!(matches!(open.decide(&shell(&cmd)), StageVerdict::Admit(_)), "{cmd}");
+        }
+    }
+    for fine in ["ls", "cat notes/car.txt", "echo .cartography", "git status"] {
+        assert!(matches!(strict.decide(&shell(fine)), StageVerdict::Admit(_)), "{fine}");
+    }
+}

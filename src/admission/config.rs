@@ -170,6 +170,11 @@ pub struct AdmissionConfig {
     /// At most this many independent actions in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
+    /// Lets shell commands name the runtime's own files (`.car/`,
+    /// `approvals.jsonl`). Off by default; only the operator sets it (it is
+    /// refused over the wire).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_protected_writes: bool,
     /// At most this many retries of one action (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_cap: Option<u32>,

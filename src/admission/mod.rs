@@ -69,6 +69,8 @@ pub mod layer {
     pub const INSPECTOR: &str = "inspector";
     /// A trace rule at dispatch.
     pub const TRACE: &str = "trace";
+    /// A shell command naming the runtime's own files (`.car/`, `approvals.jsonl`).
+    pub const PROTECTED: &str = "protected";
     /// Nothing refused the action (no layer decided anything).
     pub const NONE: &str = "none";
 }
@@ -195,6 +197,23 @@ impl Default for AdmissionStage {
     fn default() -> Self {
         AdmissionStage::empty()
     }
+}
+
+/// The first word of a shell command that names one of the runtime's own
+/// files: a path with a `.car` component (any case) or a file named
+/// `approvals.jsonl`. Words are split at blanks, quotes, `=` and the shell's
+/// operators, so `>.car/x`, `"./.CAR/permissions.toml"` and
+/// `--output=.car/x` are all seen; a command that only reads them is refused
+/// too (fail closed: the matcher cannot tell a read from a write).
+fn names_protected_path(cmd: &str) -> Option<String> {
+    let is_sep = |c: char| c.is_whitespace() || "'\"`=;&|<>(){}$,".contains(c);
+    cmd.split(is_sep).filter(|w| !w.is_empty()).find_map(|w| {
+        let hit = w.split(['/', '\\']).any(|part| {
+            let p = part.to_ascii_lowercase();
+            p == ".car" || p == crate::gate::APPROVALS_FILE
+        });
+        hit.then(|| w.to_string())
+    })
 }
 
 /// The chain's view of the built-in tools: their declared risk.
@@ -481,13 +500,25 @@ impl AdmissionStage {
 
     /// The permission chain and ask approvals for one action.
     pub fn decide(&self, a: &Action) -> StageVerdict {
-        let Some(chain) = &self.chain else {
-            return StageVerdict::Admit(None);
-        };
         if a.action_type != ActionType::ToolCall {
             return StageVerdict::Admit(None);
         }
         let name = a.tool.as_deref().unwrap_or_default();
+        if name == SHELL_TOOL
+            && !self.config.allow_protected_writes
+            && let Some(cmd) = a.parameters.get("command").and_then(Value::as_str)
+            && let Some(word) = names_protected_path(cmd)
+        {
+            return StageVerdict::Refuse(Decision::deny(
+                layer::PROTECTED,
+                format!(
+                    "the shell command names `{word}`, one of the runtime's own files (configuration, policies, approvals); only the operator may allow that (`allow_protected_writes`)"
+                ),
+            ));
+        }
+        let Some(chain) = &self.chain else {
+            return StageVerdict::Admit(None);
+        };
         let undeclared;
         let def = match self.defs.get(name) {
             Some(d) => d,
