@@ -15,12 +15,12 @@
 //! | 3 | `tool` | engine | deny (unregistered tool, parameters invalid against its schema) |
 //! | 4 | `policy` | engine ([`crate::policy::PolicyEngine`]) | deny |
 //! | 5 | `tier` | this stage | deny (the whole proposal, as the daemon does) |
-//! | 6 | permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default` | this stage | allow, ask, deny |
+//! | 6 | `protected`, then the permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default` | this stage | allow, ask, deny |
 //! | 7 | `approval` | this stage | an ask becomes allow (approved), deny, or a hold |
 //! | 8 | `host` | the engine's admission hook (a Rust host's own check) | allow, deny, hold |
-//! | 9 | `dispatch` | engine, per attempt | deny (preconditions, state dependencies) |
-//! | 10 | `inspector` | this stage, per attempt | deny |
-//! | 11 | `trace` | engine ([`crate::policy::PolicyEngine::check_dispatch`]), per attempt | deny |
+//! | 9 | `dispatch` | engine, at the action's turn | deny (preconditions, state dependencies) |
+//! | 10 | `inspector` | this stage, every attempt | deny |
+//! | 11 | `trace` | engine ([`crate::policy::PolicyEngine::check_dispatch`]), at the action's turn | deny |
 //!
 //! Every decision is an `AdmissionDecided` event (verdict, layer, rule,
 //! required and granted tier; never parameter values). A refusal from any
