@@ -573,31 +573,35 @@ impl AdmissionStage {
             d.reason = reason;
             StageVerdict::Refuse(d)
         };
-        match input_digest(input).and_then(|dg| store.request(name, &dg, Some(deadline))) {
-            Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => {
-                let mut d = asked;
-                d.verdict = Verdict::Allow;
-                d.layer = layer::APPROVAL;
-                d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
-                StageVerdict::Admit(Some(d))
+        let digest = match input_digest(input) {
+            Ok(d) => d,
+            Err(e) => return refuse(e.to_string()),
+        };
+        let resolved = |r: crate::gate::Resolution| {
+            if r.decision != ApprovalDecision::Allow {
+                return refuse(format!("approval `{}` was denied: {}", r.key, r.reason));
             }
-            Ok(Ticket::Resolved(r)) => refuse(format!("approval `{}` was denied: {}", r.key, r.reason)),
-            // An approver that answered while being notified (a host that
-            // decided before the run): the answer applies at admission.
-            Ok(Ticket::Pending(p)) if matches!(store.resolution(&p.key), Ok(Some(_))) => {
-                match input_digest(input).and_then(|dg| store.request(name, &dg, Some(deadline))) {
-                    Ok(Ticket::Resolved(r)) if r.decision == ApprovalDecision::Allow => {
-                        let mut d = asked;
-                        d.verdict = Verdict::Allow;
-                        d.layer = layer::APPROVAL;
-                        d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
-                        StageVerdict::Admit(Some(d))
-                    }
-                    Ok(Ticket::Resolved(r)) => refuse(format!("approval `{}` was denied: {}", r.key, r.reason)),
-                    Ok(Ticket::Pending(p)) => refuse(format!("approval `{}` could not be read back; refused", p.key)),
-                    Err(e) => refuse(e.to_string()),
+            let mut d = asked.clone();
+            d.verdict = Verdict::Allow;
+            d.layer = layer::APPROVAL;
+            d.reason = format!("approval `{}` was granted: {}", r.key, r.reason);
+            StageVerdict::Admit(Some(d))
+        };
+        let mut ticket = store.request(name, &digest, Some(deadline));
+        // An approver that answered while being notified (a host that decided
+        // before the run): asking again uses the answer at admission.
+        if let Ok(Ticket::Pending(p)) = &ticket
+            && matches!(store.resolution(&p.key), Ok(Some(_)))
+        {
+            ticket = match store.request(name, &digest, Some(deadline)) {
+                Ok(Ticket::Pending(p)) => {
+                    return refuse(format!("approval `{}` could not be read back; refused", p.key));
                 }
-            }
+                other => other,
+            };
+        }
+        match ticket {
+            Ok(Ticket::Resolved(r)) => resolved(r),
             Ok(Ticket::Pending(p)) => {
                 let store = store.clone();
                 StageVerdict::Hold(

@@ -490,7 +490,7 @@ struct ApprovalsDir(PathBuf);
 
 impl ApprovalsDir {
     fn create() -> Result<Self, CliError> {
-        let dir = std::env::temp_dir().join(format!("car-run-{}-{}", std::process::id(), uuid_like()));
+        let dir = std::env::temp_dir().join(format!("car-run-{}-{}", std::process::id(), uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| CliError::Runtime(format!("cannot create the approvals directory {}: {e}", dir.display())))?;
         Ok(ApprovalsDir(dir))
@@ -501,11 +501,6 @@ impl Drop for ApprovalsDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn uuid_like() -> String {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    format!("{t:x}")
 }
 
 fn save_state(rt: &CarRuntime, file: &Path) -> Result<(), CliError> {
