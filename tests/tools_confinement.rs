@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use car_runtime::tools::{Root, execute, preview, protected_path};
 use serde_json::{Map, Value, json};
@@ -38,11 +38,10 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Flips `root/flip` between a real directory and a symlink to `outside`
-/// until `stop` is set; returns the number of flips.
-fn flipper(root: PathBuf, outside: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+/// until `stop` is set, counting flips in `count`.
+fn flipper(root: PathBuf, outside: PathBuf, stop: Arc<AtomicBool>, count: Arc<AtomicUsize>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let flip = root.join("flip");
-        let mut n = 0;
         while !stop.load(Ordering::Relaxed) {
             let _ = std::fs::remove_dir_all(&flip);
             let _ = std::fs::create_dir(&flip);
@@ -52,9 +51,8 @@ fn flipper(root: PathBuf, outside: PathBuf, stop: Arc<AtomicBool>) -> std::threa
             let _ = std::os::unix::fs::symlink(&outside, &flip);
             std::thread::yield_now();
             let _ = std::fs::remove_file(&flip);
-            n += 2;
+            count.fetch_add(2, Ordering::Relaxed);
         }
-        n
     })
 }
 
@@ -69,11 +67,19 @@ fn a_racing_symlink_flipper_never_gets_a_write_or_a_read_outside_the_root() {
     let before = files_under(&outside).len();
     let root = Root::new(&root_dir).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let flips = flipper(root_dir.clone(), outside.clone(), stop.clone());
+    let count = Arc::new(AtomicUsize::new(0));
+    let flipper = flipper(root_dir.clone(), outside.clone(), stop.clone(), count.clone());
 
+    // At least WRITES attempts, and on until the flipper has flipped MIN_FLIPS
+    // times while they ran (a busy 2-core machine schedules it rarely), with
+    // a bound so a flipper that never runs fails the test instead of hanging.
     const WRITES: usize = 3_000;
+    const MIN_FLIPS: usize = 200;
+    const MAX_WRITES: usize = 300_000;
     let (mut written, mut refused, mut leaked_reads) = (0, 0, 0);
-    for i in 0..WRITES {
+    let mut i = 0;
+    while i < WRITES || (count.load(Ordering::Relaxed) < MIN_FLIPS && i < MAX_WRITES) {
+        i += 1;
         // Alternate a direct child, a nested path whose parents write_file
         // creates, and an edit of a file that may or may not be there.
         let path = match i % 3 {
@@ -111,14 +117,15 @@ fn a_racing_symlink_flipper_never_gets_a_write_or_a_read_outside_the_root() {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let flips = flips.join().unwrap();
+    flipper.join().unwrap();
+    let flips = count.load(Ordering::Relaxed);
     let after = files_under(&outside);
     eprintln!(
-        "race: {WRITES} writes/edits, {written} done inside the root, {refused} refused, {flips} flips, \
+        "race: {i} writes/edits, {written} done inside the root, {refused} refused, {flips} flips, \
          {} files outside (was {before}), {leaked_reads} leaked reads",
         after.len()
     );
-    assert!(flips > 100, "the flipper ran ({flips} flips)");
+    assert!(flips >= MIN_FLIPS, "the flipper ran ({flips} flips)");
     assert_eq!(after.len(), before, "nothing lands outside the root: {after:?}");
     assert_eq!(std::fs::read_to_string(outside.join("secret.txt")).unwrap(), "SECRET\n", "no edit outside");
     assert_eq!(leaked_reads, 0, "no read returned an outside file");
