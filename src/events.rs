@@ -230,6 +230,8 @@ pub struct AdmissionData {
     pub tool: Option<String>,
     /// Where: `admission`, `approval`, `dispatch`, `compensation`.
     pub stage: &'static str,
+    /// An ask turned into a deny by the data_source/interactive precheck.
+    pub downgraded_from_ask: bool,
 }
 
 impl AdmissionData {
@@ -250,6 +252,9 @@ impl AdmissionData {
         }
         m.insert("tool".into(), self.tool.clone().map_or(Value::Null, Value::String));
         m.insert("stage".into(), s(self.stage));
+        if self.downgraded_from_ask {
+            m.insert("downgraded_from_ask".into(), Value::Bool(true));
+        }
         Value::Object(m)
     }
 }

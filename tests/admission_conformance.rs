@@ -274,7 +274,7 @@ fn deny_always_beats_a_shell_allow_pattern() {
             let stage = AdmissionStage::build(config, &HostLayers::default(), None).unwrap();
             let mut a = car_runtime::ir::Action::tool_call("shell");
             a.parameters = json!({"command": "touch marker"}).as_object().unwrap().clone();
-            match stage.decide(&a) {
+            match stage.decide(&a, None) {
                 StageVerdict::Refuse(d) => assert_eq!(d.layer, "deny-rule", "{preset} {deny}"),
                 other => panic!("{preset} {deny}: {other:?}"),
             }
@@ -557,14 +557,14 @@ fn shell_commands_naming_protected_files_are_refused() {
     for t in targets {
         for w in writers {
             let cmd = w.replace("{}", t);
-            match strict.decide(&shell(&cmd)) {
+            match strict.decide(&shell(&cmd), None) {
                 StageVerdict::Refuse(d) => assert_eq!(d.layer, "protected", "{cmd}"),
                 other => panic!("{cmd}: {other:?}"),
             }
-            assert!(matches!(open.decide(&shell(&cmd)), StageVerdict::Admit(_)), "{cmd}");
+            assert!(matches!(open.decide(&shell(&cmd), None), StageVerdict::Admit(_)), "{cmd}");
         }
     }
     for fine in ["ls", "cat notes/car.txt", "echo .cartography", "git status"] {
-        assert!(matches!(strict.decide(&shell(fine)), StageVerdict::Admit(_)), "{fine}");
+        assert!(matches!(strict.decide(&shell(fine), None), StageVerdict::Admit(_)), "{fine}");
     }
 }

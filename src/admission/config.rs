@@ -20,7 +20,8 @@
 //!   "budget": {"max_actions": 100, "max_tool_calls": 50},
 //!   "max_concurrency": 16,
 //!   "retry_cap": 5,
-//!   "retry_backoff_ms": 50
+//!   "retry_backoff_ms": 50,
+//!   "breaker": {"max_consecutive_denials": 3, "max_window_denials": 5, "window_secs": 300}
 //! }
 //! ```
 //!
@@ -181,6 +182,12 @@ pub struct AdmissionConfig {
     /// The base of the retry backoff in milliseconds (default 10; 0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff_ms: Option<u64>,
+    /// The circuit breaker on repeated denials: after
+    /// `max_consecutive_denials` (default 3) denials in a row, or
+    /// `max_window_denials` (default 5) within `window_secs` (default 300),
+    /// in one session, the rest of the proposal is refused (`breaker`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<crate::gate::BreakerConfig>,
 }
 
 impl AdmissionConfig {

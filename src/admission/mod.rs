@@ -15,12 +15,15 @@
 //! | 3 | `tool` | engine | deny (unregistered tool, parameters invalid against its schema) |
 //! | 4 | `policy` | engine ([`crate::policy::PolicyEngine`]) | deny |
 //! | 5 | `tier` | this stage | deny (the whole proposal, as the daemon does) |
-//! | 6 | `protected`, then the permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default` | this stage | allow, ask, deny |
-//! | 7 | `approval` | this stage | an ask becomes allow (approved), deny, or a hold |
-//! | 8 | `host` | the engine's admission hook (a Rust host's own check) | allow, deny, hold |
-//! | 9 | `dispatch` | engine, at the action's turn | deny (preconditions, state dependencies) |
-//! | 10 | `inspector` | this stage, every attempt | deny |
-//! | 11 | `trace` | engine ([`crate::policy::PolicyEngine::check_dispatch`]), at the action's turn | deny |
+//! | 6 | `supervision` | this stage's supervisor (the daemon's supervisors) | deny (the whole proposal), after a park |
+//! | 7 | `protected`, then the permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default`; an ask for a `data_source` or `interactive` tool is a deny (`downgraded_from_ask`) | this stage | allow, ask, deny |
+//! | 8 | `session` | this stage: a `session`-scoped answer for the tool | an ask becomes allow; any non-deny becomes deny |
+//! | 9 | `approval` | this stage | an ask becomes allow (approved), deny, or a hold |
+//! | 10 | `host` | the engine's admission hook (a Rust host's own check) | allow, deny, hold |
+//! | 11 | `breaker` | this stage: N consecutive denials (or M in a window) in a session | deny (the rest of the proposal) |
+//! | 12 | `dispatch` | engine, at the action's turn | deny (preconditions, state dependencies) |
+//! | 13 | `inspector` | this stage, every attempt | deny |
+//! | 14 | `trace` | engine ([`crate::policy::PolicyEngine::check_dispatch`]), at the action's turn | deny |
 //!
 //! Every decision is an `AdmissionDecided` event (verdict, layer, rule,
 //! required and granted tier; never parameter values). A refusal from any
@@ -38,7 +41,9 @@ use serde_json::{Value, json};
 
 pub use config::{AdmissionConfig, InspectorsConfig, ShellTable};
 
-use crate::gate::{ApprovalDecision, ApprovalStore, DEFAULT_APPROVAL_TIMEOUT_MS, Ticket, input_digest};
+use crate::gate::{
+    ApprovalDecision, ApprovalStore, BreakerConfig, CircuitBreaker, DEFAULT_APPROVAL_TIMEOUT_MS, Ticket, input_digest,
+};
 use crate::ir::{Action, ActionType, CostBudget};
 use crate::permission::{CanUseToolFn, HookFn, PermissionChain, PermissionConfig, ShellRules, ToolDefinition, Verdict};
 use crate::policy::{InspectorChain, JsonlLedger, PermissionGate, PermissionTier};
@@ -73,6 +78,19 @@ pub mod layer {
     pub const PROTECTED: &str = "protected";
     /// Nothing refused the action (no layer decided anything).
     pub const NONE: &str = "none";
+    /// A supervisor's verdict on the whole proposal.
+    pub const SUPERVISION: &str = "supervision";
+    /// A `session`-scoped answer recorded for the tool.
+    pub const SESSION: &str = "session";
+    /// The circuit breaker on repeated denials.
+    pub const BREAKER: &str = "breaker";
+
+    /// True for a layer that refuses by decision (a rule, a tier, a person,
+    /// a supervisor), not because the action itself is malformed or its
+    /// conditions do not hold (`validation`, `budget`, `tool`, `dispatch`).
+    pub fn is_deciding(layer: &str) -> bool {
+        !matches!(layer, VALIDATION | BUDGET | TOOL | DISPATCH | NONE | "")
+    }
 }
 
 /// One admission decision, as recorded in the event log.
@@ -93,6 +111,11 @@ pub struct Decision {
     /// The granted tier (when the tier layer is on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub granted_tier: Option<PermissionTier>,
+    /// True when the chain's ask was turned into this deny because the
+    /// tool is a `data_source` or `interactive` tool (`plan-apply-gate.md`:
+    /// ask is not a meaningful decision for either).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub downgraded_from_ask: bool,
     /// The input a hook or `can_use_tool` substituted: what later layers
     /// checked and what the tool receives. Never recorded.
     #[serde(skip)]
@@ -109,6 +132,7 @@ impl Decision {
             reason: reason.into(),
             required_tier: None,
             granted_tier: None,
+            downgraded_from_ask: false,
             substituted: None,
         }
     }
@@ -130,6 +154,7 @@ impl Decision {
             granted_tier: self.granted_tier.map(PermissionTier::as_str),
             tool: tool.map(str::to_string),
             stage,
+            downgraded_from_ask: self.downgraded_from_ask,
         }))
     }
 }
@@ -156,13 +181,69 @@ impl std::fmt::Debug for StageVerdict {
     }
 }
 
-/// Host closures that take part in the chain (bindings register them).
+/// A supervisor of whole proposals (the `supervision` layer): given the
+/// proposal and its policy session, settles with `None` to let it run or the
+/// reason it is refused. It may park the proposal while a person decides; it
+/// must settle by its own deadline.
+pub type SupervisorFn =
+    Arc<dyn Fn(&crate::ir::ActionProposal, Option<&str>) -> BoxFuture<'static, Option<String>> + Send + Sync>;
+
+/// What a runtime remembers for the rest of a session: the answers decided
+/// with scope `session` and the circuit breaker's counts. Shared by every
+/// stage a runtime builds, so a reconfiguration does not forget them.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    /// `(session, tool)` -> (allow, reason).
+    answers: std::sync::Mutex<HashMap<(String, String), (bool, String)>>,
+    /// The breaker of each session.
+    breakers: std::sync::Mutex<HashMap<String, CircuitBreaker>>,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SessionState {
+    /// Remembers a `session`-scoped answer for every later call of `tool` in
+    /// `session` (`plan-apply-gate.md`, PlanDecisionScope: the same
+    /// operation, whatever its input). An allow answers asks only; a deny
+    /// refuses every later call the chain does not deny itself.
+    pub fn remember(&self, session: Option<&str>, tool: &str, allow: bool, reason: &str) {
+        lock(&self.answers).insert((session.unwrap_or_default().to_string(), tool.to_string()), (allow, reason.into()));
+    }
+
+    /// The `session`-scoped answer for `tool` in `session`, if any.
+    pub fn answer(&self, session: Option<&str>, tool: &str) -> Option<(bool, String)> {
+        let answers = lock(&self.answers);
+        if answers.is_empty() {
+            return None;
+        }
+        answers.get(&(session.unwrap_or_default().to_string(), tool.to_string())).cloned()
+    }
+
+    /// Forgets the answers and breaker counts of `session`.
+    pub fn forget(&self, session: Option<&str>) {
+        let s = session.unwrap_or_default();
+        lock(&self.answers).retain(|(k, _), _| k != s);
+        lock(&self.breakers).remove(s);
+    }
+}
+
+/// Host parts that take part in admission (bindings and the daemon register
+/// them; they are not part of the document and survive its replacement).
 #[derive(Clone, Default)]
 pub struct HostLayers {
     /// Hooks run after the document's declarative hooks.
     pub hooks: Vec<HookFn>,
     /// The `can_use_tool` slot (wins over the document's).
     pub can_use_tool: Option<CanUseToolFn>,
+    /// The supervisor of whole proposals.
+    pub supervisor: Option<SupervisorFn>,
+    /// Tier approvals recorded by this reviewer do not count (a daemon
+    /// connection may not approve its own escalation).
+    pub discounted_reviewer: Option<String>,
+    /// Session answers and breaker counts.
+    pub session: Arc<SessionState>,
 }
 
 impl std::fmt::Debug for HostLayers {
@@ -170,6 +251,8 @@ impl std::fmt::Debug for HostLayers {
         f.debug_struct("HostLayers")
             .field("hooks", &self.hooks.len())
             .field("can_use_tool", &self.can_use_tool.is_some())
+            .field("supervisor", &self.supervisor.is_some())
+            .field("discounted_reviewer", &self.discounted_reviewer)
             .finish()
     }
 }
@@ -185,6 +268,10 @@ pub struct AdmissionStage {
     approvals: Option<Arc<ApprovalStore>>,
     approval_timeout: chrono::Duration,
     inspectors: Option<InspectorChain>,
+    breaker: Option<BreakerConfig>,
+    supervisor: Option<SupervisorFn>,
+    discounted_reviewer: Option<String>,
+    session: Arc<SessionState>,
 }
 
 impl std::fmt::Debug for AdmissionStage {
@@ -243,6 +330,10 @@ impl AdmissionStage {
             approvals: None,
             approval_timeout: chrono::Duration::milliseconds(DEFAULT_APPROVAL_TIMEOUT_MS as i64),
             inspectors: None,
+            breaker: None,
+            supervisor: None,
+            discounted_reviewer: None,
+            session: Arc::new(SessionState::default()),
         }
     }
 
@@ -339,6 +430,10 @@ impl AdmissionStage {
             approvals,
             approval_timeout: chrono::Duration::milliseconds(i64::try_from(approval_timeout_ms).unwrap_or(i64::MAX)),
             inspectors,
+            breaker: config.breaker,
+            supervisor: host.supervisor.clone(),
+            discounted_reviewer: host.discounted_reviewer.clone(),
+            session: host.session.clone(),
             config,
         })
     }
@@ -356,6 +451,10 @@ impl AdmissionStage {
             approvals: self.approvals.clone(),
             approval_timeout: self.approval_timeout,
             inspectors: self.inspectors.clone(),
+            breaker: self.breaker,
+            supervisor: self.supervisor.clone(),
+            discounted_reviewer: self.discounted_reviewer.clone(),
+            session: self.session.clone(),
         }
     }
 
@@ -378,6 +477,11 @@ impl AdmissionStage {
         self.tier
     }
 
+    /// The tier layer's approvals ledger, when one is attached.
+    pub fn ledger(&self) -> Option<&Arc<JsonlLedger>> {
+        self.ledger.as_ref()
+    }
+
     /// The approvals store of the `approval` layer.
     pub fn approvals(&self) -> Option<&Arc<ApprovalStore>> {
         self.approvals.as_ref()
@@ -386,7 +490,54 @@ impl AdmissionStage {
     /// True when no layer of this stage is configured (admission costs
     /// nothing beyond the engine's own checks).
     pub fn is_empty(&self) -> bool {
-        self.tier.is_none() && self.chain.is_none() && self.inspectors.is_none()
+        self.tier.is_none()
+            && self.chain.is_none()
+            && self.inspectors.is_none()
+            && self.breaker.is_none()
+            && self.supervisor.is_none()
+    }
+
+    /// The supervisor of whole proposals, when one is attached.
+    pub fn supervisor(&self) -> Option<&SupervisorFn> {
+        self.supervisor.as_ref()
+    }
+
+    /// The session answers and breaker counts this stage shares.
+    pub fn session_state(&self) -> &Arc<SessionState> {
+        &self.session
+    }
+
+    /// The breaker layer for the decisions of one proposal, in action
+    /// order (`refused[i]` is true for an action some layer refused): the
+    /// actions after the denial that trips the breaker get its refusal. The
+    /// counts persist across the session's proposals; each proposal is a new
+    /// turn (the breaker re-closes, and one more denial trips it again while
+    /// the counts are over the thresholds). Empty when the layer is off.
+    pub fn breaker_decisions(&self, session: Option<&str>, refused: &[bool]) -> Vec<Option<Decision>> {
+        let Some(config) = self.breaker else {
+            return Vec::new();
+        };
+        let mut breakers = lock(&self.session.breakers);
+        let b = breakers.entry(session.unwrap_or_default().to_string()).or_insert_with(|| CircuitBreaker::new(config));
+        b.config = config;
+        b.begin_turn();
+        let now = chrono::Utc::now();
+        refused
+            .iter()
+            .map(|&r| {
+                if r {
+                    b.record_denial(now);
+                    None
+                } else if let Some(trip) = &b.tripped {
+                    let mut d = Decision::deny(layer::BREAKER, trip.message.clone());
+                    d.rule = Some(json!({"condition": trip.condition, "denials": trip.denials}));
+                    Some(d)
+                } else {
+                    b.record_allow();
+                    None
+                }
+            })
+            .collect()
     }
 
     /// True when a dispatch-time layer of this stage is configured.
@@ -450,6 +601,21 @@ impl AdmissionStage {
             },
             None => Default::default(),
         };
+        // A reviewer's own approvals do not count for it (self-approval).
+        let mut discounted = false;
+        let latest = match &self.discounted_reviewer {
+            Some(me)
+                if latest
+                    .values()
+                    .any(|r| r.decision == crate::policy::ApprovalVerdict::Approved && &r.reviewer == me) =>
+            {
+                let mut kept = (*latest).clone();
+                kept.retain(|_, r| !(r.decision == crate::policy::ApprovalVerdict::Approved && &r.reviewer == me));
+                discounted = true;
+                Arc::new(kept)
+            }
+            _ => latest,
+        };
         let gate = PermissionGate::new();
         // The common case first: every action within the tier and none
         // needing an approval, with no per-action ledger lookup when the
@@ -465,7 +631,15 @@ impl AdmissionStage {
         let refusal = if clear {
             None
         } else {
-            PermissionGate::tier_refusal_of(gate.evaluate_with(actions, granted, &latest), granted)
+            PermissionGate::tier_refusal_of(gate.evaluate_with(actions, granted, &latest), granted).map(|r| {
+                if discounted {
+                    format!(
+                        "{r} (an approval by this connection does not count for its own proposal: self-approval is off)"
+                    )
+                } else {
+                    r
+                }
+            })
         };
         required
             .into_iter()
@@ -498,26 +672,41 @@ impl AdmissionStage {
         Some((d, ev.input))
     }
 
-    /// The permission chain and ask approvals for one action.
-    pub fn decide(&self, a: &Action) -> StageVerdict {
+    /// The `protected` layer alone: a `shell` call whose command names one
+    /// of the runtime's own files is refused unless the operator allows it.
+    /// The engine asks it even when nothing else is configured.
+    pub fn protected(&self, a: &Action) -> Option<Decision> {
+        if a.action_type != ActionType::ToolCall
+            || a.tool.as_deref() != Some(SHELL_TOOL)
+            || self.config.allow_protected_writes
+        {
+            return None;
+        }
+        let word = names_protected_path(a.parameters.get("command").and_then(Value::as_str)?)?;
+        Some(Decision::deny(
+            layer::PROTECTED,
+            format!(
+                "the shell command names `{word}`, one of the runtime's own files (configuration, policies, approvals); only the operator may allow that (`allow_protected_writes`)"
+            ),
+        ))
+    }
+
+    /// The permission chain, session answers and ask approvals for one
+    /// action of policy session `session`.
+    pub fn decide(&self, a: &Action, session: Option<&str>) -> StageVerdict {
         if a.action_type != ActionType::ToolCall {
             return StageVerdict::Admit(None);
         }
         let name = a.tool.as_deref().unwrap_or_default();
-        if name == SHELL_TOOL
-            && !self.config.allow_protected_writes
-            && let Some(cmd) = a.parameters.get("command").and_then(Value::as_str)
-            && let Some(word) = names_protected_path(cmd)
-        {
-            return StageVerdict::Refuse(Decision::deny(
-                layer::PROTECTED,
-                format!(
-                    "the shell command names `{word}`, one of the runtime's own files (configuration, policies, approvals); only the operator may allow that (`allow_protected_writes`)"
-                ),
-            ));
+        if let Some(d) = self.protected(a) {
+            return StageVerdict::Refuse(d);
         }
+        let answer = self.session.answer(session, name);
         let Some(chain) = &self.chain else {
-            return StageVerdict::Admit(None);
+            return match answer {
+                Some((false, reason)) => StageVerdict::Refuse(Self::session_denial(name, &reason)),
+                _ => StageVerdict::Admit(None),
+            };
         };
         let undeclared;
         let def = match self.defs.get(name) {
@@ -546,14 +735,49 @@ impl AdmissionStage {
                 }
             }
         }
+        if ev.verdict == Verdict::Deny {
+            d.reason = format!("denied by {}: {}", ev.decided_by.as_str(), d.reason);
+            return StageVerdict::Refuse(d);
+        }
+        match answer {
+            Some((false, reason)) => {
+                let mut s = Self::session_denial(name, &reason);
+                s.substituted = None;
+                return StageVerdict::Refuse(s);
+            }
+            Some((true, reason)) if ev.verdict == Verdict::Ask && !def.kind.is_precheck() => {
+                let mut s = d;
+                s.verdict = Verdict::Allow;
+                s.layer = layer::SESSION;
+                s.reason = format!("`{name}` was allowed for this session: {reason}");
+                return StageVerdict::Admit(Some(s));
+            }
+            _ => {}
+        }
         match ev.verdict {
             Verdict::Allow => StageVerdict::Admit(Some(d)),
-            Verdict::Deny => {
-                d.reason = format!("denied by {}: {}", ev.decided_by.as_str(), d.reason);
+            Verdict::Deny => StageVerdict::Refuse(d),
+            Verdict::Ask if def.kind.is_precheck() => {
+                // `plan-apply-gate.md`: ask is not a decision for a data_source
+                // or interactive call; the precheck turns it into a deny and
+                // says so.
+                d.verdict = Verdict::Deny;
+                d.downgraded_from_ask = true;
+                d.substituted = None;
+                d.reason = format!(
+                    "denied: `{name}` is a {} tool, for which an ask ({}: {}) is a deny",
+                    def.kind.as_str(),
+                    ev.decided_by.as_str(),
+                    d.reason
+                );
                 StageVerdict::Refuse(d)
             }
             Verdict::Ask => self.ask(name, &ev.input, d),
         }
+    }
+
+    fn session_denial(name: &str, reason: &str) -> Decision {
+        Decision::deny(layer::SESSION, format!("`{name}` was denied for this session: {reason}"))
     }
 
     /// An ask: an approval already resolved applies; otherwise a pending

@@ -38,8 +38,6 @@ pub struct CarRuntime {
     configure: Arc<Mutex<()>>,
     /// Plans built by `proposal_plan`, by id, until applied.
     plans: Arc<Mutex<std::collections::HashMap<String, StoredPlan>>>,
-    /// `session`-scoped answers to asks: `(tool, input digest)` → (allow, reason).
-    session_answers: Arc<Mutex<SessionAnswers>>,
     /// Where the built-in tools run, once `register_agent_basics` was called.
     builtin_root: Arc<RwLock<Option<Root>>>,
     /// The approvals store of `set_permissions` and the attached approvers.
@@ -87,8 +85,6 @@ impl Approvals {
 }
 
 /// `session`-scoped answers: `(tool, input digest)` → (allow, reason).
-type SessionAnswers = std::collections::HashMap<(String, String), (bool, String)>;
-
 /// A plan kept for `proposal_decide` and `proposal_apply`.
 #[derive(Debug, Clone)]
 struct StoredPlan {
@@ -164,7 +160,6 @@ impl CarRuntime {
             host_layers: Arc::new(RwLock::new(HostLayers::default())),
             configure: Arc::new(Mutex::new(())),
             plans: Arc::new(Mutex::new(std::collections::HashMap::new())),
-            session_answers: Arc::new(Mutex::new(std::collections::HashMap::new())),
             builtin_root: Arc::new(RwLock::new(None)),
             approvals: Arc::new(Mutex::new(Approvals::default())),
         }
@@ -336,9 +331,12 @@ impl CarRuntime {
         self.rt.with_policies_mut(|p| p.open_session())
     }
 
-    /// Closes a policy session scope; false when it did not exist.
+    /// Closes a policy session scope; false when it did not exist. Its
+    /// `session`-scoped answers and breaker counts are forgotten.
     pub fn close_session(&self, session_id: &str) -> Result<bool> {
-        self.rt.with_policies_mut(|p| p.close_session(session_id))
+        let closed = self.rt.with_policies_mut(|p| p.close_session(session_id))?;
+        self.rt.admission_stage().session_state().forget(Some(session_id));
+        Ok(closed)
     }
 
     /// Sets a state key to a JSON value (tenant-scoped when given).
@@ -410,7 +408,6 @@ impl CarRuntime {
             Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
             _ => ExecScope::default(),
         };
-        self.apply_session_answers(&proposal)?;
         let opts = ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id };
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let executor: Arc<dyn ToolExecutor> = match root {
@@ -420,28 +417,6 @@ impl CarRuntime {
             None => executor,
         };
         self.rt.execute(proposal, executor, opts).await
-    }
-
-    /// The `session`-scoped answers (`proposal_decide`) for the asks of a
-    /// proposal about to run, recorded for the stage's `approval` layer.
-    fn apply_session_answers(&self, proposal: &crate::ir::ActionProposal) -> Result<()> {
-        let answers = lock(&self.session_answers).clone();
-        if answers.is_empty() {
-            return Ok(());
-        }
-        let stage = self.rt.admission_stage();
-        for a in &proposal.actions {
-            if let Some((d, input)) = stage.preview(a)
-                && d.verdict == crate::permission::Verdict::Ask
-                && let Some(tool) = &a.tool
-            {
-                let digest = input_digest(&input)?;
-                if let Some((allow, reason)) = answers.get(&(tool.clone(), digest.clone())) {
-                    self.pre_resolve(tool, &digest, *allow, reason)?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Number of events held.
@@ -538,7 +513,18 @@ impl CarRuntime {
     }
 
     /// [`CarRuntime::set_permissions`] with the document already read.
-    pub fn configure_admission(&self, mut config: AdmissionConfig) -> Result<()> {
+    pub fn configure_admission(&self, config: AdmissionConfig) -> Result<()> {
+        self.install_admission(config, None)
+    }
+
+    /// Builds and installs the stage of `config`; `keep_ledger` is a ledger
+    /// the host attached (`set_tier_ledger`), installed with it in the same
+    /// step so no proposal ever sees the stage without it.
+    fn install_admission(
+        &self,
+        mut config: AdmissionConfig,
+        keep_ledger: Option<Arc<crate::policy::JsonlLedger>>,
+    ) -> Result<()> {
         let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.rt.admission_stage();
         if config.tier.is_none() {
@@ -555,7 +541,10 @@ impl CarRuntime {
             }
         };
         let host = self.host_layers.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let stage = AdmissionStage::build(config, &host, store.clone())?;
+        let mut stage = AdmissionStage::build(config, &host, store.clone())?;
+        if keep_ledger.is_some() {
+            stage = stage.with_ledger(keep_ledger);
+        }
         if let Some(store) = &store {
             self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).install(Some(store.clone()));
         }
@@ -600,6 +589,14 @@ impl CarRuntime {
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut asks = std::collections::HashMap::new();
         let mut counts = [0u64; 3];
+        // The shell of a one-action proposal for a compensation's verdict.
+        let empty = crate::ir::ActionProposal {
+            actions: Vec::new(),
+            context: serde_json::Map::new(),
+            id: proposal.id.clone(),
+            source: proposal.source.clone(),
+            timestamp: proposal.timestamp,
+        };
         let mut items = Vec::with_capacity(decisions.len());
         for (a, (d, input)) in proposal.actions.iter().zip(decisions) {
             counts[d.verdict as usize] += 1;
@@ -625,6 +622,23 @@ impl CarRuntime {
                     item["preview"] = json!({"kind": "diff", "diff": diff});
                 }
             }
+            // A `tool` compensation passes admission when it runs: its own verdict.
+            if let Some(crate::ir::Compensation::Tool { tool, parameters }) = &a.compensation {
+                let mut c = crate::ir::Action::tool_call(tool.clone());
+                c.id = format!("{}#compensation", a.id);
+                c.parameters = parameters.clone();
+                let one = crate::ir::ActionProposal { actions: vec![c], ..empty.clone() };
+                if let Some((d, input)) = self.rt.plan(&one, session_id, scope.tenant_id.as_deref())?.pop() {
+                    let mut comp = serde_json::to_value(&d).unwrap_or_else(|_| json!({}));
+                    comp["tool"] = json!(tool);
+                    if d.verdict == crate::permission::Verdict::Ask
+                        && let Some(input) = &input
+                    {
+                        comp["approval_key"] = json!(crate::gate::approval_key(tool, &input_digest(input)?));
+                    }
+                    item["compensation"] = comp;
+                }
+            }
             items.push(item);
         }
         let plan_id = format!("plan-{}", uuid::Uuid::new_v4());
@@ -648,8 +662,10 @@ impl CarRuntime {
 
     /// Decides one `ask` item of a plan: `decision` is `allow` or `deny`
     /// (anything else is a deny), `scope` is `once` (this action of this
-    /// plan), `session` (every later identical call, tool and post-hook
-    /// input, of this runtime) or `always` (refused with
+    /// plan), `session` (every later call of the same tool in the plan's
+    /// session, whatever its input, as `plan-apply-gate.md` scopes it: an
+    /// allow answers that tool's asks, a deny refuses every call the chain
+    /// would not deny itself) or `always` (refused with
     /// `always_scope_unavailable`: there is no shared rule store yet). The
     /// decision resolves the item's approval in the approvals store, so the
     /// admission stage applies it when the plan runs; it never lifts a deny.
@@ -662,20 +678,23 @@ impl CarRuntime {
         scope: &str,
         reason: &str,
     ) -> Result<String> {
-        let (tool, digest) = {
+        let (tool, digest, session) = {
             let plans = lock(&self.plans);
             let plan = plans.get(plan_id).ok_or_else(|| {
                 Error::not_found("plan_not_found", format!("no plan `{plan_id}` (applied or never built)"))
             })?;
-            plan.asks.get(action_id).cloned().ok_or_else(|| {
+            let (tool, digest) = plan.asks.get(action_id).cloned().ok_or_else(|| {
                 Error::invalid_argument("action_id", format!("`{action_id}` is not an `ask` item of plan `{plan_id}`"))
-            })?
+            })?;
+            (tool, digest, plan.session_id.clone())
         };
         let allow = decision == "allow";
         match scope {
             "once" => {}
             "session" => {
-                lock(&self.session_answers).insert((tool.clone(), digest.clone()), (allow, reason.to_string()));
+                // Every later call of this tool in this session (the same
+                // operation, `plan-apply-gate.md`); an allow answers asks only.
+                self.rt.admission_stage().session_state().remember(session.as_deref(), &tool, allow, reason);
             }
             "always" => {
                 return Err(Error::runtime(
@@ -748,16 +767,44 @@ impl CarRuntime {
     /// panicking closure denies. Replaces earlier host closures; the
     /// document in force is rebuilt with them.
     pub fn set_permission_hooks(&self, hooks: Vec<HookFn>, can_use_tool: Option<CanUseToolFn>) -> Result<()> {
+        self.update_host(|h| {
+            h.hooks = hooks;
+            h.can_use_tool = can_use_tool;
+        })
+    }
+
+    /// Attaches (or, with `None`, detaches) the supervisor of whole
+    /// proposals: the stage's `supervision` layer (the daemon's supervisors).
+    pub fn set_supervisor(&self, supervisor: Option<crate::admission::SupervisorFn>) -> Result<()> {
+        self.update_host(|h| h.supervisor = supervisor)
+    }
+
+    /// Tier approvals recorded by `reviewer` stop counting for this
+    /// runtime's proposals (a daemon connection may not approve its own
+    /// escalation); `None` counts every approval.
+    pub fn set_discounted_reviewer(&self, reviewer: Option<String>) -> Result<()> {
+        self.update_host(|h| h.discounted_reviewer = reviewer)
+    }
+
+    /// Changes the host parts of admission and rebuilds the stage with the
+    /// document in force; on error the previous parts stay.
+    fn update_host(&self, change: impl FnOnce(&mut HostLayers)) -> Result<()> {
         let previous = {
             let mut h = self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            std::mem::replace(&mut *h, HostLayers { hooks, can_use_tool })
+            let previous = h.clone();
+            change(&mut h);
+            previous
         };
-        let config = self.rt.admission_stage().config().clone();
-        let result = self.configure_admission(config);
-        if result.is_err() {
-            *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
+        let current = self.rt.admission_stage();
+        // A ledger the host attached (`set_tier_ledger`) stays attached,
+        // installed in the same step as the rebuilt stage.
+        match self.install_admission(current.config().clone(), current.ledger().cloned()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
+                Err(e)
+            }
         }
-        result
     }
 
     fn approvals_store(&self) -> Result<Arc<ApprovalStore>> {

@@ -19,7 +19,7 @@
 //!    Nothing here decides on its own: a deny rule or a policy refuses the
 //!    action at admission whatever was answered.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,7 +36,6 @@ use car_runtime::ir::{Action, ActionProposal, ActionStatus, ActionType, Compensa
 use car_runtime::permission::Verdict;
 use car_runtime::tools::{BuiltinExecutor, Root};
 
-use car_runtime::admission::Decision;
 use car_runtime::gate::ApprovalEvent;
 
 use super::permissions::{self, Permissions};
@@ -98,21 +97,24 @@ impl Out {
     }
 }
 
-/// One action as planned.
+/// One action as planned: an item of the runtime's own plan
+/// ([`CarRuntime::proposal_plan`]), rendered.
 struct PlanItem {
     id: String,
     tool: Option<String>,
     verdict: Verdict,
+    /// The deciding layer and rule, in words.
     why: String,
-    policy: Vec<(String, String)>,
-    /// The approval key parts of an ask: `(tool, post-hook input digest)`.
-    ask_key: Option<(String, String)>,
+    /// A policy refusal: `(policy, reason)`.
+    policy: Option<(String, String)>,
+    /// The approval key of an ask: `tool:digest`.
+    ask_key: Option<String>,
     /// The compensation's own verdict, when it has a `tool` compensation.
     compensation: Option<Previewed>,
 }
 
-/// A previewed call: `(verdict, why, the approval key parts of an ask)`.
-type Previewed = (Verdict, String, Option<(String, String)>);
+/// A planned call: `(verdict, why, the approval key of an ask)`.
+type Previewed = (Verdict, String, Option<String>);
 
 fn input_error(e: impl std::fmt::Display) -> CliError {
     CliError::Input(e.to_string())
@@ -143,78 +145,59 @@ fn summary(a: &Action) -> String {
     }
 }
 
-/// The policy rules each action would meet, from the policy dry run.
-fn policy_preview(dir: Option<&Path>, text: &str) -> BTreeMap<String, Vec<(String, String)>> {
-    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    let Some(dir) = dir else { return out };
-    let d = dir.to_string_lossy();
-    let Ok(json) = car_runtime::api::policy::check_policies(car_runtime::api::policy::RuleSource::Dir(&d), text) else {
-        return out;
-    };
-    let v: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
-    for x in v["violations"].as_array().into_iter().flatten() {
-        let id = x["action_id"].as_str().unwrap_or("").to_string();
-        let name = x["policy_name"].as_str().unwrap_or("").to_string();
-        let reason = x["reason"].as_str().unwrap_or("").to_string();
-        out.entry(id).or_default().push((name, reason));
+/// A verdict of the plan: `allow`, `ask` or `deny` (anything else is a deny).
+fn verdict_of(v: &Value) -> Verdict {
+    match v["verdict"].as_str() {
+        Some("allow") => Verdict::Allow,
+        Some("ask") => Verdict::Ask,
+        _ => Verdict::Deny,
     }
-    out
 }
 
-/// The stage's verdict of one call: `(verdict, why, ask key)`.
-fn preview(
-    perms: &Permissions,
-    stage: &car_runtime::admission::AdmissionStage,
-    a: &Action,
-) -> (Verdict, String, Option<(String, String)>) {
-    match stage.preview(a) {
-        Some((d, input)) => {
-            let key = (d.verdict == Verdict::Ask)
-                .then(|| car_runtime::gate::input_digest(&input).ok())
-                .flatten()
-                .map(|dg| (a.tool.clone().unwrap_or_default(), dg));
-            let why = describe(perms, &d);
-            (d.verdict, why, key)
+/// The deciding layer and rule of a plan decision, in words.
+fn why(perms: &Permissions, d: &Value) -> String {
+    let layer = d["layer"].as_str().unwrap_or("none");
+    let said = match (d.get("rule").filter(|r| !r.is_null()), layer) {
+        (Some(rule), by) => format!("{by} {}", serde_json::to_string(rule).unwrap_or_default()),
+        (None, "shell-allow") => {
+            "every segment matches a [shell] allow pattern of .car/permissions.toml (no deny rule matched)".to_string()
         }
-        None => (Verdict::Allow, "state operation, not a tool call".to_string(), None),
+        (None, "default") => format!("default ({} preset)", perms.preset.as_str()),
+        (None, "tier") => format!("tier: {}", d["reason"].as_str().unwrap_or("")),
+        (None, by) if verdict_of(d) == Verdict::Deny => format!("{by}: {}", d["reason"].as_str().unwrap_or("")),
+        (None, by) => by.to_string(),
+    };
+    if d["downgraded_from_ask"] == Value::Bool(true) {
+        format!("{said} (an ask for a data_source tool is a deny)")
+    } else {
+        said
     }
 }
 
-fn describe(perms: &Permissions, d: &Decision) -> String {
-    perms.describe(d)
+fn previewed(perms: &Permissions, d: &Value) -> Previewed {
+    (verdict_of(d), why(perms, d), d["approval_key"].as_str().map(str::to_string))
 }
 
-fn plan_items(
-    proposal: &ActionProposal,
-    perms: &Permissions,
-    stage: &car_runtime::admission::AdmissionStage,
-    policy: &BTreeMap<String, Vec<(String, String)>>,
-) -> Vec<PlanItem> {
-    // The tier refuses a proposal as a whole.
-    let tier: Vec<(bool, Decision)> = stage.tier_decisions(&proposal.actions);
-    proposal
-        .actions
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let policy = policy.get(&a.id).cloned().unwrap_or_default();
-            let (verdict, why, ask_key) = match tier.get(i) {
-                Some((true, d)) => (Verdict::Deny, format!("tier: {}", d.reason), None),
-                _ => match (a.action_type, a.tool.as_deref()) {
-                    (ActionType::ToolCall, None) => (Verdict::Deny, "a tool_call without a tool".to_string(), None),
-                    _ => preview(perms, stage, a),
-                },
-            };
-            // A compensation passes admission when it runs: show its own verdict.
-            let compensation = match &a.compensation {
-                Some(Compensation::Tool { tool, parameters }) => {
-                    let mut c = Action::tool_call(tool.clone());
-                    c.parameters = parameters.clone();
-                    Some(preview(perms, stage, &c))
-                }
-                _ => None,
-            };
-            PlanItem { id: a.id.clone(), tool: a.tool.clone(), verdict, why, policy, ask_key, compensation }
+/// The runtime's plan of the proposal, as items to render.
+fn plan_items(plan: &Value, perms: &Permissions) -> Vec<PlanItem> {
+    plan["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            let (verdict, why, ask_key) = previewed(perms, d);
+            let policy = (d["layer"] == "policy").then(|| {
+                (d["rule"].as_str().unwrap_or("policy").to_string(), d["reason"].as_str().unwrap_or("").to_string())
+            });
+            PlanItem {
+                id: d["action_id"].as_str().unwrap_or("").to_string(),
+                tool: d["tool"].as_str().map(str::to_string),
+                verdict,
+                why,
+                policy,
+                ask_key,
+                compensation: d.get("compensation").map(|c| previewed(perms, c)),
+            }
         })
         .collect()
 }
@@ -228,8 +211,8 @@ fn print_plan(
     proposal: &ActionProposal,
     items: &[PlanItem],
 ) {
-    let count = |v: Verdict| items.iter().filter(|i| i.verdict == v && i.policy.is_empty()).count();
-    let policy_denied = items.iter().filter(|i| !i.policy.is_empty()).count();
+    let count = |v: Verdict| items.iter().filter(|i| i.verdict == v && i.policy.is_none()).count();
+    let policy_denied = items.iter().filter(|i| i.policy.is_some()).count();
     out.line(format!(
         "Plan: {} ({} action{}) in {}, preset {}{}",
         plan.display(),
@@ -241,14 +224,14 @@ fn print_plan(
     ));
     out.line("");
     for (a, item) in proposal.actions.iter().zip(items) {
-        let mark = if !item.policy.is_empty() { "deny" } else { item.verdict.as_str() };
+        let mark = item.verdict.as_str();
         let deps =
             if a.dependencies.is_empty() { String::new() } else { format!("  (after {})", a.dependencies.join(", ")) };
         out.line(format!("  [{mark:<5}] {}: {}{deps}", item.id, summary(a)));
-        for (name, reason) in &item.policy {
-            out.line(format!("            policy {name}: {reason}"));
+        match &item.policy {
+            Some((name, reason)) => out.line(format!("            policy {name}: {reason}")),
+            None => out.line(format!("            permission {}: {}", item.verdict.as_str(), item.why)),
         }
-        out.line(format!("            permission {}: {}", item.verdict.as_str(), item.why));
         if let Some(Compensation::Tool { tool, parameters }) = &a.compensation {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
@@ -344,38 +327,36 @@ fn prompt(id: &str, tool: &str, summary: &str) -> Answer {
     }
 }
 
-/// The answers to the plan's asks: approval key parts → (approved, reason).
-type Answers = std::collections::HashMap<(String, String), (bool, String)>;
+/// The answers to the plan's asks: approval key → (approved, reason, for
+/// the rest of the run, the action id whose own ask it answers).
+type Answers = std::collections::HashMap<String, (bool, String, bool, Option<String>)>;
 
-/// Decides every ask of the plan (an action's and its compensation's).
+/// Asks for every ask of the plan (an action's and its compensation's).
 fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> Answers {
     let mut answers = Answers::new();
     let mut session_tools: HashSet<String> = HashSet::new();
     let interactive = !a.yes && !a.no_input && std::io::stdin().is_terminal();
     let mut told = false;
     for (act, item) in proposal.actions.iter().zip(items) {
-        if !item.policy.is_empty() {
-            continue; // the policy engine rejects it at admission
-        }
-        // `(label, what it does, why it asks, approval key parts)`.
-        let mut asks: Vec<[String; 3]> = Vec::new();
-        let mut keys: Vec<(String, String)> = Vec::new();
+        // `(label, what it does, why it asks, tool)`, `(approval key, own action)`.
+        let mut asks: Vec<[String; 4]> = Vec::new();
+        let mut keys: Vec<(String, Option<String>)> = Vec::new();
         if item.verdict == Verdict::Ask
             && let Some(k) = &item.ask_key
         {
-            asks.push([item.id.clone(), summary(act), item.why.clone()]);
-            keys.push(k.clone());
+            asks.push([item.id.clone(), summary(act), item.why.clone(), item.tool.clone().unwrap_or_default()]);
+            keys.push((k.clone(), Some(item.id.clone())));
         }
         if let (Some((Verdict::Ask, why, Some(k))), Some(Compensation::Tool { tool, parameters })) =
             (&item.compensation, &act.compensation)
         {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
-            asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone()]);
-            keys.push(k.clone());
+            asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone(), tool.clone()]);
+            keys.push((k.clone(), None));
         }
-        for ([id, what, why], key) in asks.into_iter().zip(keys) {
-            let tool = key.0.clone();
+        for ([id, what, why, tool], (key, own)) in asks.into_iter().zip(keys) {
+            let mut for_run = false;
             let (approved, reason) = if a.yes {
                 out.line(format!("  {id} approved by --yes"));
                 (true, format!("approved by --yes; decided by {why}"))
@@ -395,12 +376,13 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
                     Answer::Yes => (true, "approved by the user".to_string()),
                     Answer::Session => {
                         session_tools.insert(tool.clone());
+                        for_run = true;
                         (true, format!("`{tool}` approved for this run by the user"))
                     }
                     Answer::No => (false, format!("denied by the user; decided by {why}")),
                 }
             };
-            answers.insert(key, (approved, reason));
+            answers.insert(key, (approved, reason, for_run, own));
         }
     }
     answers
@@ -472,17 +454,6 @@ impl ToolExecutor for Progress {
         }
         r
     }
-}
-
-/// A refusal by a deciding layer (not a malformed action).
-fn is_denial(e: &str) -> bool {
-    e.starts_with("permission:")
-        || e.starts_with("refused:")
-        || e.contains("permission tier escalated")
-        || e.contains("approval required")
-        || e.contains("policy '")
-        || e.contains("denied by policy")
-        || e.contains("denied by inspector")
 }
 
 /// A private directory for one run's approvals, removed on drop.
@@ -567,13 +538,27 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     config.approvals_dir = Some(approvals.0.to_string_lossy().into_owned());
     rt.configure_admission(config).map_err(|e| CliError::Input(e.to_string()))?;
-    let stage = rt.runtime().admission_stage();
 
-    let policy = policy_preview(policy_dir.as_deref(), &text);
-    let items = plan_items(&proposal, &perms, &stage, &policy);
+    // The plan is the runtime's own (`proposal_plan`): every layer's
+    // verdict, rendered here.
+    let plan: Value = serde_json::from_str(&rt.proposal_plan(&text, None, None).map_err(input_error)?)
+        .map_err(|e| CliError::Runtime(format!("unreadable plan: {e}")))?;
+    let plan_id = plan["plan_id"].as_str().unwrap_or_default().to_string();
+    let items = plan_items(&plan, &perms);
     print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
     print_verification(out, &rt, &text);
-    let answers = Arc::new(decide(&a, out, &proposal, &items));
+    let answers = decide(&a, out, &proposal, &items);
+    // An action's own ask is decided on the plan (`once`, or `session` for
+    // "this tool for the rest of the run"); a compensation's ask, which is
+    // not a plan item, by the approver below when it comes.
+    for (approved, reason, for_run, own) in answers.values() {
+        if let Some(id) = own {
+            let scope = if *for_run { "session" } else { "once" };
+            rt.proposal_decide(&plan_id, id, if *approved { "allow" } else { "deny" }, scope, reason)
+                .map_err(|e| CliError::Runtime(e.to_string()))?;
+        }
+    }
+    let answers = Arc::new(answers);
 
     // The approver of the stage's `approval` layer: the answers above, and a
     // deny for an ask nobody answered.
@@ -581,8 +566,8 @@ pub fn run(a: RunArgs) -> CliResult {
     rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
         if let ApprovalEvent::Pending(p) = ev {
             let (ok, reason) = answers
-                .get(&(p.tool.clone(), p.input_digest.clone()))
-                .cloned()
+                .get(&p.key)
+                .map(|(ok, reason, _, _)| (*ok, reason.clone()))
                 .unwrap_or((false, "not approved before the run".to_string()));
             let _ = resolver.approval_resolve(&p.key, if ok { "allow" } else { "deny" }, &reason);
         }
@@ -594,7 +579,7 @@ pub fn run(a: RunArgs) -> CliResult {
         .actions
         .iter()
         .zip(&items)
-        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.policy.is_empty() && i.verdict != Verdict::Deny)
+        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.verdict != Verdict::Deny)
         .count();
     let exec = Arc::new(Progress {
         inner: BuiltinExecutor::new(root.clone()),
@@ -609,9 +594,8 @@ pub fn run(a: RunArgs) -> CliResult {
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    let result_json = tokio_rt
-        .block_on(rt.execute_proposal(&text, exec, None, None))
-        .map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result_json =
+        tokio_rt.block_on(rt.proposal_apply(&plan_id, exec)).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result: ProposalResult =
         serde_json::from_str(&result_json).map_err(|e| CliError::Runtime(format!("unreadable ProposalResult: {e}")))?;
     drop(approvals);
@@ -620,7 +604,24 @@ pub fn run(a: RunArgs) -> CliResult {
         save_state(&rt, f)?;
     }
 
-    // Results: one line per action, then the cost rows.
+    // Results: one line per action, then the cost rows. Denied: refused by
+    // a deciding layer (the last admission decision of the action); any
+    // other rejection is a check of the action itself (schema, unknown
+    // tool, a precondition, ...).
+    let decisions: Value = rt
+        .event_query(r#"{"kinds":["AdmissionDecided"]}"#)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let mut last_layer: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for e in decisions["events"].as_array().into_iter().flatten() {
+        // Newest first: the first seen is the last decision.
+        if let Some(id) = e["action_id"].as_str()
+            && e["data"]["stage"] != "compensation"
+        {
+            last_layer.entry(id.to_string()).or_insert_with(|| e["data"]["layer"].as_str().unwrap_or("").to_string());
+        }
+    }
     out.line("");
     out.line("Results:");
     let (mut ok, mut failed, mut denied, mut rejected, mut skipped) = (0, 0, 0, 0, 0);
@@ -628,7 +629,8 @@ pub fn run(a: RunArgs) -> CliResult {
         // Denied: refused by the permission chain, the tier, the user or a
         // policy; otherwise a rejection is an admission check (schema,
         // unknown tool, a precondition, ...).
-        let is_denied = r.status == ActionStatus::Rejected && r.error.as_deref().is_some_and(is_denial);
+        let is_denied = r.status == ActionStatus::Rejected
+            && last_layer.get(&r.action_id).is_some_and(|l| car_runtime::admission::layer::is_deciding(l));
         match r.status {
             ActionStatus::Succeeded => ok += 1,
             ActionStatus::Failed => failed += 1,
@@ -669,11 +671,6 @@ pub fn run(a: RunArgs) -> CliResult {
         // The result plus every admission decision (the AdmissionDecided
         // events: verdict, layer, rule, tiers; no parameter values).
         let mut v = serde_json::to_value(&result).unwrap_or(Value::Null);
-        let decisions: Value = rt
-            .event_query(r#"{"kinds":["AdmissionDecided"]}"#)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null);
         let list: Vec<Value> = decisions["events"]
             .as_array()
             .into_iter()

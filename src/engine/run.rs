@@ -181,7 +181,22 @@ impl Runtime {
             refused: Vec::new(),
             overrides: Vec::new(),
         };
-        let mut aborted = self.admit(&mut ctx, &dag, &mut results);
+        // The supervision layer: a supervisor sees a proposal the tier layer
+        // does not refuse as a whole, and may park it until a person decides.
+        let supervised = match ctx.stage.supervisor() {
+            Some(sup)
+                if !proposal.actions.is_empty()
+                    && !ctx.stage.tier_decisions(&proposal.actions).first().is_some_and(|(refused, _)| *refused) =>
+            {
+                let sup = sup.clone();
+                match AssertUnwindSafe(sup(&proposal, ctx.session_id.as_deref())).catch_unwind().await {
+                    Ok(verdict) => verdict,
+                    Err(_) => Some("the supervisor panicked; refused".to_string()),
+                }
+            }
+            _ => None,
+        };
+        let mut aborted = self.admit(&mut ctx, &dag, &mut results, supervised);
 
         let mut completion: Vec<usize> = Vec::new();
         let mut budget_exhausted = false;
@@ -474,7 +489,13 @@ impl Runtime {
     /// Admission before anything runs. Returns true when a refused action's
     /// failure behavior aborts the proposal. The layers and their order are
     /// those of [`crate::admission`].
-    fn admit(&self, ctx: &mut Ctx, dag: &Dag, results: &mut [Option<ActionResult>]) -> bool {
+    fn admit(
+        &self,
+        ctx: &mut Ctx,
+        dag: &Dag,
+        results: &mut [Option<ActionResult>],
+        supervised: Option<String>,
+    ) -> bool {
         let proposal = ctx.proposal.clone();
         let actions = &proposal.actions;
         let n = actions.len();
@@ -497,7 +518,16 @@ impl Runtime {
         // and ask approvals per action.
         let mut allowed: Vec<Option<Decision>> = if stage.is_empty() { Vec::new() } else { vec![None; n] };
         let mut permission_refused = vec![false; n];
-        if !stage.is_empty() {
+        if stage.is_empty() {
+            for (i, a) in actions.iter().enumerate() {
+                if refusals[i].is_none()
+                    && let Some(d) = stage.protected(a)
+                {
+                    permission_refused[i] = true;
+                    refusals[i] = Some(Decision { reason: format!("permission: {}", d.reason), ..d });
+                }
+            }
+        } else {
             for (i, (refused, d)) in stage.tier_decisions(actions).into_iter().enumerate() {
                 if refused {
                     permission_refused[i] = true;
@@ -506,13 +536,23 @@ impl Runtime {
                     allowed[i] = Some(d);
                 }
             }
+            if let Some(reason) = supervised {
+                for (i, r) in refusals.iter_mut().enumerate() {
+                    if r.is_none() {
+                        permission_refused[i] = true;
+                        *r = Some(Decision::deny(layer::SUPERVISION, reason.clone()));
+                    }
+                }
+            }
+            let session = ctx.session_id.clone();
             for (i, a) in actions.iter().enumerate() {
                 if refusals[i].is_some() {
                     continue;
                 }
-                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| stage.decide(a))).unwrap_or_else(|_| {
-                    StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
-                });
+                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| stage.decide(a, session.as_deref())))
+                    .unwrap_or_else(|_| {
+                        StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
+                    });
                 let substituted = match &verdict {
                     StageVerdict::Admit(Some(d)) | StageVerdict::Hold(d, _) => d.substituted.clone(),
                     _ => None,
@@ -600,6 +640,18 @@ impl Runtime {
                         holds.insert(i, wait);
                         ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
                     }
+                }
+            }
+        }
+
+        // The breaker, over every decision above in action order.
+        if !stage.is_empty() {
+            let refused: Vec<bool> = refusals.iter().map(Option::is_some).collect();
+            for (i, d) in stage.breaker_decisions(ctx.session_id.as_deref(), &refused).into_iter().enumerate() {
+                if let Some(d) = d {
+                    permission_refused[i] = true;
+                    ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).remove(&i);
+                    refusals[i] = Some(d);
                 }
             }
         }
@@ -1333,16 +1385,22 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
         }
     }
     let mut allowed = None;
-    if !ctx.stage.is_empty() {
+    if ctx.stage.is_empty() {
+        if let Some(d) = ctx.stage.protected(c) {
+            return Some(d);
+        }
+    } else {
         if let Some((refused, d)) = ctx.stage.tier_decisions(std::slice::from_ref(c)).into_iter().next() {
             if refused {
                 return Some(d);
             }
             allowed = Some(d);
         }
-        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| ctx.stage.decide(c))).unwrap_or_else(|_| {
-            StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
-        });
+        let session = ctx.session_id.as_deref();
+        let verdict =
+            std::panic::catch_unwind(AssertUnwindSafe(|| ctx.stage.decide(c, session))).unwrap_or_else(|_| {
+                StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
+            });
         match verdict {
             StageVerdict::Admit(d) => allowed = d.or(allowed),
             StageVerdict::Refuse(d) => return Some(d),

@@ -15,6 +15,7 @@ pub const BREAKER_STATUS: &str = "denial_circuit_open";
 
 /// Thresholds of the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BreakerConfig {
     /// Consecutive denials that trip it (N); default 3. 0 disables the condition.
     #[serde(default = "d_consecutive")]

@@ -5,30 +5,9 @@ use serde_json::{Map, Value};
 
 use super::preview::RenderTree;
 
-/// What an operation does: only `resource` items reach allow/ask/deny.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolKind {
-    /// Mutates something; gated by allow/ask/deny (the default for an
-    /// operation that declares no kind: fail closed).
-    #[default]
-    Resource,
-    /// Reads only; prechecked allow/deny, executed concurrently.
-    DataSource,
-    /// Asks a human; prechecked allow/deny, executed sequentially.
-    Interactive,
-}
-
-impl ToolKind {
-    /// The snake_case spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolKind::Resource => "resource",
-            ToolKind::DataSource => "data_source",
-            ToolKind::Interactive => "interactive",
-        }
-    }
-}
+/// What an operation does (the permission chain's own type, so the gate
+/// and admission cannot drift).
+pub use crate::permission::ToolKind;
 
 /// Declared risk class of an operation (`tools-and-permissions.md`): the
 /// permission chain's own type, so the gate and the rules cannot drift.

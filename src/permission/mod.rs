@@ -14,7 +14,9 @@ pub use chain::{
 };
 pub use preset::{CompiledPreset, Preset, compile_permission_preset};
 pub use shell::{ShellRules, match_shell_command};
-pub use tool::{Executor, Risk, ToolDefinition, Toolset, is_valid_tool_name, toolset_hash, validate_tool_name};
+pub use tool::{
+    Executor, Risk, ToolDefinition, ToolKind, Toolset, is_valid_tool_name, toolset_hash, validate_tool_name,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -51,6 +51,42 @@ pub enum Executor {
     Container,
 }
 
+/// What an operation does (`plan-apply-gate.md`): only `resource` calls
+/// reach allow/ask/deny; for `data_source` and `interactive` calls an ask is
+/// a deny (the precheck).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Mutates something; gated by allow/ask/deny (the default for an
+    /// operation that declares no kind).
+    #[default]
+    Resource,
+    /// Reads only; prechecked allow/deny, executed concurrently.
+    DataSource,
+    /// Asks a human; prechecked allow/deny, executed sequentially.
+    Interactive,
+}
+
+impl ToolKind {
+    /// The snake_case spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolKind::Resource => "resource",
+            ToolKind::DataSource => "data_source",
+            ToolKind::Interactive => "interactive",
+        }
+    }
+
+    /// True for the kinds whose ask is a deny (`data_source`, `interactive`).
+    pub fn is_precheck(self) -> bool {
+        self != ToolKind::Resource
+    }
+
+    fn is_resource(&self) -> bool {
+        *self == ToolKind::Resource
+    }
+}
+
 /// A tool definition: contract fields (hashed) and policy fields (not hashed).
 ///
 /// Construct with [`ToolDefinition::new`] or [`ToolDefinition::from_value`],
@@ -78,6 +114,9 @@ pub struct ToolDefinition {
     /// Declared risk; `None` is the `undeclared` state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<Risk>,
+    /// What the tool does; default `resource`.
+    #[serde(default, skip_serializing_if = "ToolKind::is_resource")]
+    pub kind: ToolKind,
 }
 
 fn empty_object() -> Value {
@@ -274,6 +313,7 @@ impl ToolDefinition {
             executor: Executor::Inprocess,
             needs_approval: false,
             risk: None,
+            kind: ToolKind::Resource,
         };
         def.validate()?;
         Ok(def)
@@ -290,6 +330,7 @@ impl ToolDefinition {
             executor: Executor::Inprocess,
             needs_approval: false,
             risk: None,
+            kind: ToolKind::Resource,
         }
     }
 
@@ -365,6 +406,7 @@ impl From<&ToolSchema> for ToolDefinition {
             executor: Executor::Inprocess,
             needs_approval: false,
             risk: None,
+            kind: ToolKind::Resource,
         }
     }
 }

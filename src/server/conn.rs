@@ -220,6 +220,12 @@ impl Conn {
         if authed && let Ok(mut s) = self.slot.lock() {
             s.release();
         }
+        if let Err(e) = self.sync_admission_identity() {
+            // Fail closed: a stage that cannot take the new identity halts
+            // the session rather than run with the old one.
+            eprintln!("car-server: {}: cannot update admission identity: {e}; session halted", self.session_id);
+            self.halted.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     /// When an unauthenticated connection is closed.
@@ -543,7 +549,7 @@ impl Conn {
             .filter_map(|p| p.get("name").and_then(Value::as_str).map(str::to_string))
             .collect();
         let open = config.token.is_none();
-        Ok(Conn {
+        let conn = Conn {
             rt,
             supervisors: daemon.supervisors.clone(),
             ledger: daemon.ledger.clone(),
@@ -560,7 +566,36 @@ impl Conn {
             stream_forwarder: Mutex::new(None),
             daemon: daemon.clone(),
             config,
-        })
+        };
+        conn.sync_admission_identity()?;
+        Ok(conn)
+    }
+
+    /// Hands the connection's identity to its admission stage: the
+    /// supervision layer parks this principal's proposals for the daemon's
+    /// supervisors, and (unless the daemon allows self-approval) the tier
+    /// layer does not count approvals this connection recorded itself.
+    /// Called when the connection is made and whenever its identity changes.
+    fn sync_admission_identity(&self) -> Result<(), String> {
+        let principal = self.principal();
+        let supervisors = self.supervisors.clone();
+        let supervisor: crate::admission::SupervisorFn = Arc::new(move |proposal, _session| {
+            if !supervisors.has_subscribers() {
+                return Box::pin(std::future::ready(None));
+            }
+            let (supervisors, principal, proposal) = (supervisors.clone(), principal.clone(), proposal.clone());
+            Box::pin(async move {
+                // The identity the server assigned, never the client's policy session.
+                match supervisors.admit(&proposal, &principal).await {
+                    Ok(super::supervision::Admission::Run) => None,
+                    Ok(super::supervision::Admission::Refuse(reason)) => Some(reason),
+                    Err(e) => Some(format!("refused: supervision failed: {}", e.message)),
+                }
+            })
+        });
+        self.rt.set_supervisor(Some(supervisor)).map_err(|e| e.to_string())?;
+        let discounted = (!self.config.allow_self_approval).then(|| self.reviewer());
+        self.rt.set_discounted_reviewer(discounted).map_err(|e| e.to_string())
     }
 }
 

@@ -13,7 +13,6 @@ use super::conn::Conn;
 use super::executor::WsToolExecutor;
 use super::handshake;
 use super::rpc::RpcError;
-use super::supervision::Admission;
 use futures::FutureExt;
 
 use crate::ir::{ActionProposal, ActionResult, ActionStatus, CostSummary, FailureBehavior, ProposalResult};
@@ -26,10 +25,12 @@ pub(crate) const HALTED: &str = "session halted after a terminal tool failure; r
 /// The deadline of `proposal.submit`'s execution: the flat deadline, raised
 /// to the proposal's own budgets: the sum over actions of `timeout_ms` (the
 /// tool budget when undeclared) times its attempts, plus the transport grace.
-/// Admission (the tier check and a supervision park, itself bounded by the
-/// decision timeout) runs before this clock starts.
-pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal) -> Duration {
-    let mut total = config.submit_grace;
+/// While a supervisor is subscribed, a supervision park (a layer of the
+/// admission stage, inside the execution) adds the supervision decision
+/// timeout.
+pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal, supervised: bool) -> Duration {
+    let park = if supervised { config.supervision_timeout } else { Duration::ZERO };
+    let mut total = config.submit_grace.saturating_add(park);
     for a in &p.actions {
         let budget = a.timeout_ms.map(Duration::from_millis).unwrap_or(config.tool_timeout);
         let attempts = if a.failure_behavior == FailureBehavior::Retry { a.max_retries.saturating_add(1) } else { 1 };
@@ -48,7 +49,7 @@ pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
         if let Some(refused) = guarded(method, admit(conn, &submission)).await? {
             return Ok(refused);
         }
-        let deadline = submit_deadline(&conn.config, &submission.proposal);
+        let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
         return with_deadline(method, deadline, guarded(method, execute(conn, submission))).await;
     }
     with_deadline(method, conn.config.handler_timeout, guarded(method, dispatch(conn, method, params))).await
@@ -540,64 +541,20 @@ fn configure_admission(conn: &Conn, config: &Value) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// The session's permission tier at admission: the refusal reason when an
-/// action needs a higher tier than the session is granted and no approval of
-/// it is on the ledger, or when its operation was rejected. A ledger that
-/// cannot be read refuses (fail closed).
-fn tier_refusal(conn: &Conn, proposal: &ActionProposal) -> Option<String> {
-    let granted = match conn.rt.permission_get_tier().parse::<crate::policy::PermissionTier>() {
-        Ok(t) => t,
-        Err(e) => return Some(format!("refused: the session's permission tier is unreadable: {e}")),
-    };
-    let gate = crate::policy::PermissionGate::new();
-    let mut latest = match &conn.ledger {
-        Some(l) => match l.latest_shared() {
-            Ok(latest) => latest,
-            Err(e) => return Some(format!("refused: the approvals ledger cannot be read: {e}")),
-        },
-        None => Default::default(),
-    };
-    // Self-approval: this connection's own approvals do not count for its
-    // own proposals (unless the daemon allows it).
-    let own = (!conn.config.allow_self_approval).then(|| conn.reviewer());
-    let mut discounted = false;
-    if let Some(me) = &own
-        && latest.values().any(|r| r.decision == crate::policy::ApprovalVerdict::Approved && &r.reviewer == me)
-    {
-        let mut kept = (*latest).clone();
-        kept.retain(|_, r| !(r.decision == crate::policy::ApprovalVerdict::Approved && &r.reviewer == me));
-        latest = std::sync::Arc::new(kept);
-        discounted = true;
-    }
-    // Without a discounted approval the ledger reads the same here as in the
-    // runtime's admission stage, which decides (and records the decision).
-    if !discounted {
-        return None;
-    }
-    gate.admit_tier_with(&proposal.actions, granted, &latest).map(|reason| {
-        format!("{reason} (an approval by this connection does not count for its own proposal: self-approval is off)")
-    })
-}
-
 /// Admission of a submission: `Some(result)` when it is refused as a whole
-/// (a halted session, the tier without counting this connection's own
-/// approvals, a supervisor's refusal or silence), `None` to execute it.
-/// Everything else (the tier with the daemon's whole ledger, policies, the
-/// session's admission document) is the runtime's one admission stage; the
-/// self-approval discount here only ever refuses more.
+/// (a halted session), `None` to execute it. Everything else (the tier
+/// without this connection's own approvals, supervision, policies, the
+/// session's admission document) is the connection runtime's one admission
+/// stage.
 async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcError> {
     let proposal = &sub.proposal;
     if conn.halted.load(Ordering::SeqCst) {
         return reject_all(proposal, HALTED).map(Some);
     }
-    if let Some(reason) = tier_refusal(conn, proposal) {
-        return reject_all(proposal, &reason).map(Some);
-    }
-    // The identity the server assigned, never the client's policy session.
-    let stamp = conn.principal();
-    if let Admission::Refuse(reason) = conn.supervisors.admit(proposal, &stamp).await? {
-        return reject_all(proposal, &reason).map(Some);
-    }
+    // The tier (with this connection's own approvals discounted) and
+    // supervision are layers of the connection's admission stage
+    // (`Conn::sync_admission_identity`), so every path that runs a proposal
+    // passes them.
     Ok(None)
 }
 
@@ -625,6 +582,7 @@ mod tests {
             handler_timeout: Duration::from_secs(10),
             tool_timeout: Duration::from_secs(300),
             submit_grace: Duration::from_secs(15),
+            supervision_timeout: Duration::ZERO,
             ..Config::default()
         };
         let p = crate::api::parse_proposal(
@@ -634,17 +592,19 @@ mod tests {
         )
         .unwrap();
         // 600 s × 3 attempts + 300 s + 15 s.
-        assert_eq!(submit_deadline(&c, &p), Duration::from_secs(1800 + 300 + 15));
+        assert_eq!(submit_deadline(&c, &p, false), Duration::from_secs(1800 + 300 + 15));
         // Never below the flat deadline.
         let short = crate::api::parse_proposal(
             r#"{"actions": [{"id": "a", "type": "tool_call", "tool": "t", "timeout_ms": 10}]}"#,
         )
         .unwrap();
         let c2 = Config { handler_timeout: Duration::from_secs(1800), ..c.clone() };
-        assert_eq!(submit_deadline(&c2, &short), Duration::from_secs(1800));
-        // The supervision decision timeout is not part of it (admission runs first).
+        assert_eq!(submit_deadline(&c2, &short, false), Duration::from_secs(1800));
+        // With a supervisor subscribed, the supervision decision timeout is
+        // part of it (the park is inside the execution).
         let c3 = Config { supervision_timeout: Duration::from_secs(60), ..c };
-        assert_eq!(submit_deadline(&c3, &p), Duration::from_secs(1800 + 300 + 15));
+        assert_eq!(submit_deadline(&c3, &p, false), Duration::from_secs(1800 + 300 + 15));
+        assert_eq!(submit_deadline(&c3, &p, true), Duration::from_secs(1800 + 300 + 15 + 60));
     }
 
     #[tokio::test]

@@ -182,6 +182,11 @@ impl Supervisors {
         Ok(json!({"decided": true, "reviewer": me.reviewer}))
     }
 
+    /// True while some supervisor is subscribed.
+    pub(crate) fn has_subscribers(&self) -> bool {
+        self.hub.has_subscribers()
+    }
+
     /// Admission of a submitted proposal: parks it when a subscribed
     /// supervisor's filter matches (each action counted as the worse of its
     /// declared and its classified reversibility) and waits for the verdict or

@@ -957,6 +957,13 @@ def test_silent_peer_with_a_callback_in_flight_is_closed_and_its_callback_cancel
             data += s.recv(1)
         assert data.startswith(b"HTTP/1.1 101")
         s.sendall(_ws_frame(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools.register", "params": [{"name": "t"}]})))
+        # Requests run concurrently: the tool must be registered before the
+        # submission is sent, or the submission can be admitted first.
+        data = b""
+        while b'"id":1,"result"' not in data:
+            chunk = s.recv(4096)
+            assert chunk, data
+            data += chunk
         s.sendall(_ws_frame(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "proposal.submit",
                                         "params": {"proposal": proposal([tool_call("a", "t")])}})))
         data = b""

@@ -141,6 +141,27 @@ case("layer order: policy before chain", {"deny": [{"tool": "migrate"}]}, [tc("d
      exp(("d", "rejected", "policy")), policies=[{"name": "no_deploy", "rule": "deny_tool", "target": "migrate"}])
 case("layer order: tier before chain", {"tier": "read_only", "preset": "open"}, [tc("w", "write_file", {"path": "x"})],
      exp(("w", "rejected", "tier")))
+# --- the data_source / interactive precheck: an ask is a deny ---
+LOOKUP_DS = {"name": "lookup", "description": "", "parameters": {"type": "object"}, "kind": "data_source"}
+case("an ask for a data_source tool is a deny", {"ask": [{"tool": "lookup"}], "tools": [LOOKUP_DS]}, [tc("l", "lookup", **SKIP), tc("m", "migrate", {"env": "dev"})],
+     exp(("l", "rejected", "ask-rule"), ("m", "succeeded", "default")), approver="approve")
+case("an interactive tool needing approval is denied, not asked", {"tools": [{"name": "migrate", "description": "", "parameters": {"type": "object"}, "needs_approval": True, "kind": "interactive"}]},
+     [tc("d", "migrate", {"env": "dev"}, **SKIP)], exp(("d", "rejected", "default")), approver="approve")
+case("a data_source tool no rule asks about runs", {"preset": "standard", "tools": [dict(LOOKUP_DS, risk="read")]}, [tc("l", "lookup")],
+     exp(("l", "succeeded", "default")))
+case("an undeclared data_source tool the preset asks about is denied", {"preset": "standard", "tools": [LOOKUP_DS]}, [tc("l", "lookup", **SKIP)],
+     exp(("l", "rejected", "ask-rule")), approver="approve")
+# --- the circuit breaker on repeated denials ---
+BREAKER2 = {"max_consecutive_denials": 2, "max_window_denials": 0}
+case("the breaker refuses the rest after consecutive denials", {"deny": [{"tool": "migrate"}], "breaker": BREAKER2},
+     [tc("d1", "migrate", {"env": "a"}, **SKIP), tc("d2", "migrate", {"env": "b"}, **SKIP), tc("l", "lookup", **SKIP), tc("r", "read_file", {"path": "x"}, **SKIP)],
+     exp(("d1", "rejected", "deny-rule"), ("d2", "rejected", "deny-rule"), ("l", "rejected", "breaker"), ("r", "rejected", "breaker")))
+case("an allowed action restarts the consecutive count", {"deny": [{"tool": "migrate"}], "breaker": BREAKER2},
+     [tc("d1", "migrate", {"env": "a"}, **SKIP), tc("l1", "lookup"), tc("d2", "migrate", {"env": "b"}, **SKIP), tc("l2", "lookup", {"q": 2})],
+     exp(("d1", "rejected", "deny-rule"), ("l1", "succeeded", "default"), ("d2", "rejected", "deny-rule"), ("l2", "succeeded", "default")))
+case("the breaker's window counts denials that are not consecutive", {"deny": [{"tool": "migrate"}], "breaker": {"max_consecutive_denials": 0, "max_window_denials": 2, "window_secs": 300}},
+     [tc("d1", "migrate", {"env": "a"}, **SKIP), tc("l1", "lookup"), tc("d2", "migrate", {"env": "b"}, **SKIP), tc("l2", "lookup", {"q": 2}, **SKIP)],
+     exp(("d1", "rejected", "deny-rule"), ("l1", "succeeded", "default"), ("d2", "rejected", "deny-rule"), ("l2", "rejected", "breaker")))
 # --- ask approvals ---
 NO_WIRE_APPROVALS = "ask approvals over the wire are issue #19: the daemon has no approvals store yet"
 case("ask approved by the approver", {"ask": [{"tool": "migrate"}], "approval_timeout_ms": 5000}, [tc("d", "migrate", {"env": "dev"})],

@@ -1,0 +1,269 @@
+//! The admission layers that came from the plan/apply gate and the daemon:
+//! the data_source/interactive precheck, `session`-scoped answers, the
+//! circuit breaker (across a session's proposals) and the supervision layer,
+//! through the Rust facade. The same precheck and breaker cases are in the
+//! cross-front-end corpus.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use car_runtime::admission::SupervisorFn;
+use car_runtime::api::runtime::CarRuntime;
+use car_runtime::engine::{FnExecutor, ToolCall};
+use car_runtime::ir::ToolFailure;
+use serde_json::{Value, json};
+
+fn counting(calls: Arc<AtomicUsize>) -> Arc<FnExecutor<impl Fn(ToolCall) -> Result<Value, ToolFailure> + Send + Sync>> {
+    Arc::new(FnExecutor(move |_call: ToolCall| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(json!({"ok": true}))
+    }))
+}
+
+fn runtime(doc: Value) -> (CarRuntime, std::path::PathBuf) {
+    let rt = CarRuntime::new();
+    for t in ["lookup", "migrate", "deploy"] {
+        rt.register_tool_schema(&json!({"name": t, "parameters": {"type": "object"}}).to_string()).unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("car-layers-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    rt.set_permissions(Some(&doc.to_string()), Some(dir.to_str().unwrap())).unwrap();
+    (rt, dir)
+}
+
+fn proposal(actions: Value) -> String {
+    json!({"id": format!("p-{}", uuid::Uuid::new_v4()), "actions": actions}).to_string()
+}
+
+fn tc(id: &str, tool: &str, params: Value) -> Value {
+    json!({"id": id, "type": "tool_call", "tool": tool, "parameters": params, "failure_behavior": "skip"})
+}
+
+async fn run(rt: &CarRuntime, p: &str, session: Option<&str>, calls: &Arc<AtomicUsize>) -> Value {
+    serde_json::from_str(&rt.execute_proposal(p, counting(calls.clone()), session, None).await.unwrap()).unwrap()
+}
+
+fn statuses(out: &Value) -> Vec<(String, String)> {
+    out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["action_id"].as_str().unwrap().to_string(), r["status"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn admission_events(rt: &CarRuntime) -> Vec<Value> {
+    let q: Value = serde_json::from_str(&rt.event_query(r#"{"kinds": ["AdmissionDecided"]}"#).unwrap()).unwrap();
+    q["events"].as_array().unwrap().clone()
+}
+
+/// `plan-apply-gate.md`: an ask for a data_source or interactive call is a
+/// deny, and the decision says it was downgraded; for every asking layer.
+#[tokio::test]
+async fn an_ask_for_a_data_source_or_interactive_tool_is_a_deny_and_says_so() {
+    for kind in ["data_source", "interactive"] {
+        for asking in [
+            json!({"ask": [{"tool": "lookup"}]}),
+            json!({"hooks": [{"tool": "lookup", "verdict": "ask"}]}),
+            json!({"preset": "standard"}),
+            json!({"needs_approval": true}),
+        ] {
+            let mut doc = asking.clone();
+            let needs = doc.as_object_mut().unwrap().remove("needs_approval").is_some();
+            doc["tools"] = json!([{"name": "lookup", "description": "", "parameters": {"type": "object"}, "kind": kind, "needs_approval": needs}]);
+            let (rt, dir) = runtime(doc.clone());
+            // An approver that would approve: it is never asked.
+            let asked = Arc::new(AtomicUsize::new(0));
+            let a2 = asked.clone();
+            rt.on_approval(Arc::new(move |_| {
+                a2.fetch_add(1, Ordering::SeqCst);
+            }));
+            let calls = Arc::new(AtomicUsize::new(0));
+            let out = run(&rt, &proposal(json!([tc("l", "lookup", json!({}))])), None, &calls).await;
+            assert_eq!(statuses(&out), [("l".into(), "rejected".into())], "{kind} {asking}: {out}");
+            assert_eq!(calls.load(Ordering::SeqCst), 0);
+            assert_eq!(asked.load(Ordering::SeqCst), 0, "nobody is asked");
+            let ev = admission_events(&rt);
+            let d = &ev[0]["data"];
+            assert_eq!(d["verdict"], "deny", "{d}");
+            assert_eq!(d["downgraded_from_ask"], true, "{kind} {asking}: {d}");
+            // A resource tool asked the same way is an ask (held, then refused here: no approver answers).
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    // A plain deny is not marked as a downgrade.
+    let (rt, dir) = runtime(
+        json!({"deny": [{"tool": "lookup"}], "tools": [{"name": "lookup", "parameters": {"type": "object"}, "kind": "data_source"}]}),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    run(&rt, &proposal(json!([tc("l", "lookup", json!({}))])), None, &calls).await;
+    assert!(admission_events(&rt)[0]["data"].get("downgraded_from_ask").is_none());
+    // An unknown kind is an error naming it, and changes nothing.
+    let e = rt
+        .set_permissions(
+            Some(&json!({"tools": [{"name": "lookup", "parameters": {}, "kind": "reader"}]}).to_string()),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("reader"), "{e}");
+    assert!(rt.admission_config().contains("\"deny\""), "the old document stays");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A `session`-scoped allow answers every later ask of the same tool in the
+/// same session, whatever the input; it never lifts a deny, and another
+/// session still asks. A `session`-scoped deny refuses later calls the chain
+/// would allow.
+#[tokio::test]
+async fn session_scoped_answers_apply_to_the_tool_for_the_session() {
+    let (rt, dir) = runtime(json!({"ask": [{"tool": "migrate"}]}));
+    rt.register_policy("no_prod", "deny_tool_param", Some("migrate"), Some("env"), Some("prod"), None, None).unwrap();
+    let (s1, s2, s3) = (rt.open_session().unwrap(), rt.open_session().unwrap(), rt.open_session().unwrap());
+    let (s1, s2, s3) = (Some(s1.as_str()), Some(s2.as_str()), Some(s3.as_str()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let plan: Value = serde_json::from_str(
+        &rt.proposal_plan(&proposal(json!([tc("m", "migrate", json!({"env": "dev"}))])), s1, None).unwrap(),
+    )
+    .unwrap();
+    let d: Value = serde_json::from_str(
+        &rt.proposal_decide(plan["plan_id"].as_str().unwrap(), "m", "allow", "session", "fine today").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(d["scope"], "session");
+    // Other inputs of the same tool, same session: answered by the session layer.
+    for env in ["stage", "qa", "dev"] {
+        let out = run(&rt, &proposal(json!([tc("m", "migrate", json!({"env": env}))])), s1, &calls).await;
+        assert_eq!(statuses(&out), [("m".into(), "succeeded".into())], "{env}: {out}");
+        assert_eq!(admission_events(&rt)[0]["data"]["layer"], "session");
+    }
+    // A deny still wins.
+    let out = run(&rt, &proposal(json!([tc("m", "migrate", json!({"env": "prod"}))])), s1, &calls).await;
+    assert_eq!(statuses(&out), [("m".into(), "rejected".into())]);
+    assert_eq!(admission_events(&rt)[0]["data"]["layer"], "policy");
+    // Another session is asked (and refused: no approver).
+    let out = run(&rt, &proposal(json!([tc("m", "migrate", json!({"env": "stage"}))])), s2, &calls).await;
+    assert_eq!(statuses(&out), [("m".into(), "rejected".into())]);
+    assert_ne!(admission_events(&rt)[0]["data"]["layer"], "session");
+    // The answers survive a reconfiguration.
+    rt.set_permissions(Some(&json!({"ask": [{"tool": "migrate"}]}).to_string()), Some(dir.to_str().unwrap())).unwrap();
+    let out = run(&rt, &proposal(json!([tc("m", "migrate", json!({"env": "x"}))])), s1, &calls).await;
+    assert_eq!(statuses(&out), [("m".into(), "succeeded".into())]);
+
+    // A session deny refuses even a call the chain allows.
+    let plan: Value = serde_json::from_str(
+        &rt.proposal_plan(&proposal(json!([tc("m", "migrate", json!({"env": "dev"}))])), s3, None).unwrap(),
+    )
+    .unwrap();
+    rt.proposal_decide(plan["plan_id"].as_str().unwrap(), "m", "deny", "session", "not this week").unwrap();
+    rt.set_permissions(Some(&json!({"preset": "open"}).to_string()), Some(dir.to_str().unwrap())).unwrap();
+    let out = run(&rt, &proposal(json!([tc("m", "migrate", json!({"env": "y"}))])), s3, &calls).await;
+    assert_eq!(statuses(&out), [("m".into(), "rejected".into())], "{out}");
+    let d = &admission_events(&rt)[0]["data"];
+    assert_eq!(d["layer"], "session");
+    assert!(d["reason"].as_str().unwrap().contains("not this week"), "{d}");
+    let out = run(&rt, &proposal(json!([tc("m", "migrate", json!({"env": "y"}))])), s1, &calls).await;
+    assert_eq!(statuses(&out), [("m".into(), "succeeded".into())], "s1 is not s3");
+    // Closing a session forgets its answers (and the id is gone).
+    rt.close_session(s3.unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The breaker's counts persist across a session's proposals: once over the
+/// threshold, the next denial ends that proposal too; another session has
+/// its own counts. Generated over thresholds.
+#[tokio::test]
+async fn the_breaker_counts_across_a_sessions_proposals() {
+    for n in 1..=4u32 {
+        let (rt, dir) = runtime(json!({
+            "deny": [{"tool": "migrate"}],
+            "breaker": {"max_consecutive_denials": n, "max_window_denials": 0},
+        }));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (sid, other) = (rt.open_session().unwrap(), rt.open_session().unwrap());
+        let (s, other) = (Some(sid.as_str()), Some(other.as_str()));
+        // n-1 denials in one proposal: not tripped, the lookup runs.
+        let mut actions: Vec<Value> = (1..n).map(|i| tc(&format!("d{i}"), "migrate", json!({"i": i}))).collect();
+        actions.push(tc("l", "lookup", json!({})));
+        let out = run(&rt, &proposal(Value::Array(actions)), s, &calls).await;
+        assert_eq!(statuses(&out).last().unwrap().1, "succeeded", "n={n}: {out}");
+        // The lookup restarted the count; n denials trip it for the rest.
+        let mut actions: Vec<Value> = (1..=n).map(|i| tc(&format!("d{i}"), "migrate", json!({"i": i}))).collect();
+        actions.push(tc("l", "lookup", json!({})));
+        let out = run(&rt, &proposal(Value::Array(actions)), s, &calls).await;
+        assert_eq!(statuses(&out).last().unwrap().1, "rejected", "n={n}: {out}");
+        assert_eq!(admission_events(&rt)[0]["data"]["layer"], "breaker");
+        // Next proposal of the session: one more denial trips it again at once.
+        let out =
+            run(&rt, &proposal(json!([tc("d", "migrate", json!({})), tc("l", "lookup", json!({}))])), s, &calls).await;
+        assert_eq!(statuses(&out)[1].1, "rejected", "n={n}: {out}");
+        // Another session is not affected.
+        let out = run(&rt, &proposal(json!([tc("l", "lookup", json!({}))])), other, &calls).await;
+        assert_eq!(statuses(&out)[0].1, "succeeded");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    // A bad breaker document is an error naming the key.
+    let rt = CarRuntime::new();
+    let e = rt.set_permissions(Some(r#"{"breaker": {"max_consecutive": 2}}"#), None).unwrap_err();
+    assert!(e.to_string().contains("max_consecutive"), "{e}");
+}
+
+/// The supervision layer is part of the stage: every path that runs a
+/// proposal (execute, plan/apply) passes it; a refusal rejects every action
+/// with layer `supervision`; a supervisor that panics refuses.
+#[tokio::test]
+async fn the_supervisor_sees_every_proposal_and_its_refusal_rejects_it() {
+    let (rt, dir) = runtime(json!({"preset": "open"}));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let sup: SupervisorFn = Arc::new(move |p, _session| {
+        s2.fetch_add(1, Ordering::SeqCst);
+        let refuse = p.actions.iter().any(|a| a.tool.as_deref() == Some("deploy"));
+        Box::pin(async move { refuse.then(|| "denied by supervisor: no deploys on Fridays".to_string()) })
+    });
+    rt.set_supervisor(Some(sup)).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let out =
+        run(&rt, &proposal(json!([tc("l", "lookup", json!({})), tc("d", "deploy", json!({}))])), None, &calls).await;
+    assert_eq!(statuses(&out), [("l".into(), "rejected".into()), ("d".into(), "rejected".into())], "{out}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(admission_events(&rt)[0]["data"]["layer"], "supervision");
+    let out = run(&rt, &proposal(json!([tc("l", "lookup", json!({}))])), None, &calls).await;
+    assert_eq!(statuses(&out)[0].1, "succeeded");
+    // Plan and apply: the supervisor decides at apply.
+    let plan: Value =
+        serde_json::from_str(&rt.proposal_plan(&proposal(json!([tc("d", "deploy", json!({}))])), None, None).unwrap())
+            .unwrap();
+    let out: Value = serde_json::from_str(
+        &rt.proposal_apply(plan["plan_id"].as_str().unwrap(), counting(calls.clone())).await.unwrap(),
+    )
+    .unwrap();
+    assert_eq!(statuses(&out)[0].1, "rejected");
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    // The supervisor survives a reconfiguration.
+    rt.set_permissions(Some(r#"{"preset": "open"}"#), None).unwrap();
+    let out = run(&rt, &proposal(json!([tc("d", "deploy", json!({}))])), None, &calls).await;
+    assert_eq!(statuses(&out)[0].1, "rejected");
+    // A panicking supervisor refuses (fail closed).
+    let boom: SupervisorFn = Arc::new(|_, _| Box::pin(async { panic!("supervisor bug") }));
+    rt.set_supervisor(Some(boom)).unwrap();
+    let out = run(&rt, &proposal(json!([tc("l", "lookup", json!({}))])), None, &calls).await;
+    assert_eq!(statuses(&out)[0].1, "rejected");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "only the one allowed lookup ran");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// With nothing configured, a shell command naming the runtime's own files
+/// is still refused (the protected layer is not skipped with the stage).
+#[tokio::test]
+async fn the_protected_layer_runs_when_nothing_is_configured() {
+    let rt = CarRuntime::new();
+    rt.register_tool_schema(r#"{"name": "shell", "parameters": {"type": "object"}}"#).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    for cmd in ["echo x > .car/permissions.toml", "rm approvals.jsonl", "cat ./.CAR/policies/a.toml"] {
+        let out = run(&rt, &proposal(json!([tc("s", "shell", json!({"command": cmd}))])), None, &calls).await;
+        assert_eq!(statuses(&out)[0].1, "rejected", "{cmd}: {out}");
+    }
+    let out = run(&rt, &proposal(json!([tc("s", "shell", json!({"command": "ls"}))])), None, &calls).await;
+    assert_eq!(statuses(&out)[0].1, "succeeded");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
