@@ -20,7 +20,8 @@
 //!   "budget": {"max_actions": 100, "max_tool_calls": 50},
 //!   "max_concurrency": 16,
 //!   "retry_cap": 5,
-//!   "retry_backoff_ms": 50
+//!   "retry_backoff_ms": 50,
+//!   "sandbox": {"default": "workspace-write", "tools": {"shell": "read-only"}}
 //! }
 //! ```
 //!
@@ -181,6 +182,10 @@ pub struct AdmissionConfig {
     /// The base of the retry backoff in milliseconds (default 10; 0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff_ms: Option<u64>,
+    /// Sandbox profiles and which tool runs under which (`docs/sandbox.md`).
+    /// Only the operator sets it (it is refused over the wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxConfig>,
 }
 
 impl AdmissionConfig {
