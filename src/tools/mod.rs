@@ -411,6 +411,7 @@ fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn tmp() -> (std::path::PathBuf, Root) {
         let dir = std::env::temp_dir().join(format!("car-tools-{}", uuid::Uuid::new_v4()));
