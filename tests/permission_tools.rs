@@ -152,7 +152,10 @@ fn inprocess_and_subprocess_executors_are_served() {
     let ok = json!({"name": "t", "executor": "subprocess", "command": ["git", "log", "-n", "{n}"], "parameters": params, "sandbox": "read-only"});
     let def = ToolDefinition::from_value(ok).unwrap();
     assert_eq!(def.executor, Executor::Subprocess);
-    let e = ToolDefinition::from_value(json!({"name": "t", "executor": "subprocess", "command": ["ls", "{m}"], "parameters": params})).unwrap_err();
+    let e = ToolDefinition::from_value(
+        json!({"name": "t", "executor": "subprocess", "command": ["ls", "{m}"], "parameters": params}),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("`m`, which is not a declared parameter"), "{e}");
     let e = ToolDefinition::from_value(json!({"name": "t", "command": ["ls"]})).unwrap_err();
     assert!(e.to_string().contains("only for executor `subprocess`"), "{e}");

@@ -55,12 +55,18 @@ fn shell(rt: &CarRuntime, command: &str, timeout_ms: Option<u64>) -> (Value, Val
         params["timeout_ms"] = json!(t);
     }
     let id = uuid::Uuid::new_v4().to_string();
-    let p = json!({"actions": [{"id": id, "type": "tool_call", "tool": "shell", "parameters": params, "max_retries": 0}]});
+    let p =
+        json!({"actions": [{"id": id, "type": "tool_call", "tool": "shell", "parameters": params, "max_retries": 0}]});
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let out = tokio.block_on(rt.execute_proposal(&p.to_string(), host(), None, None)).unwrap();
     let out: Value = serde_json::from_str(&out).unwrap();
-    let events: Value = serde_json::from_str(&rt.event_query(&json!({"kinds": ["SandboxRun"], "action_id": id}).to_string()).unwrap()).unwrap();
-    let failed: Value = serde_json::from_str(&rt.event_query(&json!({"kinds": ["ActionFailed"], "action_id": id}).to_string()).unwrap()).unwrap();
+    let events: Value =
+        serde_json::from_str(&rt.event_query(&json!({"kinds": ["SandboxRun"], "action_id": id}).to_string()).unwrap())
+            .unwrap();
+    let failed: Value = serde_json::from_str(
+        &rt.event_query(&json!({"kinds": ["ActionFailed"], "action_id": id}).to_string()).unwrap(),
+    )
+    .unwrap();
     let mut r = out["results"][0].clone();
     r["error_class"] = failed["events"][0]["data"]["error_class"].clone();
     (r, events["events"][0]["data"].clone())
@@ -96,7 +102,11 @@ fn writes_inside_the_root_succeed_and_outside_fail_with_eacces() {
     let (r, ev) = shell(&rt, "echo in > inside.txt && cat inside.txt", None);
     assert_eq!(ok_stdout(&r), "in\n");
     assert_eq!(r["output"]["sandbox"], "workspace-write");
-    assert_eq!((ev["profile"].as_str(), ev["outcome"].as_str(), ev["exit_code"].as_i64()), (Some("workspace-write"), Some("exited"), Some(0)), "{ev}");
+    assert_eq!(
+        (ev["profile"].as_str(), ev["outcome"].as_str(), ev["exit_code"].as_i64()),
+        (Some("workspace-write"), Some("exited"), Some(0)),
+        "{ev}"
+    );
     let target = ws.outside.join("x.txt");
     let (r, ev) = shell(&rt, &format!("echo out > {}", target.display()), None);
     assert!(error(&r).contains("Permission denied"), "{r}");
@@ -173,16 +183,15 @@ fn loopback_server() -> (u16, std::thread::JoinHandle<usize>) {
 }
 
 fn connect_cmd(port: u16, msg: &str) -> String {
-    format!("python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'{msg}'); print('connected')\"")
+    format!(
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'{msg}'); print('connected')\""
+    )
 }
 
 #[test]
 fn network_off_refuses_a_loopback_connect_and_on_allows_it() {
     let ws = Ws::new();
-    let rt = runtime(
-        &ws,
-        json!({"profiles": {"net": {"network": "on"}, "lo": {"network": "loopback"}}, "tools": {}}),
-    );
+    let rt = runtime(&ws, json!({"profiles": {"net": {"network": "on"}, "lo": {"network": "loopback"}}, "tools": {}}));
     let (port, server) = loopback_server();
     let (r, ev) = shell(&rt, &connect_cmd(port, "xxxx"), None);
     let e = error(&r);
@@ -340,7 +349,9 @@ fn a_subprocess_tool_runs_its_argv_template_sandboxed() {
     rt.register_tool_schema(&json!({"name": "greet", "parameters": tool["parameters"]}).to_string()).unwrap();
     let p = json!({"actions": [{"id": "g", "type": "tool_call", "tool": "greet", "parameters": {"who": "$(id); rm -rf /"}, "max_retries": 0}]});
     let tokio = tokio::runtime::Runtime::new().unwrap();
-    let out: Value = serde_json::from_str(&tokio.block_on(rt.execute_proposal(&p.to_string(), host(), None, None)).unwrap()).unwrap();
+    let out: Value =
+        serde_json::from_str(&tokio.block_on(rt.execute_proposal(&p.to_string(), host(), None, None)).unwrap())
+            .unwrap();
     let r = &out["results"][0];
     // The value is one argument, never shell text; the write is refused.
     assert_eq!(r["status"], "failed", "{r}");

@@ -27,7 +27,8 @@ fn car_run_shell_is_sandboxed() {
     let d = cli_common::tmp();
     let ws = d.join("ws");
     std::fs::create_dir_all(ws.join(".car")).unwrap();
-    std::fs::write(ws.join(".car/permissions.toml"), "[sandbox.profiles.small]\nlimits = { processes = 16 }\n").unwrap();
+    std::fs::write(ws.join(".car/permissions.toml"), "[sandbox.profiles.small]\nlimits = { processes = 16 }\n")
+        .unwrap();
     let outside = d.join("outside.txt");
     let plan = serde_json::json!({"actions": [
         {"id": "inside", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo in > in.txt"}},
@@ -53,12 +54,18 @@ fn car_run_shell_is_sandboxed() {
     assert!(by("outside")["error"].as_str().unwrap().contains("Permission denied"), "{v}");
     assert!(!outside.exists());
     assert_eq!(by("config")["status"], "skipped", "{v}");
-    assert_eq!(std::fs::read_to_string(ws.join(".car/permissions.toml")).unwrap(), "[sandbox.profiles.small]\nlimits = { processes = 16 }\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".car/permissions.toml")).unwrap(),
+        "[sandbox.profiles.small]\nlimits = { processes = 16 }\n"
+    );
     assert_eq!(by("env")["output"]["stdout"], "unset\n", "{v}");
     assert!(by("bg")["error"].as_str().unwrap().starts_with("sandbox timeout:"), "{v}");
     let pid = std::fs::read_to_string(ws.join("bg.pid")).unwrap();
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
-    assert!(stat.is_empty() || stat.rsplit(')').next().unwrap().trim_start().starts_with('Z'), "sleep {pid} left behind");
+    assert!(
+        stat.is_empty() || stat.rsplit(')').next().unwrap().trim_start().starts_with('Z'),
+        "sleep {pid} left behind"
+    );
     assert!(!outside.exists(), "the arithmetic substitution could not write outside");
     std::fs::remove_dir_all(d).unwrap();
 }

@@ -84,7 +84,10 @@ enum Command {
     )]
     ShellMatch(ShellMatchArgs),
     /// The sandbox under `shell` and subprocess tools.
-    #[command(subcommand, after_help = "Example:\n  car sandbox check          # what this machine can enforce\n  car sandbox check --json")]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  car sandbox check          # what this machine can enforce\n  car sandbox check --json"
+    )]
     Sandbox(SandboxCommand),
     /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
     #[cfg(feature = "server")]
@@ -184,7 +187,9 @@ enum PermissionCommand {
 #[derive(Subcommand, Debug)]
 enum SandboxCommand {
     /// Report what this machine can enforce (Landlock, namespaces, cgroups) and which presets work.
-    #[command(after_help = "Exit codes: 0 every preset can be enforced, 1 some cannot (each missing feature is named).")]
+    #[command(
+        after_help = "Exit codes: 0 every preset can be enforced, 1 some cannot (each missing feature is named)."
+    )]
     Check {
         /// Print the report as JSON.
         #[arg(long)]

@@ -23,7 +23,11 @@ pub fn check(as_json: bool) -> CliResult {
     println!("  {:<20} {}", "Landlock ABI", report["landlock_abi"]);
     line("Landlock", &report["landlock"]);
     println!("  {:<20} {}", "Landlock TCP rules", if report["landlock_network_rules"] == true { "yes" } else { "no" });
-    println!("  {:<20} {}", "Landlock scopes", if report["landlock_signal_scope"] == true { "yes (signals, abstract sockets)" } else { "no" });
+    println!(
+        "  {:<20} {}",
+        "Landlock scopes",
+        if report["landlock_signal_scope"] == true { "yes (signals, abstract sockets)" } else { "no" }
+    );
     line("user namespace", &report["user_namespace"]);
     line("network namespace", &report["network_namespace"]);
     line("mount namespace", &report["mount_namespace"]);

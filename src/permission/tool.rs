@@ -364,7 +364,10 @@ impl ToolDefinition {
             let ex = ex.unwrap_or_default();
             return Err(crate::Error::config(
                 "unsupported_executor",
-                format!("tool `{}`: executor `{ex}` cannot be served; only `inprocess` and `subprocess` are", self.name),
+                format!(
+                    "tool `{}`: executor `{ex}` cannot be served; only `inprocess` and `subprocess` are",
+                    self.name
+                ),
                 json!({"tool": self.name, "executor": ex}),
             ));
         }

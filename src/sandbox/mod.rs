@@ -215,7 +215,11 @@ fn preset(name: &str) -> Option<Profile> {
 }
 
 fn bad(field: &str, msg: String) -> crate::Error {
-    crate::Error::config("invalid_sandbox_config", format!("invalid sandbox configuration: {field}: {msg}"), serde_json::json!({"field": field}))
+    crate::Error::config(
+        "invalid_sandbox_config",
+        format!("invalid sandbox configuration: {field}: {msg}"),
+        serde_json::json!({"field": field}),
+    )
 }
 
 fn abs_paths(field: &str, v: &[String]) -> crate::Result<Vec<PathBuf>> {

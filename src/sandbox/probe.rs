@@ -48,10 +48,7 @@ fn try_spawn(setup: car_sandbox_child::Setup) -> Result<(), String> {
 fn id_maps() -> (Option<std::ffi::CString>, Option<std::ffi::CString>) {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
-    (
-        std::ffi::CString::new(format!("{uid} {uid} 1")).ok(),
-        std::ffi::CString::new(format!("{gid} {gid} 1")).ok(),
-    )
+    (std::ffi::CString::new(format!("{uid} {uid} 1")).ok(), std::ffi::CString::new(format!("{gid} {gid} 1")).ok())
 }
 
 fn probe_now() -> Probe {

@@ -146,7 +146,8 @@ pub(crate) fn landlock_ruleset(
 /// `pids` hierarchy, else v2 when `pids` is in the cgroup's
 /// `cgroup.subtree_control`. Tried by creating (and removing) a child.
 pub(crate) fn pids_cgroup_parent() -> Result<PathBuf, String> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let text =
+        std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
     let mut candidates = Vec::new();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
@@ -209,7 +210,7 @@ impl Cleanup {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -228,7 +229,7 @@ impl Drop for Cleanup {
                 if std::fs::remove_dir(cg).is_ok() {
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         if let Some(t) = &self.tmp {
@@ -251,14 +252,16 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             missing.join("; ")
         )));
     }
-    let root = spec.root.canonicalize().map_err(|e| RunError::Spawn(format!("cannot resolve the root `{}`: {e}", spec.root.display())))?;
+    let root = spec
+        .root
+        .canonicalize()
+        .map_err(|e| RunError::Spawn(format!("cannot resolve the root `{}`: {e}", spec.root.display())))?;
     let tmp = std::env::temp_dir().join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
     {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&tmp)
-            .map_err(|e| RunError::Spawn(format!("cannot create the private temp directory `{}`: {e}", tmp.display())))?;
+        std::fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(|e| {
+            RunError::Spawn(format!("cannot create the private temp directory `{}`: {e}", tmp.display()))
+        })?;
     }
     cleanup.tmp = Some(tmp.clone());
 
@@ -283,7 +286,8 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
     }
     writable.extend(profile.write.iter().cloned());
     let readable = [root.clone(), tmp.clone()];
-    let landlock = landlock_ruleset(probe.landlock_abi, profile, &writable, Some(&readable)).map_err(RunError::Unavailable)?;
+    let landlock =
+        landlock_ruleset(probe.landlock_abi, profile, &writable, Some(&readable)).map_err(RunError::Unavailable)?;
 
     let l = profile.limits;
     let mut rlimits = Vec::new();
@@ -304,7 +308,8 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
         }
         if let Ok(parent) = &probe.pids_cgroup {
             let cg = parent.join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir(&cg).map_err(|e| RunError::Spawn(format!("cannot create the cgroup `{}`: {e}", cg.display())))?;
+            std::fs::create_dir(&cg)
+                .map_err(|e| RunError::Spawn(format!("cannot create the cgroup `{}`: {e}", cg.display())))?;
             cleanup.cgroup = Some(cg.clone());
             std::fs::write(cg.join("pids.max"), n.to_string())
                 .map_err(|e| RunError::Spawn(format!("cannot set pids.max of `{}`: {e}", cg.display())))?;
@@ -360,11 +365,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     }
     .max(Duration::from_millis(1));
     let mut cmd = Command::new(program);
-    cmd.args(&spec.argv[1..])
-        .current_dir(spec.root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(&spec.argv[1..]).current_dir(spec.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut cleanup = Cleanup { tmp: None, cgroup: None, made_config_dir: None };
     if let Some(p) = spec.profile {
@@ -386,13 +387,14 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
         if Instant::now() >= deadline {
             break (exited, exited);
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_micros(500));
     };
     // The child is unreaped (a zombie or still running), so the group id is ours.
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     let _ = child.kill();
-    cleanup.kill_cgroup();
     let status = child.wait().map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
+    // Processes that left the group (setsid) are still in the cgroup.
+    cleanup.kill_cgroup();
     let grace = Instant::now() + DRAIN_GRACE;
     let (stdout, stderr) = (out.finish(grace), err.finish(grace));
     use std::os::unix::process::ExitStatusExt;

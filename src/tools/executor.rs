@@ -42,7 +42,11 @@ impl BuiltinExecutor {
         self
     }
 
-    fn run_command(&self, call: &ToolCall, params: &serde_json::Map<String, Value>) -> Option<Result<Value, ToolFailure>> {
+    fn run_command(
+        &self,
+        call: &ToolCall,
+        params: &serde_json::Map<String, Value>,
+    ) -> Option<Result<Value, ToolFailure>> {
         let stage = self.rt.as_ref().map(|rt| rt.admission_stage());
         let sandbox = stage.as_ref().and_then(|s| s.config().sandbox.clone()).unwrap_or_default();
         let (res, ev) = if call.tool == crate::admission::SHELL_TOOL {
@@ -92,8 +96,8 @@ impl ToolExecutor for BuiltinExecutor {
             Some(r) => r,
             None => super::execute(&this.root, &call.tool, &params),
         })
-            .await
-            .unwrap_or_else(|e| Err(ToolFailure::ordinary(format!("tool did not finish: {e}"))))
+        .await
+        .unwrap_or_else(|e| Err(ToolFailure::ordinary(format!("tool did not finish: {e}"))))
     }
 }
 

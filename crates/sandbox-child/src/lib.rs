@@ -188,10 +188,28 @@ fn run(s: &Setup) -> io::Result<()> {
     if mount_ns {
         // SAFETY: NUL-terminated paths; null pointers where mount(2) allows them.
         unsafe {
-            check(6, libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()))?;
+            check(
+                6,
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ),
+            )?;
             for p in &s.readonly_paths {
                 let kept = kept_flags(p);
-                check(6, libc::mount(p.as_ptr(), p.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null()))?;
+                check(
+                    6,
+                    libc::mount(
+                        p.as_ptr(),
+                        p.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ),
+                )?;
                 check(
                     6,
                     libc::mount(
@@ -231,7 +249,12 @@ pub fn landlock_abi() -> i32 {
     const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
     // SAFETY: the version query takes no attribute pointer.
     let v = unsafe {
-        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION)
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
     };
     if v < 0 { 0 } else { v as i32 }
 }
