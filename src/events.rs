@@ -50,11 +50,14 @@ pub enum EventKind {
     /// The admission stage decided an action (verdict, deciding layer and
     /// rule, required and granted tier; never parameter values).
     AdmissionDecided,
+    /// A command ran through the subprocess executor (`shell` or a
+    /// subprocess tool): its sandbox profile and how it ended.
+    SandboxRun,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::ProposalReceived,
         EventKind::ActionRejected,
         EventKind::ActionExecuting,
@@ -70,6 +73,7 @@ impl EventKind {
         EventKind::ToolStarted,
         EventKind::ProposalCompleted,
         EventKind::AdmissionDecided,
+        EventKind::SandboxRun,
     ];
 
     /// The wire spelling (`ActionSucceeded`, ...).
@@ -90,6 +94,7 @@ impl EventKind {
             EventKind::ToolStarted => "ToolStarted",
             EventKind::ProposalCompleted => "ProposalCompleted",
             EventKind::AdmissionDecided => "AdmissionDecided",
+            EventKind::SandboxRun => "SandboxRun",
         }
     }
 

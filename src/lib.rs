@@ -13,6 +13,7 @@ pub mod gate;
 pub mod ir;
 pub mod permission;
 pub mod policy;
+pub mod sandbox;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod state;

@@ -140,12 +140,25 @@ fn schemas_outside_the_subset_fail_at_definition_time() {
 }
 
 #[test]
-fn only_the_inprocess_executor_is_served() {
-    for ex in ["subprocess", "container"] {
-        let e = ToolDefinition::from_value(json!({"name": "t", "executor": ex})).unwrap_err();
-        assert_eq!(e.code(), "unsupported_executor");
-        assert!(e.to_string().contains(&format!("`{ex}`")), "{e}");
-    }
+fn inprocess_and_subprocess_executors_are_served() {
+    let e = ToolDefinition::from_value(json!({"name": "t", "executor": "container"})).unwrap_err();
+    assert_eq!(e.code(), "unsupported_executor");
+    assert!(e.to_string().contains("`container`"), "{e}");
+    // A subprocess tool needs an argv template naming declared parameters.
+    let e = ToolDefinition::from_value(json!({"name": "t", "executor": "subprocess"})).unwrap_err();
+    assert_eq!(e.code(), "invalid_subprocess_tool");
+    assert!(e.to_string().contains("needs `command`"), "{e}");
+    let params = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let ok = json!({"name": "t", "executor": "subprocess", "command": ["git", "log", "-n", "{n}"], "parameters": params, "sandbox": "read-only"});
+    let def = ToolDefinition::from_value(ok).unwrap();
+    assert_eq!(def.executor, Executor::Subprocess);
+    let e = ToolDefinition::from_value(
+        json!({"name": "t", "executor": "subprocess", "command": ["ls", "{m}"], "parameters": params}),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("`m`, which is not a declared parameter"), "{e}");
+    let e = ToolDefinition::from_value(json!({"name": "t", "command": ["ls"]})).unwrap_err();
+    assert!(e.to_string().contains("only for executor `subprocess`"), "{e}");
     let e = ToolDefinition::new("t", "", json!({})).unwrap().with_executor(Executor::Container).unwrap_err();
     assert_eq!(e.code(), "unsupported_executor");
     let def = ToolDefinition::from_value(json!({"name": "t"})).unwrap();

@@ -21,7 +21,8 @@
 //!   "max_concurrency": 16,
 //!   "retry_cap": 5,
 //!   "retry_backoff_ms": 50,
-//!   "breaker": {"max_consecutive_denials": 3, "max_window_denials": 5, "window_secs": 300}
+//!   "breaker": {"max_consecutive_denials": 3, "max_window_denials": 5, "window_secs": 300},
+//!   "sandbox": {"default": "workspace-write", "tools": {"shell": "read-only"}}
 //! }
 //! ```
 //!
@@ -188,6 +189,10 @@ pub struct AdmissionConfig {
     /// in one session, the rest of the proposal is refused (`breaker`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<crate::gate::BreakerConfig>,
+    /// Sandbox profiles and which tool runs under which (`docs/sandbox.md`).
+    /// Only the operator sets it (it is refused over the wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxConfig>,
 }
 
 impl AdmissionConfig {

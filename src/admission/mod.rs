@@ -346,6 +346,14 @@ impl AdmissionStage {
             let def = ToolDefinition::from_value(t.clone())?;
             defs.insert(def.name.clone(), def);
         }
+        if let Some(sb) = &config.sandbox {
+            sb.check()?;
+        }
+        for def in defs.values() {
+            if def.executor == crate::permission::Executor::Subprocess {
+                config.sandbox.clone().unwrap_or_default().for_tool(&def.name, def.sandbox.as_deref())?;
+            }
+        }
         let approval_timeout_ms = match config.approval_timeout_ms {
             None => DEFAULT_APPROVAL_TIMEOUT_MS,
             Some(0) => {

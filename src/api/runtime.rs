@@ -110,7 +110,9 @@ struct WithBuiltins {
 #[async_trait::async_trait]
 impl ToolExecutor for WithBuiltins {
     async fn execute(&self, call: ToolCall) -> std::result::Result<Value, ToolFailure> {
-        if self.rt.tool(&call.tool).is_some_and(|t| t.source == ToolSource::Builtin) {
+        if self.rt.tool(&call.tool).is_some_and(|t| t.source == ToolSource::Builtin)
+            || self.rt.admission_stage().definition(&call.tool).executor == crate::permission::Executor::Subprocess
+        {
             self.builtins.execute(call).await
         } else {
             self.host.execute(call).await
@@ -412,7 +414,8 @@ impl CarRuntime {
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let executor: Arc<dyn ToolExecutor> = match root {
             Some(root) => {
-                Arc::new(WithBuiltins { rt: self.rt.clone(), builtins: BuiltinExecutor::new(root), host: executor })
+                let builtins = BuiltinExecutor::new(root).with_runtime(self.rt.clone());
+                Arc::new(WithBuiltins { rt: self.rt.clone(), builtins, host: executor })
             }
             None => executor,
         };

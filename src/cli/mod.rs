@@ -6,6 +6,7 @@
 mod inspect;
 mod permissions;
 mod run;
+mod sandbox;
 mod shell_match;
 
 use std::path::{Path, PathBuf};
@@ -82,6 +83,12 @@ enum Command {
         after_help = "Examples:\n  car shell-match 'git status' --allow 'git status'\n  car shell-match 'cd build && rm -rf *' --allow 'cd *' --deny 'rm -rf **'\n  car shell-match 'sudo rm -rf /[t]mp' --allow '**' --deny 'rm -rf /tmp' --explain\n\nPrints allow, ask or deny. A segment matching no pattern asks; the command's verdict is its strictest segment."
     )]
     ShellMatch(ShellMatchArgs),
+    /// The sandbox under `shell` and subprocess tools.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  car sandbox check          # what this machine can enforce\n  car sandbox check --json"
+    )]
+    Sandbox(SandboxCommand),
     /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
     #[cfg(feature = "server")]
     #[command(
@@ -177,6 +184,19 @@ enum PermissionCommand {
     Explain(permissions::ExplainArgs),
 }
 
+#[derive(Subcommand, Debug)]
+enum SandboxCommand {
+    /// Report what this machine can enforce (Landlock, namespaces, cgroups) and which presets work.
+    #[command(
+        after_help = "Exit codes: 0 every preset can be enforced, 1 some cannot (each missing feature is named)."
+    )]
+    Check {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Args, Debug)]
 struct ShellMatchArgs {
     /// The shell command line.
@@ -211,6 +231,7 @@ pub fn main() -> ExitCode {
         Command::Permission(PermissionCommand::Explain(a)) => permissions::explain(a),
         Command::ShellMatch(a) if a.explain => shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.json),
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
+        Command::Sandbox(SandboxCommand::Check { json }) => sandbox::check(json),
         #[cfg(feature = "server")]
         Command::Serve { args } => return car_runtime::server::cli::main_with_args(args),
     };

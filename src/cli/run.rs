@@ -582,7 +582,7 @@ pub fn run(a: RunArgs) -> CliResult {
         .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.verdict != Verdict::Deny)
         .count();
     let exec = Arc::new(Progress {
-        inner: BuiltinExecutor::new(root.clone()),
+        inner: BuiltinExecutor::new(root.clone()).with_runtime(rt.runtime().clone()),
         stubs,
         out,
         total: tool_calls,

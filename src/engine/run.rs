@@ -35,6 +35,9 @@ enum ErrorClass {
     ToolError,
     Validation,
     Unknown,
+    SandboxTimeout,
+    SandboxLimit,
+    SandboxUnavailable,
 }
 
 impl ErrorClass {
@@ -45,6 +48,9 @@ impl ErrorClass {
             ErrorClass::ToolError => "tool_error",
             ErrorClass::Validation => "validation",
             ErrorClass::Unknown => "unknown",
+            ErrorClass::SandboxTimeout => "sandbox_timeout",
+            ErrorClass::SandboxLimit => "sandbox_limit",
+            ErrorClass::SandboxUnavailable => "sandbox_unavailable",
         }
     }
 }
@@ -1107,6 +1113,12 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
 fn classify(f: &ToolFailure) -> ErrorClass {
     if f.message.starts_with("denied by policy:") || f.message.starts_with("rejected by policy:") {
         ErrorClass::RejectedByPolicy
+    } else if f.message.starts_with(crate::sandbox::TIMEOUT_PREFIX) {
+        ErrorClass::SandboxTimeout
+    } else if f.message.starts_with(crate::sandbox::LIMIT_PREFIX) {
+        ErrorClass::SandboxLimit
+    } else if f.message.starts_with(crate::sandbox::UNAVAILABLE_PREFIX) {
+        ErrorClass::SandboxUnavailable
     } else {
         ErrorClass::ToolError
     }

@@ -38,14 +38,14 @@ impl Risk {
     }
 }
 
-/// Where a tool's implementation runs. Only `inprocess` is served.
+/// Where a tool's implementation runs: `inprocess` and `subprocess` are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Executor {
     /// In the runtime's own process (default).
     #[default]
     Inprocess,
-    /// In a subprocess (planned, not served).
+    /// In a sandboxed child process (`crate::sandbox`).
     Subprocess,
     /// In a container (planned, not served).
     Container,
@@ -117,6 +117,14 @@ pub struct ToolDefinition {
     /// What the tool does; default `resource`.
     #[serde(default, skip_serializing_if = "ToolKind::is_resource")]
     pub kind: ToolKind,
+    /// A `subprocess` tool's argv template: the program, then arguments in
+    /// which `{param}` is replaced by a validated parameter (never a shell
+    /// string; see `crate::sandbox::template`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// A `subprocess` tool's sandbox profile (`docs/sandbox.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 fn empty_object() -> Value {
@@ -314,6 +322,8 @@ impl ToolDefinition {
             needs_approval: false,
             risk: None,
             kind: ToolKind::Resource,
+            command: None,
+            sandbox: None,
         };
         def.validate()?;
         Ok(def)
@@ -331,6 +341,8 @@ impl ToolDefinition {
             needs_approval: false,
             risk: None,
             kind: ToolKind::Resource,
+            command: None,
+            sandbox: None,
         }
     }
 
@@ -370,12 +382,33 @@ impl ToolDefinition {
     pub fn validate(&self) -> crate::Result<()> {
         validate_tool_name(&self.name)?;
         validate_parameters_schema(&self.name, &self.parameters)?;
+        if self.executor == Executor::Subprocess {
+            let Some(command) = &self.command else {
+                return Err(crate::Error::config(
+                    "invalid_subprocess_tool",
+                    format!("tool `{}`: executor `subprocess` needs `command` (an argv template)", self.name),
+                    json!({"tool": self.name, "field": "command"}),
+                ));
+            };
+            return crate::sandbox::template::check(&self.name, command, &self.parameters);
+        }
+        if self.command.is_some() || self.sandbox.is_some() {
+            let field = if self.command.is_some() { "command" } else { "sandbox" };
+            return Err(crate::Error::config(
+                "invalid_subprocess_tool",
+                format!("tool `{}`: `{field}` is only for executor `subprocess`", self.name),
+                json!({"tool": self.name, "field": field}),
+            ));
+        }
         if self.executor != Executor::Inprocess {
             let ex = serde_json::to_value(self.executor).ok().and_then(|v| v.as_str().map(str::to_string));
             let ex = ex.unwrap_or_default();
             return Err(crate::Error::config(
                 "unsupported_executor",
-                format!("tool `{}`: executor `{ex}` cannot be served; only `inprocess` is", self.name),
+                format!(
+                    "tool `{}`: executor `{ex}` cannot be served; only `inprocess` and `subprocess` are",
+                    self.name
+                ),
                 json!({"tool": self.name, "executor": ex}),
             ));
         }
@@ -407,6 +440,8 @@ impl From<&ToolSchema> for ToolDefinition {
             needs_approval: false,
             risk: None,
             kind: ToolKind::Resource,
+            command: None,
+            sandbox: None,
         }
     }
 }

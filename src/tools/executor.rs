@@ -10,24 +10,78 @@ use crate::engine::{ToolCall, ToolExecutor};
 use crate::ir::ToolFailure;
 
 /// Runs the built-in tools (`read_file`, `write_file`, ..., `shell`) inside
-/// `root`. A call to any other tool fails as an ordinary tool failure.
-#[derive(Debug, Clone)]
+/// `root`, and the `subprocess` tools the runtime's admission document
+/// defines. `shell` and subprocess tools run through the sandbox
+/// ([`crate::sandbox`]) under the document's profiles, each run recorded as
+/// a `SandboxRun` event. A call to any other tool fails as an ordinary tool
+/// failure.
+#[derive(Clone)]
 pub struct BuiltinExecutor {
     /// The directory every file tool is confined to (and `shell`'s working directory).
     pub root: Root,
+    rt: Option<crate::engine::Runtime>,
+}
+
+impl std::fmt::Debug for BuiltinExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltinExecutor").field("root", &self.root).finish_non_exhaustive()
+    }
 }
 
 impl BuiltinExecutor {
-    /// An executor confined to `root`.
+    /// An executor confined to `root`, with the default sandbox profiles
+    /// and no event log.
     pub fn new(root: Root) -> Self {
-        BuiltinExecutor { root }
+        BuiltinExecutor { root, rt: None }
+    }
+
+    /// Reads the sandbox section and tool definitions from `rt`'s admission
+    /// stage at each call, and records each run in `rt`'s event log.
+    pub fn with_runtime(mut self, rt: crate::engine::Runtime) -> Self {
+        self.rt = Some(rt);
+        self
+    }
+
+    fn run_command(
+        &self,
+        call: &ToolCall,
+        params: &serde_json::Map<String, Value>,
+    ) -> Option<Result<Value, ToolFailure>> {
+        let stage = self.rt.as_ref().map(|rt| rt.admission_stage());
+        let sandbox = stage.as_ref().and_then(|s| s.config().sandbox.clone()).unwrap_or_default();
+        let (res, ev) = if call.tool == crate::admission::SHELL_TOOL {
+            super::shell_with(&self.root, params, sandbox.for_tool(&call.tool, None))
+        } else {
+            let def = stage.as_ref().map(|s| s.definition(&call.tool))?;
+            if def.executor != crate::permission::Executor::Subprocess {
+                return None;
+            }
+            let command = def.command.clone().unwrap_or_default();
+            match crate::sandbox::template::fill(&command, params) {
+                Ok(argv) => crate::sandbox::execute_command(
+                    self.root.path(),
+                    &call.tool,
+                    &argv,
+                    None,
+                    sandbox.for_tool(&call.tool, def.sandbox.as_deref()),
+                    super::MAX_SHELL_OUTPUT,
+                ),
+                Err(e) => (Err(ToolFailure::ordinary(format!("tool '{}': {e}", call.tool))), Value::Null),
+            }
+        };
+        if let Some(rt) = &self.rt
+            && !ev.is_null()
+        {
+            rt.events().record(crate::events::EventKind::SandboxRun, None, Some(&call.action_id), ev);
+        }
+        Some(res)
     }
 }
 
 #[async_trait]
 impl ToolExecutor for BuiltinExecutor {
-    async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
-        let params = match call.params {
+    async fn execute(&self, mut call: ToolCall) -> Result<Value, ToolFailure> {
+        let params = match std::mem::take(&mut call.params) {
             Value::Object(m) => m,
             Value::Null => serde_json::Map::new(),
             other => {
@@ -37,11 +91,13 @@ impl ToolExecutor for BuiltinExecutor {
                 )));
             }
         };
-        let root = self.root.clone();
-        let tool = call.tool.clone();
-        tokio::task::spawn_blocking(move || super::execute(&root, &tool, &params))
-            .await
-            .unwrap_or_else(|e| Err(ToolFailure::ordinary(format!("tool '{}' did not finish: {e}", call.tool))))
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || match this.run_command(&call, &params) {
+            Some(r) => r,
+            None => super::execute(&this.root, &call.tool, &params),
+        })
+        .await
+        .unwrap_or_else(|e| Err(ToolFailure::ordinary(format!("tool did not finish: {e}"))))
     }
 }
 

@@ -15,9 +15,7 @@ mod calc;
 mod confine;
 pub mod executor;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -386,140 +384,34 @@ fn grep_files(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFai
     Ok(json!({"matches": matches, "truncated": truncated}))
 }
 
-/// How long readers get after the process group is killed to hand over
-/// what is still in the pipes.
-const SHELL_DRAIN_GRACE: Duration = Duration::from_millis(200);
-
-/// Runs `sh -c command` in the root, in a process group of its own.
-///
-/// The call is bounded by its timeout: at the deadline the whole process
-/// group is killed and reading stops, even when `sh` has already exited and
-/// a background child still holds stdout or stderr (then the command's own
-/// result is returned, with `background_killed: true`). When `sh` exits and
-/// the pipes close before the deadline, whatever is left of the group is
-/// killed too: a call's processes do not outlive it. The group is killed
-/// while `sh` is still unreaped, so its id cannot have been reused.
-fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
-    let command = str_param(params, "command")?;
+/// Runs `sh -c command` in the root through the subprocess executor
+/// under `profile` (see [`crate::sandbox`]); the event data of the run is
+/// the second value.
+pub fn shell_with(
+    root: &Root,
+    params: &Map<String, Value>,
+    profile: crate::Result<Option<crate::sandbox::Profile>>,
+) -> (Result<Value, ToolFailure>, Value) {
+    let command = match str_param(params, "command") {
+        Ok(c) => c,
+        Err(e) => return (Err(e), Value::Null),
+    };
     let timeout = Duration::from_millis(
         params.get("timeout_ms").and_then(Value::as_u64).unwrap_or(DEFAULT_SHELL_TIMEOUT_MS).max(1),
     );
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(root.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Its own process group, so a timeout kills the command's children too.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let start = Instant::now();
-    let deadline = start + timeout;
-    let mut child = cmd.spawn().map_err(|e| ToolFailure::ordinary(format!("cannot start `sh`: {e}")))?;
-    let out = Pipe::start(child.stdout.take());
-    let err = Pipe::start(child.stderr.take());
-    let pid = rustix::process::Pid::from_child(&child);
-    let (exited, background) = loop {
-        let exited = exited_unreaped(pid);
-        let drained = out.done() && err.done();
-        if exited && drained {
-            break (true, false);
-        }
-        if Instant::now() >= deadline {
-            break (exited, exited);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    // `sh` is unreaped (a zombie or still running), so the group id is ours.
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    let _ = child.kill();
-    let status = child.wait().map_err(|e| ToolFailure::ordinary(format!("cannot wait for the command: {e}")))?;
-    let grace = Instant::now() + SHELL_DRAIN_GRACE;
-    let (stdout, stderr) = (out.finish(grace), err.finish(grace));
-    if !exited {
-        return Err(ToolFailure::ordinary(format!("command timed out after {} ms", timeout.as_millis())));
-    }
-    let code = status.code();
-    if code != Some(0) {
-        let tail: String = stderr.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
-        return Err(ToolFailure::ordinary(match code {
-            Some(c) => format!("command exited with status {c}: {tail}"),
-            None => format!("command was killed by a signal: {tail}"),
-        }));
-    }
-    let mut v = json!({"exit_code": 0, "stdout": stdout, "stderr": stderr});
-    if background {
-        v["background_killed"] = json!(true);
-    }
-    Ok(v)
+    let argv = ["sh".to_string(), "-c".to_string(), command.to_string()];
+    crate::sandbox::execute_command(root.path(), "shell", &argv, Some(timeout), profile, MAX_SHELL_OUTPUT)
 }
 
-/// Whether the child `pid` has exited, without reaping it.
-fn exited_unreaped(pid: rustix::process::Pid) -> bool {
-    use rustix::process::{WaitId, WaitIdOptions, waitid};
-    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-    // An error (no such child) means there is nothing left to wait for.
-    !matches!(waitid(WaitId::Pid(pid), opts), Ok(None))
-}
-
-/// One of the command's output pipes, read on its own thread into a shared
-/// buffer (the first [`MAX_SHELL_OUTPUT`] bytes kept, the rest drained so
-/// the command never blocks on a full pipe). The caller can stop waiting for
-/// it at any time and keep what was read; a thread blocked on a pipe that a
-/// process outside the group still holds is left to end on its own.
-struct Pipe {
-    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    done: std::sync::mpsc::Receiver<()>,
-    finished: std::cell::Cell<bool>,
-}
-
-impl Pipe {
-    fn start<R: Read + Send + 'static>(r: Option<R>) -> Pipe {
-        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (tx, done) = std::sync::mpsc::channel();
-        let shared = buf.clone();
-        std::thread::spawn(move || {
-            if let Some(mut r) = r {
-                let mut chunk = [0u8; 8192];
-                loop {
-                    match r.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let mut b = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            let room = MAX_SHELL_OUTPUT.saturating_sub(b.len());
-                            b.extend_from_slice(&chunk[..n.min(room)]);
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-            }
-            let _ = tx.send(());
-        });
-        Pipe { buf, done, finished: std::cell::Cell::new(false) }
-    }
-
-    /// Whether the pipe reached its end.
-    fn done(&self) -> bool {
-        if !self.finished.get() && !matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
-            self.finished.set(true);
-        }
-        self.finished.get()
-    }
-
-    /// What was read, after waiting until `until` at most for the end.
-    fn finish(self, until: Instant) -> String {
-        if !self.done() {
-            let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
-        }
-        let b = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        String::from_utf8_lossy(&b).into_owned()
-    }
+/// `shell` under the default profile (`workspace-write`).
+fn shell(root: &Root, params: &Map<String, Value>) -> Result<Value, ToolFailure> {
+    shell_with(root, params, crate::sandbox::SandboxConfig::default().for_tool("shell", None)).0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn tmp() -> (std::path::PathBuf, Root) {
         let dir = std::env::temp_dir().join(format!("car-tools-{}", uuid::Uuid::new_v4()));

@@ -1,0 +1,480 @@
+//! Running one command: under a profile (Landlock, namespaces, rlimits, a
+//! pids cgroup, a scrubbed environment) or unconfined (`none`), always in a
+//! process group of its own that is killed when the run ends.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+
+use super::{Filesystem, Network, Profile};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunSpec<'a> {
+    /// The program and its arguments (never a shell string built from input).
+    pub argv: &'a [String],
+    /// The working directory: the root the profile's writes are confined to.
+    pub root: &'a Path,
+    /// The profile; `None` runs unconfined (the operator's `sandbox = "none"`).
+    pub profile: Option<&'a Profile>,
+    /// The call's own timeout, if any (the profile's bounds it).
+    pub timeout: Option<Duration>,
+    /// Most bytes of stdout and of stderr kept.
+    pub max_output: usize,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The exit status, when the command exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// Its stdout (capped).
+    pub stdout: String,
+    /// Its stderr (capped).
+    pub stderr: String,
+    /// Killed at the timeout.
+    pub timed_out: bool,
+    /// The timeout that applied, in milliseconds.
+    pub timeout_ms: u64,
+    /// The limit it hit (`cpu`, `file_size`, `processes`), when known.
+    pub limit: Option<&'static str>,
+    /// The command exited but left processes holding its output until the
+    /// timeout; they were killed.
+    pub background_killed: bool,
+}
+
+/// Why a command did not run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunError {
+    /// The profile cannot be enforced here; the message names what is missing.
+    Unavailable(String),
+    /// The command could not be started (or a sandbox step failed in the child).
+    Spawn(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Unavailable(m) | RunError::Spawn(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A spawn error, naming the sandbox step that failed when one did.
+pub(crate) fn spawn_error(e: &std::io::Error) -> String {
+    match car_sandbox_child::failed_step(e) {
+        Some((step, errno)) => format!("{step} failed in the child: {errno}"),
+        None => e.to_string(),
+    }
+}
+
+fn abi_of(n: i32) -> ABI {
+    ABI::from(n.min(5))
+}
+
+/// The Landlock ruleset of `profile`, built (hard requirements: a right the
+/// kernel lacks fails here, naming it) but not applied. `writable` are the
+/// directories writes are allowed under; `readable` are added to a profile
+/// that reads only listed paths.
+pub(crate) fn landlock_ruleset(
+    abi: i32,
+    profile: &Profile,
+    writable: &[PathBuf],
+    readable: Option<&[PathBuf]>,
+) -> Result<Option<OwnedFd>, String> {
+    let le = |what: &str, e: &dyn std::fmt::Display| format!("Landlock: {what}: {e}");
+    let fs_abi = abi_of(abi);
+    let mut rs = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
+    let mut handled_any = false;
+    if profile.filesystem != Filesystem::Open {
+        rs = rs.handle_access(AccessFs::from_all(fs_abi)).map_err(|e| le("filesystem rights", &e))?;
+        handled_any = true;
+    }
+    if profile.network == Network::Off && abi >= 4 {
+        rs = rs.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(|e| le("TCP rights", &e))?;
+        handled_any = true;
+    }
+    if abi >= 6 {
+        rs = rs.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(|e| le("scopes", &e))?;
+        handled_any = true;
+    }
+    if !handled_any {
+        return Ok(None);
+    }
+    let mut c = rs.create().map_err(|e| le("creating the ruleset", &e))?;
+    if profile.filesystem != Filesystem::Open {
+        let read = AccessFs::from_read(fs_abi);
+        let all = AccessFs::from_all(fs_abi);
+        let add = |c: landlock::RulesetCreated, p: &Path, access| -> Result<landlock::RulesetCreated, String> {
+            let fd = PathFd::new(p).map_err(|e| le(&format!("opening `{}`", p.display()), &e))?;
+            c.add_rule(PathBeneath::new(fd, access)).map_err(|e| le(&format!("rule for `{}`", p.display()), &e))
+        };
+        match &profile.read {
+            None => c = add(c, Path::new("/"), read)?,
+            Some(list) => {
+                for p in list.iter().chain(readable.unwrap_or(&[])) {
+                    if p.exists() {
+                        c = add(c, p, read)?;
+                    }
+                }
+            }
+        }
+        for p in writable {
+            c = add(c, p, all)?;
+        }
+        // The null and zero devices, written by redirections everywhere.
+        for dev in ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"] {
+            if Path::new(dev).exists() {
+                c = add(c, Path::new(dev), AccessFs::from_file(fs_abi))?;
+            }
+        }
+    }
+    Ok(c.into())
+}
+
+/// The pids cgroup this process may create children of: cgroup v1's
+/// `pids` hierarchy, else v2 when `pids` is in the cgroup's
+/// `cgroup.subtree_control`. Tried by creating (and removing) a child.
+pub(crate) fn pids_cgroup_parent() -> Result<PathBuf, String> {
+    let text =
+        std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let mut candidates = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrl, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let rel = path.trim_start_matches('/');
+        if ctrl.split(',').any(|c| c == "pids") {
+            candidates.push(Path::new("/sys/fs/cgroup/pids").join(rel));
+        } else if ctrl.is_empty() {
+            let d = Path::new("/sys/fs/cgroup").join(rel);
+            let sub = std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap_or_default();
+            if sub.split_whitespace().any(|c| c == "pids") {
+                candidates.push(d);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Err("no pids cgroup controller is available to this process (cgroup v1 `pids`, or v2 with `pids` in cgroup.subtree_control)".into());
+    }
+    let mut why = Vec::new();
+    for d in candidates {
+        let test = d.join(format!("car-sandbox-probe-{}", uuid::Uuid::new_v4()));
+        match std::fs::create_dir(&test) {
+            Ok(()) => {
+                let ok = test.join("pids.max").exists();
+                let _ = std::fs::remove_dir(&test);
+                if ok {
+                    return Ok(d);
+                }
+                why.push(format!("{}: a child cgroup has no pids.max", d.display()));
+            }
+            Err(e) => why.push(format!("cannot create a child cgroup under {}: {e}", d.display())),
+        }
+    }
+    Err(why.join("; "))
+}
+
+fn cstring(p: &Path) -> Result<CString, RunError> {
+    CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| RunError::Spawn(format!("path `{}` contains a NUL byte", p.display())))
+}
+
+/// What a run set up and must undo.
+struct Cleanup {
+    tmp: Option<PathBuf>,
+    cgroup: Option<PathBuf>,
+    made_config_dir: Option<PathBuf>,
+}
+
+impl Cleanup {
+    fn kill_cgroup(&self) {
+        let Some(cg) = &self.cgroup else { return };
+        for _ in 0..200 {
+            let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
+            let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.is_empty() {
+                return;
+            }
+            for p in pids {
+                if let Some(pid) = rustix::process::Pid::from_raw(p) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn processes_limit_hit(&self) -> bool {
+        let Some(cg) = &self.cgroup else { return false };
+        let ev = std::fs::read_to_string(cg.join("pids.events")).unwrap_or_default();
+        ev.lines().any(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0))
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.kill_cgroup();
+        if let Some(cg) = &self.cgroup {
+            for _ in 0..200 {
+                if std::fs::remove_dir(cg).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if let Some(t) = &self.tmp {
+            let _ = std::fs::remove_dir_all(t);
+        }
+        if let Some(d) = &self.made_config_dir {
+            // Still empty (it was mounted read-only): remove what we made.
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &mut Cleanup) -> Result<(), RunError> {
+    let probe = super::probe();
+    let missing = probe.missing(profile);
+    if !missing.is_empty() {
+        return Err(RunError::Unavailable(format!(
+            "sandbox profile `{}` cannot be enforced on this machine: missing {}; the operator can run this tool unconfined with sandbox = \"none\"",
+            profile.name,
+            missing.join("; ")
+        )));
+    }
+    let root = spec
+        .root
+        .canonicalize()
+        .map_err(|e| RunError::Spawn(format!("cannot resolve the root `{}`: {e}", spec.root.display())))?;
+    let tmp = std::env::temp_dir().join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(|e| {
+            RunError::Spawn(format!("cannot create the private temp directory `{}`: {e}", tmp.display()))
+        })?;
+    }
+    cleanup.tmp = Some(tmp.clone());
+
+    // The runtime's own files, read-only in the child's mount namespace.
+    let config_dir = root.join(crate::tools::CONFIG_DIR);
+    if !config_dir.exists() {
+        std::fs::create_dir(&config_dir)
+            .map_err(|e| RunError::Spawn(format!("cannot create `{}` to protect it: {e}", config_dir.display())))?;
+        cleanup.made_config_dir = Some(config_dir.clone());
+    }
+    let mut readonly = vec![cstring(&config_dir)?];
+    for name in crate::tools::PROTECTED_FILE_NAMES {
+        let f = root.join(name);
+        if f.exists() {
+            readonly.push(cstring(&f)?);
+        }
+    }
+
+    let mut writable = vec![tmp.clone()];
+    if profile.filesystem == Filesystem::WorkspaceWrite {
+        writable.push(root.clone());
+    }
+    writable.extend(profile.write.iter().cloned());
+    let readable = [root.clone(), tmp.clone()];
+    let landlock =
+        landlock_ruleset(probe.landlock_abi, profile, &writable, Some(&readable)).map_err(RunError::Unavailable)?;
+
+    let l = profile.limits;
+    let mut rlimits = Vec::new();
+    for (res, v) in [
+        (libc::RLIMIT_CPU, l.cpu_seconds),
+        (libc::RLIMIT_AS, l.memory_bytes),
+        (libc::RLIMIT_FSIZE, l.file_size_bytes),
+        (libc::RLIMIT_NOFILE, l.open_files),
+    ] {
+        if let Some(v) = v {
+            rlimits.push((res as i32, v));
+        }
+    }
+    let mut cgroup_procs = None;
+    if let Some(n) = l.processes {
+        if !probe.root {
+            rlimits.push((libc::RLIMIT_NPROC as i32, n));
+        }
+        if let Ok(parent) = &probe.pids_cgroup {
+            let cg = parent.join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir(&cg)
+                .map_err(|e| RunError::Spawn(format!("cannot create the cgroup `{}`: {e}", cg.display())))?;
+            cleanup.cgroup = Some(cg.clone());
+            std::fs::write(cg.join("pids.max"), n.to_string())
+                .map_err(|e| RunError::Spawn(format!("cannot set pids.max of `{}`: {e}", cg.display())))?;
+            cgroup_procs = Some(cstring(&cg.join("cgroup.procs"))?);
+        }
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    car_sandbox_child::install(
+        cmd,
+        car_sandbox_child::Setup {
+            cgroup_procs,
+            rlimits,
+            user_ns: true,
+            net_ns: profile.network != Network::On,
+            loopback_up: profile.network == Network::Loopback,
+            uid_map: CString::new(format!("{uid} {uid} 1")).ok(),
+            gid_map: CString::new(format!("{gid} {gid} 1")).ok(),
+            readonly_paths: readonly,
+            landlock,
+        },
+    );
+    cmd.env_clear();
+    for k in &profile.env {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    for k in ["TMPDIR", "TMP", "TEMP"] {
+        cmd.env(k, &tmp);
+    }
+    Ok(())
+}
+
+/// How long readers get after the process group is killed to hand over
+/// what is still in the pipes.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+/// Runs `spec.argv` (see the module docs) and waits for it, at most until
+/// the timeout: the smaller of the call's and the profile's. When the
+/// command exits, or at the deadline, whatever is left of its process group
+/// (and of its cgroup) is killed: a run's processes do not outlive it.
+pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
+    let Some(program) = spec.argv.first() else {
+        return Err(RunError::Spawn("empty command".into()));
+    };
+    let bound = spec.profile.map(|p| p.timeout);
+    let timeout = match (spec.timeout, bound) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) => a,
+        (None, Some(b)) => b,
+        (None, None) => Duration::from_millis(super::DEFAULT_TIMEOUT_MS),
+    }
+    .max(Duration::from_millis(1));
+    let mut cmd = Command::new(program);
+    cmd.args(&spec.argv[1..]).current_dir(spec.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut cleanup = Cleanup { tmp: None, cgroup: None, made_config_dir: None };
+    if let Some(p) = spec.profile {
+        confine(&mut cmd, spec, p, &mut cleanup)?;
+    }
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut child =
+        cmd.spawn().map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
+    let out = Pipe::start(child.stdout.take(), spec.max_output);
+    let err = Pipe::start(child.stderr.take(), spec.max_output);
+    let pid = rustix::process::Pid::from_child(&child);
+    let (exited, background) = loop {
+        let exited = exited_unreaped(pid);
+        let drained = out.done() && err.done();
+        if exited && drained {
+            break (true, false);
+        }
+        if Instant::now() >= deadline {
+            break (exited, exited);
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    };
+    // The child is unreaped (a zombie or still running), so the group id is ours.
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    let _ = child.kill();
+    let status = child.wait().map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
+    // Processes that left the group (setsid) are still in the cgroup.
+    cleanup.kill_cgroup();
+    let grace = Instant::now() + DRAIN_GRACE;
+    let (stdout, stderr) = (out.finish(grace), err.finish(grace));
+    use std::os::unix::process::ExitStatusExt;
+    let (code, signal) = if exited { (status.code(), status.signal()) } else { (None, None) };
+    let limits = spec.profile.map(|p| p.limits).unwrap_or_default();
+    let limit = match signal {
+        Some(s) if s == libc::SIGXCPU => Some("cpu"),
+        Some(s) if s == libc::SIGXFSZ => Some("file_size"),
+        Some(s) if s == libc::SIGKILL && limits.cpu_seconds.is_some() => Some("cpu"),
+        _ if code != Some(0) && cleanup.processes_limit_hit() => Some("processes"),
+        _ => None,
+    };
+    Ok(Outcome {
+        exit_code: code,
+        signal,
+        stdout,
+        stderr,
+        timed_out: !exited,
+        timeout_ms: timeout.as_millis() as u64,
+        limit,
+        background_killed: background,
+    })
+}
+
+/// Whether the child `pid` has exited, without reaping it.
+fn exited_unreaped(pid: rustix::process::Pid) -> bool {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    // An error (no such child) means there is nothing left to wait for.
+    !matches!(waitid(WaitId::Pid(pid), opts), Ok(None))
+}
+
+/// One of the command's output pipes, read on its own thread into a shared
+/// buffer (the first `cap` bytes kept, the rest drained so the command never
+/// blocks on a full pipe). The caller can stop waiting for it at any time
+/// and keep what was read.
+struct Pipe {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+    finished: std::cell::Cell<bool>,
+}
+
+impl Pipe {
+    fn start<R: Read + Send + 'static>(r: Option<R>, cap: usize) -> Pipe {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let shared = buf.clone();
+        std::thread::spawn(move || {
+            if let Some(mut r) = r {
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match r.read(&mut chunk) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let mut b = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            let room = cap.saturating_sub(b.len());
+                            b.extend_from_slice(&chunk[..n.min(room)]);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        Pipe { buf, done, finished: std::cell::Cell::new(false) }
+    }
+
+    fn done(&self) -> bool {
+        if !self.finished.get() && !matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+            self.finished.set(true);
+        }
+        self.finished.get()
+    }
+
+    fn finish(self, until: Instant) -> String {
+        if !self.done() {
+            let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
+        }
+        let b = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&b).into_owned()
+    }
+}

@@ -1,0 +1,369 @@
+//! The sandbox under `shell` and subprocess tools, with real processes on
+//! this machine, through the runtime facade the bindings use.
+//!
+//! Every case needs the kernel features `car sandbox check` reports; the
+//! first test fails loudly naming any that is missing (it never skips).
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use car_runtime::api::runtime::CarRuntime;
+use car_runtime::engine::{FnExecutor, ToolExecutor};
+use serde_json::{Value, json};
+
+struct Ws {
+    dir: PathBuf,
+    outside: PathBuf,
+}
+
+impl Ws {
+    fn new() -> Ws {
+        let base = std::env::temp_dir().join(format!("car-sandbox-test-{}", uuid::Uuid::new_v4()));
+        let dir = base.join("root");
+        let outside = base.join("outside");
+        std::fs::create_dir_all(dir.join(".car")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(dir.join(".car/permissions.toml"), "# the operator's\n").unwrap();
+        Ws { dir, outside }
+    }
+}
+
+impl Drop for Ws {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.dir.parent().unwrap());
+    }
+}
+
+fn runtime(ws: &Ws, sandbox: Value) -> CarRuntime {
+    let rt = CarRuntime::new();
+    rt.register_shell_tool(Some(ws.dir.to_str().unwrap())).unwrap();
+    rt.set_permissions(Some(&json!({"sandbox": sandbox}).to_string()), None).unwrap();
+    rt
+}
+
+fn host() -> Arc<dyn ToolExecutor> {
+    Arc::new(FnExecutor(|_| Err("no host tools here".into())))
+}
+
+/// Runs `command` through `shell`; the action's result and the run's
+/// `SandboxRun` event.
+fn shell(rt: &CarRuntime, command: &str, timeout_ms: Option<u64>) -> (Value, Value) {
+    let mut params = json!({"command": command});
+    if let Some(t) = timeout_ms {
+        params["timeout_ms"] = json!(t);
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let p =
+        json!({"actions": [{"id": id, "type": "tool_call", "tool": "shell", "parameters": params, "max_retries": 0}]});
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let out = tokio.block_on(rt.execute_proposal(&p.to_string(), host(), None, None)).unwrap();
+    let out: Value = serde_json::from_str(&out).unwrap();
+    let events: Value =
+        serde_json::from_str(&rt.event_query(&json!({"kinds": ["SandboxRun"], "action_id": id}).to_string()).unwrap())
+            .unwrap();
+    let failed: Value = serde_json::from_str(
+        &rt.event_query(&json!({"kinds": ["ActionFailed"], "action_id": id}).to_string()).unwrap(),
+    )
+    .unwrap();
+    let mut r = out["results"][0].clone();
+    r["error_class"] = failed["events"][0]["data"]["error_class"].clone();
+    (r, events["events"][0]["data"].clone())
+}
+
+fn ok_stdout(r: &Value) -> String {
+    assert_eq!(r["status"], "succeeded", "{r}");
+    r["output"]["stdout"].as_str().unwrap().to_string()
+}
+
+fn error(r: &Value) -> String {
+    assert_eq!(r["status"], "failed", "{r}");
+    r["error"].as_str().unwrap().to_string()
+}
+
+fn ws_default() -> (Ws, CarRuntime) {
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({}));
+    (ws, rt)
+}
+
+#[test]
+fn the_machine_can_enforce_every_preset() {
+    let report = car_runtime::sandbox::probe().report();
+    for (name, v) in report["presets"].as_object().unwrap() {
+        assert_eq!(v["enforceable"], true, "preset `{name}` cannot be enforced on this machine: {}", v["missing"]);
+    }
+}
+
+#[test]
+fn writes_inside_the_root_succeed_and_outside_fail_with_eacces() {
+    let (ws, rt) = ws_default();
+    let (r, ev) = shell(&rt, "echo in > inside.txt && cat inside.txt", None);
+    assert_eq!(ok_stdout(&r), "in\n");
+    assert_eq!(r["output"]["sandbox"], "workspace-write");
+    assert_eq!(
+        (ev["profile"].as_str(), ev["outcome"].as_str(), ev["exit_code"].as_i64()),
+        (Some("workspace-write"), Some("exited"), Some(0)),
+        "{ev}"
+    );
+    let target = ws.outside.join("x.txt");
+    let (r, ev) = shell(&rt, &format!("echo out > {}", target.display()), None);
+    assert!(error(&r).contains("Permission denied"), "{r}");
+    assert_eq!(ev["exit_code"], 2, "{ev}");
+    assert!(!target.exists());
+    // The private temp directory is writable, and removed after the run.
+    let (r, _) = shell(&rt, "echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo \"$TMPDIR\"", None);
+    let out = ok_stdout(&r);
+    let tmp = out.lines().nth(1).unwrap();
+    assert!(!Path::new(tmp).exists(), "{tmp} was removed");
+}
+
+#[test]
+fn a_symlink_inside_the_root_cannot_be_written_through() {
+    let (ws, rt) = ws_default();
+    let victim = ws.outside.join("victim.txt");
+    std::fs::write(&victim, "original\n").unwrap();
+    std::os::unix::fs::symlink(&victim, ws.dir.join("link")).unwrap();
+    std::os::unix::fs::symlink(&ws.outside, ws.dir.join("dirlink")).unwrap();
+    let (r, _) = shell(&rt, "echo pwned > link", None);
+    assert!(error(&r).contains("Permission denied"), "{r}");
+    let (r, _) = shell(&rt, "echo pwned > dirlink/new.txt", None);
+    assert!(error(&r).contains("Permission denied"), "{r}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original\n");
+    assert!(!ws.outside.join("new.txt").exists());
+}
+
+#[test]
+fn the_runtimes_own_files_cannot_be_changed() {
+    let (ws, rt) = ws_default();
+    // Spelled so no text matcher sees `.car`: the kernel refuses anyway.
+    for cmd in [
+        "d=.ca; echo evil >> ${d}r/permissions.toml",
+        "d=.ca; mkdir -p ${d}r/policies && echo x > ${d}r/policies/p.toml",
+        "d=.ca; rm -f ${d}r/permissions.toml",
+        "d=.ca; mv ${d}r moved",
+    ] {
+        let (r, _) = shell(&rt, cmd, None);
+        assert_eq!(r["status"], "failed", "`{cmd}` must fail: {r}");
+    }
+    assert_eq!(std::fs::read_to_string(ws.dir.join(".car/permissions.toml")).unwrap(), "# the operator's\n");
+    assert!(!ws.dir.join(".car/policies").exists() && !ws.dir.join("moved").exists());
+    // An approvals file that exists is read-only too.
+    std::fs::write(ws.dir.join("approvals.jsonl"), "").unwrap();
+    // (Spelled so the `protected` layer's text check does not see it.)
+    let (r, _) = shell(&rt, "f=approvals; echo '{}' >> $f.jsonl", None);
+    assert!(error(&r).contains("Read-only file system"), "{r}");
+    assert_eq!(std::fs::read_to_string(ws.dir.join("approvals.jsonl")).unwrap(), "");
+}
+
+/// A server on the host's loopback that counts the connections it accepted.
+fn loopback_server() -> (u16, std::thread::JoinHandle<usize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    l.set_nonblocking(true).unwrap();
+    let h = std::thread::spawn(move || {
+        let mut n = 0;
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < until {
+            match l.accept() {
+                Ok((mut s, _)) => {
+                    n += 1;
+                    let mut b = [0u8; 4];
+                    let _ = s.read(&mut b);
+                    if &b == b"stop" {
+                        break;
+                    }
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        n
+    });
+    (port, h)
+}
+
+fn connect_cmd(port: u16, msg: &str) -> String {
+    format!(
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'{msg}'); print('connected')\""
+    )
+}
+
+#[test]
+fn network_off_refuses_a_loopback_connect_and_on_allows_it() {
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({"profiles": {"net": {"network": "on"}, "lo": {"network": "loopback"}}, "tools": {}}));
+    let (port, server) = loopback_server();
+    let (r, ev) = shell(&rt, &connect_cmd(port, "xxxx"), None);
+    let e = error(&r);
+    // Landlock's TCP rule refuses the connect (EACCES); without it the empty
+    // network namespace would (ENETUNREACH).
+    assert!(e.contains("Permission denied") || e.contains("Network is unreachable"), "{e}");
+    assert_eq!(ev["network"], "off");
+    // `loopback`: the sandbox's own loopback works, the host's is not reachable.
+    let rt_lo = runtime(&ws, json!({"profiles": {"lo": {"network": "loopback"}}, "default": "lo"}));
+    let own = "python3 -c \"import socket; l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname(),timeout=5); print('own loopback')\"";
+    assert_eq!(ok_stdout(&shell(&rt_lo, own, None).0), "own loopback\n");
+    let (r, ev) = shell(&rt_lo, &connect_cmd(port, "xxxx"), None);
+    assert!(error(&r).contains("Connection refused"), "{r}");
+    assert_eq!(ev["network"], "loopback");
+    let rt_on = runtime(&ws, json!({"profiles": {"net": {"network": "on"}}, "default": "net"}));
+    assert_eq!(ok_stdout(&shell(&rt_on, &connect_cmd(port, "stop"), None).0), "connected\n");
+    assert_eq!(server.join().unwrap(), 1, "only the `on` run reached the host's server");
+}
+
+fn gone(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Gone, or a zombie waiting for its reaper.
+    stat.is_empty() || stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'))
+}
+
+#[test]
+fn a_background_sleep_under_a_timeout_leaves_no_process_behind() {
+    let (ws, rt) = ws_default();
+    let (r, ev) = shell(&rt, "sleep 60 & echo $! > bg.pid; sleep 60", Some(1000));
+    assert!(error(&r).starts_with("sandbox timeout:"), "{r}");
+    assert_eq!(r["error_class"], "sandbox_timeout", "{r}");
+    assert_eq!((ev["outcome"].as_str(), ev["timeout_ms"].as_u64()), (Some("timeout"), Some(1000)), "{ev}");
+    let pid = std::fs::read_to_string(ws.dir.join("bg.pid")).unwrap();
+    let pid = pid.trim();
+    // Killed before the call returned; allow the reaper a moment.
+    let mut ok = false;
+    for _ in 0..200 {
+        if gone(pid) {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(ok, "the background sleep {pid} is still running");
+    // A process that left its group (setsid) is still in the run's cgroup.
+    let (r, _) = shell(&rt, "setsid sleep 60 & echo $! > bg2.pid; sleep 60", Some(1000));
+    assert_eq!(r["error_class"], "sandbox_timeout", "{r}");
+    let pid = std::fs::read_to_string(ws.dir.join("bg2.pid")).unwrap();
+    let pid = pid.trim().to_string();
+    let mut ok = false;
+    for _ in 0..200 {
+        if gone(&pid) {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(ok, "the setsid sleep {pid} is still running");
+}
+
+#[test]
+fn a_fork_loop_is_stopped_by_the_process_limit() {
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({"profiles": {"small": {"limits": {"processes": 16}}}, "default": "small"}));
+    // 200 background sleeps: forks fail after the limit.
+    let (r, ev) = shell(&rt, "i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done; echo $i", Some(20_000));
+    assert!(error(&r).starts_with("sandbox limit:"), "{r}");
+    assert!(error(&r).contains("`processes` limit"), "{r}");
+    assert_eq!(r["error_class"], "sandbox_limit", "{r}");
+    assert_eq!((ev["outcome"].as_str(), ev["limit"].as_str()), (Some("limit"), Some("processes")), "{ev}");
+}
+
+#[test]
+fn a_cpu_limit_kills_with_its_own_class() {
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({"profiles": {"cpu": {"limits": {"cpu_seconds": 1}}}, "default": "cpu"}));
+    let (r, ev) = shell(&rt, "while :; do :; done", Some(30_000));
+    assert_eq!(r["error_class"], "sandbox_limit", "{r}");
+    assert_eq!(ev["limit"], "cpu", "{ev}");
+}
+
+#[test]
+fn the_host_environment_is_not_inherited() {
+    let (_ws, rt) = ws_default();
+    // nextest and cargo set this in the test process.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let (r, _) = shell(&rt, "echo ${CARGO_MANIFEST_DIR:-unset}; echo ${PATH:+path-set}", None);
+    assert_eq!(ok_stdout(&r), "unset\npath-set\n");
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({"profiles": {"e": {"env": ["CARGO_MANIFEST_DIR", "PATH"]}}, "default": "e"}));
+    let (r, _) = shell(&rt, "echo ${CARGO_MANIFEST_DIR:-unset}", None);
+    assert_eq!(ok_stdout(&r).trim(), env!("CARGO_MANIFEST_DIR"));
+}
+
+#[test]
+fn read_only_refuses_writes_in_the_root() {
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({"tools": {"shell": "read-only"}}));
+    let (r, ev) = shell(&rt, "echo x > f.txt", None);
+    assert!(error(&r).contains("Permission denied"), "{r}");
+    assert_eq!(ev["profile"], "read-only");
+    assert!(!ws.dir.join("f.txt").exists());
+    // Reading is allowed (spelled so the `protected` layer's text check,
+    // which refuses reads too, does not see it).
+    let (r, _) = shell(&rt, "d=.ca; cat ${d}r/permissions.toml", None);
+    assert_eq!(ok_stdout(&r), "# the operator's\n");
+}
+
+#[test]
+fn none_runs_unconfined_only_when_the_operator_says_so() {
+    let ws = Ws::new();
+    let rt = runtime(&ws, json!({"tools": {"shell": "none"}}));
+    let target = ws.outside.join("unconfined.txt");
+    let (r, ev) = shell(&rt, &format!("echo x > {}", target.display()), None);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(ev["profile"], "none");
+    assert!(target.exists());
+    // A bad document changes nothing and names the key.
+    let e = rt.set_permissions(Some(&json!({"sandbox": {"default": "nope"}}).to_string()), None).unwrap_err();
+    assert!(e.to_string().contains("sandbox.default") && e.to_string().contains("unknown profile `nope`"), "{e}");
+    let e = rt
+        .set_permissions(Some(&json!({"sandbox": {"profiles": {"p": {"write": ["relative"]}}}}).to_string()), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("sandbox.profiles.p.write"), "{e}");
+}
+
+#[test]
+fn constructs_the_matcher_asks_about_run_harmlessly_when_allowed() {
+    let (ws, rt) = ws_default();
+    let a = ws.outside.join("arith");
+    let b = ws.outside.join("wrapped");
+    // A command substitution inside arithmetic, and wrappers the matcher
+    // cannot read through: allowed anyway, they still cannot write outside.
+    let cmds = [
+        format!("echo $(( $(echo 1 > {}; echo 2) + 1 ))", a.display()),
+        format!("env sh -c 'echo x > {}'", b.display()),
+        format!("timeout 5 sh -c 'echo x > {}'", b.display()),
+        format!("python3 -c \"open('{}','w').write('x')\"", b.display()),
+    ];
+    for c in &cmds {
+        let _ = shell(&rt, c, None);
+    }
+    assert!(!a.exists() && !b.exists());
+}
+
+#[test]
+fn a_subprocess_tool_runs_its_argv_template_sandboxed() {
+    let ws = Ws::new();
+    let rt = CarRuntime::new();
+    rt.register_shell_tool(Some(ws.dir.to_str().unwrap())).unwrap();
+    let tool = json!({
+        "name": "greet", "executor": "subprocess", "sandbox": "read-only",
+        "parameters": {"type": "object", "properties": {"who": {"type": "string"}}, "required": ["who"]},
+        "command": ["sh", "-c", "echo \"hello $1\"; echo x > out.txt", "greet", "{who}"]
+    });
+    rt.set_permissions(Some(&json!({"tools": [tool]}).to_string()), None).unwrap();
+    rt.register_tool_schema(&json!({"name": "greet", "parameters": tool["parameters"]}).to_string()).unwrap();
+    let p = json!({"actions": [{"id": "g", "type": "tool_call", "tool": "greet", "parameters": {"who": "$(id); rm -rf /"}, "max_retries": 0}]});
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let out: Value =
+        serde_json::from_str(&tokio.block_on(rt.execute_proposal(&p.to_string(), host(), None, None)).unwrap())
+            .unwrap();
+    let r = &out["results"][0];
+    // The value is one argument, never shell text; the write is refused.
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(r["error"].as_str().unwrap().contains("Permission denied"), "{r}");
+    let ev: Value = serde_json::from_str(&rt.event_query(r#"{"kinds": ["SandboxRun"]}"#).unwrap()).unwrap();
+    assert_eq!(ev["events"][0]["data"]["profile"], "read-only");
+    assert_eq!(ev["events"][0]["data"]["tool"], "greet");
+    // A definition may not declare itself unconfined.
+    let bad = json!({"name": "t", "executor": "subprocess", "sandbox": "none", "command": ["true"]});
+    let e = rt.set_permissions(Some(&json!({"tools": [bad]}).to_string()), None).unwrap_err();
+    assert!(e.to_string().contains("only the operator"), "{e}");
+}

@@ -1,0 +1,71 @@
+//! The sandbox through `car run`: a plan whose shell commands are allowed
+//! (`--yes`) still cannot write outside the root, change `.car/`, see the
+//! host's environment or leave a process behind; `car sandbox check`.
+
+mod cli_common;
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+#[test]
+fn sandbox_check_reports_every_preset_enforceable() {
+    let d = cli_common::tmp();
+    let r = cli_common::car_in(&d, &["sandbox", "check", "--json"]);
+    let v: Value = serde_json::from_str(&r.stdout).expect("json report");
+    for (name, p) in v["presets"].as_object().unwrap() {
+        assert_eq!(p["enforceable"], true, "preset `{name}` cannot be enforced here: {}", p["missing"]);
+    }
+    assert_eq!(r.code, 0, "{}", r.all());
+    let r = cli_common::car_in(&d, &["sandbox", "check"]);
+    assert!(r.stdout.contains("workspace-write") && r.stdout.contains("enforceable"), "{}", r.stdout);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn car_run_shell_is_sandboxed() {
+    let d = cli_common::tmp();
+    let ws = d.join("ws");
+    std::fs::create_dir_all(ws.join(".car")).unwrap();
+    std::fs::write(ws.join(".car/permissions.toml"), "[sandbox.profiles.small]\nlimits = { processes = 16 }\n")
+        .unwrap();
+    let outside = d.join("outside.txt");
+    let plan = serde_json::json!({"actions": [
+        {"id": "inside", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo in > in.txt"}},
+        {"id": "outside", "type": "tool_call", "tool": "shell", "parameters": {"command": format!("echo x > {}", outside.display())}, "failure_behavior": "skip", "max_retries": 0},
+        {"id": "config", "type": "tool_call", "tool": "shell", "parameters": {"command": "d=.ca; echo evil >> ${d}r/permissions.toml"}, "failure_behavior": "skip", "max_retries": 0},
+        {"id": "env", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo ${CAR_TEST_SECRET:-unset}"}},
+        {"id": "bg", "type": "tool_call", "tool": "shell", "parameters": {"command": "sleep 60 & echo $! > bg.pid; sleep 60", "timeout_ms": 1000}, "failure_behavior": "skip", "max_retries": 0},
+        {"id": "arith", "type": "tool_call", "tool": "shell", "parameters": {"command": format!("echo $(( $(echo 1 > {}; echo 2) ))", outside.display())}, "failure_behavior": "skip", "max_retries": 0}
+    ]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_car"))
+        .args(["run", "plan.json", "--root", "ws", "--yes", "--json"])
+        .current_dir(&d)
+        .env("CAR_TEST_SECRET", "hunter2")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let by = |id: &str| v["results"].as_array().unwrap().iter().find(|r| r["action_id"] == id).unwrap().clone();
+    assert_eq!(by("inside")["status"], "succeeded", "{v}");
+    assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
+    assert!(by("outside")["error"].as_str().unwrap().contains("Permission denied"), "{v}");
+    assert!(!outside.exists());
+    assert_eq!(by("config")["status"], "skipped", "{v}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".car/permissions.toml")).unwrap(),
+        "[sandbox.profiles.small]\nlimits = { processes = 16 }\n"
+    );
+    assert_eq!(by("env")["output"]["stdout"], "unset\n", "{v}");
+    assert!(by("bg")["error"].as_str().unwrap().starts_with("sandbox timeout:"), "{v}");
+    let pid = std::fs::read_to_string(ws.join("bg.pid")).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.rsplit(')').next().unwrap().trim_start().starts_with('Z'),
+        "sleep {pid} left behind"
+    );
+    assert!(!outside.exists(), "the arithmetic substitution could not write outside");
+    std::fs::remove_dir_all(d).unwrap();
+}
