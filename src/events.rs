@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::ir::{ActionProposal, json_eq};
 use crate::{Error, Result};
@@ -362,8 +361,7 @@ impl Event {
 
     /// The chain hash: SHA-256 of the JCS form of the content, hex.
     fn compute_hash(&self) -> String {
-        let canon = serde_jcs::to_vec(&Value::Object(self.content())).unwrap_or_default();
-        to_hex(&Sha256::digest(&canon))
+        crate::canonical::sha256_hex(&crate::canonical::canonical_object(&self.content()))
     }
 }
 
@@ -405,102 +403,7 @@ fn from_unix(secs: u64, nanos: u32) -> DateTime<Utc> {
 
 /// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
 pub fn params_digest(value: &Map<String, Value>) -> String {
-    digest_canonical(&canonical_json(value))
-}
-
-/// The RFC 8785 canonical text of a parameters object.
-///
-/// A direct writer handles null, booleans, strings, arrays, objects (members
-/// sorted by UTF-16 code units) and integers of magnitude at most 2^53; any
-/// other number sends the whole value through `serde_jcs` (ES6 number
-/// formatting), so the output is always the JCS form.
-pub fn canonical_json(value: &Map<String, Value>) -> Vec<u8> {
-    if value.is_empty() {
-        return b"{}".to_vec();
-    }
-    let mut out = Vec::with_capacity(64);
-    if write_object(value, &mut out) { out } else { serde_jcs::to_vec(value).unwrap_or_default() }
-}
-
-const MAX_EXACT_INT: u64 = 1 << 53;
-
-fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
-    match v {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Number(n) => {
-            use std::io::Write;
-            let written = if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
-                write!(out, "{i}")
-            } else if let Some(u) = n.as_u64().filter(|u| *u <= MAX_EXACT_INT) {
-                write!(out, "{u}")
-            } else {
-                return false;
-            };
-            if written.is_err() {
-                return false;
-            }
-        }
-        Value::String(s) => {
-            if serde_json::to_writer(&mut *out, s).is_err() {
-                return false;
-            }
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                if !write_value(item, out) {
-                    return false;
-                }
-            }
-            out.push(b']');
-        }
-        Value::Object(m) => return write_object(m, out),
-    }
-    true
-}
-
-fn write_object(m: &Map<String, Value>, out: &mut Vec<u8>) -> bool {
-    let mut members: Vec<(&String, &Value)> = m.iter().collect();
-    if members.iter().all(|(k, _)| k.is_ascii()) {
-        members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    } else {
-        members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-    }
-    out.push(b'{');
-    for (i, (k, v)) in members.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if serde_json::to_writer(&mut *out, k).is_err() {
-            return false;
-        }
-        out.push(b':');
-        if !write_value(v, out) {
-            return false;
-        }
-    }
-    out.push(b'}');
-    true
-}
-
-/// Lowercase hex SHA-256 of canonical bytes.
-pub fn digest_canonical(canonical: &[u8]) -> String {
-    to_hex(&Sha256::digest(canonical))
-}
-
-/// Lowercase hex, without the per-character iterator of `hex::encode`.
-fn to_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    s
+    crate::canonical::sha256_hex(&crate::canonical::canonical_object(value))
 }
 
 /// `{max_events?, max_age_secs?}`.
@@ -787,29 +690,6 @@ fn stats_of<'a>(events: impl Iterator<Item = &'a Event>) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn digest_of_empty_and_canonical_order() {
-        let mut a = Map::new();
-        a.insert("b".into(), json!(1));
-        a.insert("a".into(), json!(2));
-        assert_eq!(canonical_json(&a), br#"{"a":2,"b":1}"#);
-        assert_eq!(params_digest(&Map::new()), hex::encode(Sha256::digest(b"{}")));
-    }
-
-    #[test]
-    fn direct_writer_matches_serde_jcs() {
-        let cases = [
-            json!({"b": 1, "a": [true, null, "x\u{0}\u{1f}\"\\/é"], "c": {"z": -3, "y": {}}}),
-            json!({"\u{e000}": 1, "\u{1f600}": 2, "a": 3, "": 4}),
-            json!({"big": 9007199254740993_u64, "neg": -9007199254740993_i64, "f": 1.5e1, "g": 1e21}),
-            json!({"n": 9007199254740992_u64, "m": -9007199254740992_i64, "z": 0, "s": "\u{2028}\u{7f}"}),
-        ];
-        for c in cases {
-            let m = c.as_object().unwrap();
-            assert_eq!(String::from_utf8(canonical_json(m)).unwrap(), serde_jcs::to_string(m).unwrap(), "{c}");
-        }
-    }
 
     #[test]
     fn fast_clock_matches_chrono() {

@@ -4,7 +4,9 @@
 
 pub mod admission;
 pub mod api;
+pub mod approval;
 mod bytesort;
+pub mod canonical;
 pub mod dag;
 pub mod engine;
 pub mod error;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use car_runtime::gate::approval::Clock;
+use car_runtime::approval::store::Clock;
 use car_runtime::gate::*;
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};

@@ -27,7 +27,7 @@ fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
 }
 
-fn fake_clock() -> (Arc<Mutex<DateTime<Utc>>>, car_runtime::gate::approval::Clock) {
+fn fake_clock() -> (Arc<Mutex<DateTime<Utc>>>, car_runtime::approval::store::Clock) {
     let t = Arc::new(Mutex::new(t0()));
     let c = t.clone();
     (t, Arc::new(move || *c.lock().unwrap()))

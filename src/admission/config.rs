@@ -4,7 +4,7 @@
 //! ```json
 //! {
 //!   "tier": "sandbox_edit",
-//!   "ledger_path": "/var/lib/car/approvals.jsonl",
+//!   "ledger_path": "/var/lib/car/tier-approvals.jsonl",
 //!   "ledger_key_path": "/etc/car/ledger.key",
 //!   "preset": "standard",
 //!   "hooks": [{"tool": "fetch", "verdict": "ask"}],

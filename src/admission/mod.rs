@@ -74,7 +74,7 @@ pub mod layer {
     pub const INSPECTOR: &str = "inspector";
     /// A trace rule at dispatch.
     pub const TRACE: &str = "trace";
-    /// A shell command naming the runtime's own files (`.car/`, `approvals.jsonl`).
+    /// A shell command naming the runtime's own files (`.car/`, `approvals.jsonl`, `tier-approvals.jsonl`).
     pub const PROTECTED: &str = "protected";
     /// Nothing refused the action (no layer decided anything).
     pub const NONE: &str = "none";
@@ -288,7 +288,7 @@ impl Default for AdmissionStage {
 
 /// The first word of a shell command that names one of the runtime's own
 /// files: a path with a `.car` component (any case) or a file named
-/// `approvals.jsonl`. Words are split at blanks, quotes, `=` and the shell's
+/// `approvals.jsonl` or `tier-approvals.jsonl`. Words are split at blanks, quotes, `=` and the shell's
 /// operators, so `>.car/x`, `"./.CAR/permissions.toml"` and
 /// `--output=.car/x` are all seen; a command that only reads them is refused
 /// too (fail closed: the matcher cannot tell a read from a write).
@@ -297,7 +297,7 @@ fn names_protected_path(cmd: &str) -> Option<String> {
     cmd.split(is_sep).filter(|w| !w.is_empty()).find_map(|w| {
         let hit = w.split(['/', '\\']).any(|part| {
             let p = part.to_ascii_lowercase();
-            p == ".car" || p == crate::gate::APPROVALS_FILE
+            p == ".car" || crate::tools::PROTECTED_FILE_NAMES.iter().any(|f| p == *f)
         });
         hit.then(|| w.to_string())
     })

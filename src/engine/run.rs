@@ -18,8 +18,9 @@ use super::registry::RegisteredTool;
 use super::{AdmissionVerdict, ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
 use crate::admission::{AdmissionStage, Decision, StageVerdict, layer};
+use crate::canonical::canonical_object;
 use crate::dag::Dag;
-use crate::events::{ActionEvent, ActionPhase, EventData, EventKind, canonical_json};
+use crate::events::{ActionEvent, ActionPhase, EventData, EventKind};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
     Operator, Precondition, ProposalResult, Reversibility, ToolFailure, json_eq,
@@ -1197,7 +1198,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
 
     let idempotent = a.idempotent || tool.schema.idempotent;
     let ttl = tool.schema.cache_ttl_secs;
-    let key = (idempotent || ttl.is_some()).then(|| cache_key(name, &canonical_json(&a.parameters)));
+    let key = (idempotent || ttl.is_some()).then(|| cache_key(name, &canonical_object(&a.parameters)));
     let mut cached = None;
     if let Some(k) = &key {
         if idempotent && let Some(v) = inner.idempotency.get(k) {

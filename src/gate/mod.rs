@@ -24,7 +24,6 @@
 //! Everything but previews, [`execute_plan`] and [`ApprovalStore::wait`] is
 //! synchronous and takes the clock as an argument.
 
-pub mod approval;
 pub mod breaker;
 pub mod builtin;
 pub mod decide;
@@ -36,7 +35,8 @@ pub mod preview;
 pub mod session;
 pub mod supervision;
 
-pub use approval::{
+// The approvals store, re-exported where the gate has always named it.
+pub use crate::approval::store::{
     APPROVALS_FILE, ApprovalCallback, ApprovalDecision, ApprovalEvent, ApprovalStore, DEFAULT_APPROVAL_TIMEOUT_MS,
     PendingApproval, Resolution, ResolveOutcome, ResolvedBy, Ticket, approval_key, input_digest,
 };

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
-use super::approval::{Clock, input_digest};
+use crate::approval::store::{Clock, input_digest};
 use crate::ir::{ActionProposal, ActionType, Reversibility};
 use crate::{Error, Result};
 

@@ -4,15 +4,16 @@
 //!
 //! Also here: the declarative `.car/policies/*.toml` rules ([`file`](mod@file)), trace
 //! rules enforced at dispatch ([`trace`]), the two classifiers (authority and
-//! reversibility, [`classify`]), the permission gate and its approvals ledger
-//! ([`approval`]) and dispatch-time inspectors ([`inspectors`]).
+//! reversibility, [`classify`]), the tier gate ([`tier`]; its approvals
+//! ledger is [`crate::approval::ledger`]) and dispatch-time inspectors
+//! ([`inspectors`]).
 
-pub mod approval;
 pub mod classify;
 pub mod file;
 pub mod inspectors;
 mod rulelist;
 mod rules;
+pub mod tier;
 pub mod trace;
 
 use std::collections::HashMap;
@@ -26,15 +27,17 @@ use serde_json::{Map, Value};
 
 use crate::ir::Action;
 
-pub use approval::{
-    ApprovalLedger, ApprovalRecord, ApprovalVerdict, Decision, JsonlLedger, LEDGER_KEY_ENV, LatestRecords,
-    LedgerContents, LedgerKey, MemoryLedger, PermissionDecision, PermissionGate, fingerprint,
+// The ledger's items, re-exported where the tier gate has always named them.
+pub use crate::approval::ledger::{
+    ApprovalLedger, ApprovalRecord, ApprovalVerdict, JsonlLedger, LEDGER_KEY_ENV, LatestRecords, LedgerContents,
+    LedgerKey, MemoryLedger, fingerprint,
 };
 pub use classify::{Axes, Flattened, PermissionTier, RiskClassifier, classify_reversibility, evaluate_axes, flatten};
 pub use file::{PolicySet, discover_policy_dir, load_policy_set, parse_policy_text};
 pub use inspectors::{Inspector, InspectorChain, InspectorDenial, InspectorVerdict};
 pub use rulelist::RuleScope;
 pub use rules::{DenyCallback, coerce_to_string, deny_tool, deny_tool_callback, deny_tool_param, require_state};
+pub use tier::{Decision, PermissionDecision, PermissionGate};
 pub use trace::{TraceRule, TraceState};
 
 /// A policy rule: `(action, state) -> Some(reason)` to deny, `None` to pass.

@@ -206,7 +206,8 @@ fn run(args: Vec<String>) -> Result<(), String> {
         || env("CAR_ALLOW_SELF_APPROVAL").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
     config.policy_dir = Some(paths.policy_dir());
     config.admission_path = Some(paths.state_root.join("permissions.toml"));
-    config.ledger_path = Some(paths.state_root.join("approvals.jsonl"));
+    crate::approval::ledger::migrate_legacy_ledger(&paths.state_root).map_err(|e| e.to_string())?;
+    config.ledger_path = Some(paths.state_root.join(crate::approval::TIER_LEDGER_FILE));
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");

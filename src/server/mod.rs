@@ -75,7 +75,7 @@ pub struct Config {
     /// The operator's admission document (`$CAR_HOME/permissions.toml`,
     /// TOML), applied to every session before it can do anything.
     pub admission_path: Option<PathBuf>,
-    /// The approvals ledger (`~/.car/approvals.jsonl`) behind
+    /// The tier approvals ledger (`~/.car/tier-approvals.jsonl`) behind
     /// `permission.evaluate/pending/approve/reject`.
     pub ledger_path: Option<PathBuf>,
     /// The key file authenticating the ledger's records (HMAC-SHA256;

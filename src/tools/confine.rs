@@ -24,7 +24,8 @@ pub const CONFIG_DIR: &str = ".car";
 
 /// File names the runtime keeps approvals in (the plan/apply approvals store
 /// and the permission gate's ledger), protected wherever they lie.
-pub const PROTECTED_FILE_NAMES: &[&str] = &[crate::gate::APPROVALS_FILE];
+pub const PROTECTED_FILE_NAMES: &[&str] =
+    &[crate::approval::store::APPROVALS_FILE, crate::approval::ledger::TIER_LEDGER_FILE];
 
 /// A root directory that file tools may not leave.
 #[derive(Debug, Clone)]

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, watch};
 
 use crate::{Error, Result};
@@ -86,9 +85,7 @@ pub enum ResolvedBy {
 
 /// The SHA-256 (hex) of the RFC 8785 canonical JSON of `input`.
 pub fn input_digest(input: &Value) -> Result<String> {
-    let canonical = serde_jcs::to_vec(input)
-        .map_err(|e| Error::runtime("digest_failed", format!("cannot canonicalize input: {e}")))?;
-    Ok(hex::encode(Sha256::digest(&canonical)))
+    Ok(crate::canonical::digest(input))
 }
 
 /// The approval key of a tool and its input digest: `<tool>:<digest>`.
