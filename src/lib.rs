@@ -12,6 +12,7 @@ pub mod events;
 pub mod gate;
 pub mod ir;
 pub mod permission;
+pub mod planning;
 pub mod policy;
 #[cfg(feature = "server")]
 pub mod server;
