@@ -39,7 +39,12 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 /// Flips `root/flip` between a real directory and a symlink to `outside`
 /// until `stop` is set, counting flips in `count`.
-fn flipper(root: PathBuf, outside: PathBuf, stop: Arc<AtomicBool>, count: Arc<AtomicUsize>) -> std::thread::JoinHandle<()> {
+fn flipper(
+    root: PathBuf,
+    outside: PathBuf,
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let flip = root.join("flip");
         while !stop.load(Ordering::Relaxed) {

@@ -472,17 +472,19 @@ pub fn simulate_monte_carlo(proposal: &ActionProposal, input: &MonteCarloInput) 
         m
     };
     let mut model: Vec<Option<&Value>> = start.clone();
-    // Per key, the failed action whose loss left it unwritten (the root of a cascade).
-    let mut blame: Vec<Option<u32>> = vec![None; names.len()];
+    // Per key, the failed actions whose loss left it unwritten (the roots of
+    // the cascade that reaches it).
+    let mut blame: Vec<Vec<u32>> = vec![Vec::new(); names.len()];
     let mut fate = vec![Fate::Rejected; n];
-    // Per action, the root failure that caused its rejection.
-    let mut cause: Vec<Option<u32>> = vec![None; n];
+    // Per action, the root failures that caused its rejection.
+    let mut cause: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut blast = vec![0u32; n];
+    let mut roots: Vec<u32> = Vec::new();
 
     for _ in 0..trials {
         model.clone_from(&start);
-        blame.iter_mut().for_each(|b| *b = None);
-        cause.iter_mut().for_each(|c| *c = None);
+        blame.iter_mut().for_each(Vec::clear);
+        cause.iter_mut().for_each(Vec::clear);
         blast.iter_mut().for_each(|b| *b = 0);
         let mut calls = 0u32;
         let mut ran = 0u32;
@@ -490,30 +492,33 @@ pub fn simulate_monte_carlo(proposal: &ActionProposal, input: &MonteCarloInput) 
             fate[i] = Fate::Rejected;
         }
         for &i in &order {
-            // Gating, in the order `simulate` checks it; the first failed
-            // check names the cause of a rejection.
-            let mut root: Option<u32> = None;
+            // Gating: explicit dependencies, state dependencies, then
+            // preconditions. A rejected action is in the blast radius of
+            // every failure behind a dependency it misses (a failed
+            // precondition blames no one, as in the original).
+            roots.clear();
             let mut ok = !never[i];
-            if ok {
-                for &j in keys.deps(i) {
-                    if fate[j as usize] != Fate::Landed {
+            for &j in keys.deps(i) {
+                match fate[j as usize] {
+                    Fate::Landed => {}
+                    Fate::Failed => {
                         ok = false;
-                        root = if fate[j as usize] == Fate::Failed { Some(j) } else { cause[j as usize] };
-                        break;
+                        roots.push(j);
                     }
+                    Fate::Rejected => {
+                        ok = false;
+                        roots.extend_from_slice(&cause[j as usize]);
+                    }
+                }
+            }
+            for &k in keys.reads(i) {
+                if model[k as usize].is_none() {
+                    ok = false;
+                    roots.extend_from_slice(&blame[k as usize]);
                 }
             }
             if ok && !keys.tests(i).all(|(pc, k)| pc.evaluate_value(model[k as usize])) {
                 ok = false;
-            }
-            if ok {
-                for &k in keys.reads(i) {
-                    if model[k as usize].is_none() {
-                        ok = false;
-                        root = blame[k as usize];
-                        break;
-                    }
-                }
             }
             let f = if !ok {
                 Fate::Rejected
@@ -536,27 +541,34 @@ pub fn simulate_monte_carlo(proposal: &ActionProposal, input: &MonteCarloInput) 
                     ran += 1;
                     for (k, v) in keys.effects(i) {
                         model[k as usize] = Some(v);
-                        blame[k as usize] = None;
+                        blame[k as usize].clear();
                     }
                 }
                 Fate::Failed => {
                     ran += 1;
                     for (k, _) in keys.effects(i) {
-                        if model[k as usize].is_none() {
-                            blame[k as usize] = Some(i as u32);
+                        if model[k as usize].is_none() && !blame[k as usize].contains(&(i as u32)) {
+                            blame[k as usize].push(i as u32);
                         }
                     }
                 }
                 Fate::Rejected => {
-                    cause[i] = root;
-                    if let Some(r) = root {
+                    roots.sort_unstable();
+                    roots.dedup();
+                    for &r in &roots {
                         blast[r as usize] += 1;
+                    }
+                    if !roots.is_empty() {
                         for (k, _) in keys.effects(i) {
                             if model[k as usize].is_none() {
-                                blame[k as usize] = Some(r);
+                                let b = &mut blame[k as usize];
+                                b.extend_from_slice(&roots);
+                                b.sort_unstable();
+                                b.dedup();
                             }
                         }
                     }
+                    cause[i].clone_from(&roots);
                 }
             }
         }
