@@ -655,6 +655,28 @@ pub fn simulate_monte_carlo(proposal: &ActionProposal, input: &MonteCarloInput) 
     })
 }
 
+/// `(successes, failures)` of tool attempts by tool, from event-log records:
+/// an `ActionSucceeded` not served from a cache is a success, each
+/// `ActionRetrying` and `ActionFailed` of a tool call is a failed attempt.
+pub fn tool_history(events: &[crate::events::Event]) -> HashMap<String, (u64, u64)> {
+    use crate::events::{EventData, EventKind};
+    let mut out: HashMap<String, (u64, u64)> = HashMap::new();
+    for e in events {
+        let EventData::Action(a) = &e.data else { continue };
+        let Some(action) = a.proposal.actions.get(a.index) else { continue };
+        if action.action_type != ActionType::ToolCall {
+            continue;
+        }
+        let Some(tool) = action.tool.as_deref() else { continue };
+        match e.kind {
+            EventKind::ActionSucceeded if a.cached.is_none() => out.entry(tool.to_string()).or_default().0 += 1,
+            EventKind::ActionRetrying | EventKind::ActionFailed => out.entry(tool.to_string()).or_default().1 += 1,
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,26 +739,4 @@ mod tests {
         assert_eq!(resolve_rate("t", &input).source, RateSource::Given);
         assert_eq!(resolve_rate("other", &input).source, RateSource::Default);
     }
-}
-
-/// `(successes, failures)` of tool attempts by tool, from event-log records:
-/// an `ActionSucceeded` not served from a cache is a success, each
-/// `ActionRetrying` and `ActionFailed` of a tool call is a failed attempt.
-pub fn tool_history(events: &[crate::events::Event]) -> HashMap<String, (u64, u64)> {
-    use crate::events::{EventData, EventKind};
-    let mut out: HashMap<String, (u64, u64)> = HashMap::new();
-    for e in events {
-        let EventData::Action(a) = &e.data else { continue };
-        let Some(action) = a.proposal.actions.get(a.index) else { continue };
-        if action.action_type != ActionType::ToolCall {
-            continue;
-        }
-        let Some(tool) = action.tool.as_deref() else { continue };
-        match e.kind {
-            EventKind::ActionSucceeded if a.cached.is_none() => out.entry(tool.to_string()).or_default().0 += 1,
-            EventKind::ActionRetrying | EventKind::ActionFailed => out.entry(tool.to_string()).or_default().1 += 1,
-            _ => {}
-        }
-    }
-    out
 }
