@@ -179,7 +179,7 @@ fn rank_proposals(
 ) -> PyResult<String> {
     let p = params!(py;
         "candidates" => Some(parse(py, "candidates_json", candidates_json)?),
-        "tools" => tools.map(|t| Value::from(t)),
+        "tools" => tools.map(Value::from),
         "cost_weight" => cost_weight.map(Value::from),
     );
     call(py, "rank_proposals", p).map(text)
