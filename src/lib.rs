@@ -14,6 +14,7 @@ pub mod events;
 pub mod gate;
 pub mod ir;
 pub mod permission;
+pub mod planning;
 pub mod policy;
 pub mod sandbox;
 #[cfg(feature = "server")]

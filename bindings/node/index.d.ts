@@ -113,6 +113,11 @@ export declare class CarRuntime {
    * `port.rs`; use `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
    */
   _start(proposalJson: any, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): Step
+  /**
+   * Monte Carlo against this runtime: tools without a given rate use
+   * their event-log record (Laplace-smoothed), else the default.
+   */
+  simulateMonteCarlo(proposalJson: any, initialStateJson?: any | undefined | null, toolSuccessRatesJson?: any | undefined | null, goalJson?: any | undefined | null, configJson?: any | undefined | null): Promise<string>
   /** Number of events held. */
   eventCount(): Promise<number>
   /** `{count, events}` newest first, as JSON text. */
@@ -205,8 +210,20 @@ export declare function planDecide(planJson: any, itemId: string, decisionJson: 
 /** The wire protocol version. */
 export declare function protocolVersion(): number
 
+/** Candidates scored and sorted best first: `[ScoredProposal]` as JSON text. */
+export declare function rankProposals(candidatesJson: any, tools?: Array<string> | undefined | null, costWeight?: number | undefined | null): string
+
 /** The state a proposal leaves behind, as JSON text. */
 export declare function simulate(proposalJson: any, initialStateJson?: any | undefined | null): string
+
+/** Monte Carlo rollouts with tools allowed to fail, as JSON text. */
+export declare function simulateMonteCarlo(proposalJson: any, initialStateJson?: any | undefined | null, toolSuccessRatesJson?: any | undefined | null, goalJson?: any | undefined | null, configJson?: any | undefined | null): string
+
+/**
+ * The final state with accurate-enough effect predictions applied, as JSON
+ * text. Node's argument order (the original's): initial state second.
+ */
+export declare function simulateWithPredictions(proposalJson: any, initialStateJson: any | undefined | null, predictionsJson: any, minAccuracy: number): string
 
 /**
  * What the JS side receives: tool calls to run, the end of a proposal, or a
@@ -235,6 +252,12 @@ export declare function toolsetHash(toolsJson: any): string
 
 /** Transactional hazards: `{consistent, conflicts}` as JSON text. */
 export declare function transactionCheck(proposalJson: any, versionsJson?: any | undefined | null, stateJson?: any | undefined | null): string
+
+/**
+ * `transactionCheck` with predicted write keys folded in, as JSON text.
+ * Node's argument order (the original's): predictions last.
+ */
+export declare function transactionCheckWithPredictions(proposalJson: any, versionsJson: any | undefined | null, stateJson: any | undefined | null, predictionsJson: any): string
 
 /** Static verification of a proposal; returns the verification result as JSON text. */
 export declare function verify(proposalJson: any, initialStateJson?: any | undefined | null, toolNames?: Array<string> | undefined | null, maxActions?: number | undefined | null, toolSchemasJson?: any | undefined | null): string

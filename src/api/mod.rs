@@ -7,6 +7,7 @@
 pub mod callback;
 pub mod gate;
 pub mod permission;
+pub mod planning;
 pub mod policy;
 mod proposal;
 pub mod runtime;
@@ -41,6 +42,7 @@ pub fn client_version() -> String {
 pub fn call(method: &str, params: &Value) -> crate::Result<Value> {
     proposal::call(method, params)
         .or_else(|| verify::call(method, params))
+        .or_else(|| planning::call(method, params))
         .or_else(|| policy::call(method, params))
         .or_else(|| permission::call(method, params))
         .or_else(|| gate::call(method, params))

@@ -461,6 +461,28 @@ impl CarRuntime {
         }
     }
 
+    /// `(successes, failures)` of tool attempts by tool in this runtime's
+    /// event log (what Monte Carlo derives rates from).
+    pub fn tool_history(&self) -> std::collections::HashMap<String, (u64, u64)> {
+        crate::planning::montecarlo::tool_history(&self.rt.events().events())
+    }
+
+    /// `simulate_monte_carlo` against this runtime: a tool with no given
+    /// rate uses its record in the event log (Laplace-smoothed), else the
+    /// config's default. Same arguments and result as the free function.
+    pub fn simulate_monte_carlo(
+        &self,
+        proposal_json: &str,
+        initial_state_json: Option<&str>,
+        tool_success_rates_json: Option<&str>,
+        goal_json: Option<&str>,
+        config_json: Option<&str>,
+    ) -> Result<String> {
+        let input =
+            super::planning::monte_carlo_input(initial_state_json, tool_success_rates_json, goal_json, config_json)?;
+        super::planning::simulate_monte_carlo_with_history(proposal_json, input, self.tool_history())
+    }
+
     /// Turns SHA-256 hash chaining on for every later event.
     pub fn enable_event_log_hash_chaining(&self) {
         self.rt.events().enable_chaining();

@@ -176,6 +176,36 @@ pub fn simulate(plan: &Path, state: Option<&Path>) -> CliResult {
     Ok(0)
 }
 
+/// `car simulate --monte-carlo N`: the Monte Carlo result as JSON.
+pub fn monte_carlo(a: &super::SimulateArgs) -> CliResult {
+    let (text, _) = read_plan(&a.plan)?;
+    let state_json = a.state.as_deref().map(read_state).transpose()?.map(|s| Value::Object(s).to_string());
+    let rates = a.rates.as_deref().map(super::read_text).transpose()?;
+    let goal = a.goal.as_deref().map(super::read_text).transpose()?;
+    let mut config = serde_json::Map::new();
+    config.insert("trials".into(), Value::from(a.monte_carlo.unwrap_or_default()));
+    if let Some(s) = a.seed {
+        config.insert("seed".into(), Value::from(s));
+    }
+    if let Some(r) = a.default_rate {
+        config.insert("default_success_rate".into(), Value::from(r));
+    }
+    if let Some(r) = a.retries {
+        config.insert("retry_attempts".into(), Value::from(r));
+    }
+    let out = api::planning::simulate_monte_carlo(
+        &text,
+        state_json.as_deref(),
+        rates.as_deref(),
+        goal.as_deref(),
+        Some(&Value::Object(config).to_string()),
+    )
+    .map_err(|e| core_error(&a.plan, e))?;
+    let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    println!("{}", pretty(&v));
+    Ok(0)
+}
+
 /// `car optimize`: the optimised proposal as JSON.
 pub fn optimize(plan: &Path) -> CliResult {
     let (text, _) = read_plan(plan)?;

@@ -61,7 +61,9 @@ enum Command {
     )]
     Verify(VerifyArgs),
     /// Simulate a plan against a state and print the final state.
-    #[command(after_help = "Example:\n  car simulate examples/plans/deploy.json --state state.json")]
+    #[command(
+        after_help = "Examples:\n  car simulate examples/plans/deploy.json --state state.json\n  car simulate examples/plans/deploy.json --monte-carlo 10000 --rates rates.json --seed 7"
+    )]
     Simulate(SimulateArgs),
     /// Print the plan with phantom state dependencies dropped.
     #[command(after_help = "Example:\n  car optimize plan.json > optimized.json")]
@@ -132,12 +134,31 @@ struct VerifyArgs {
 }
 
 #[derive(Args, Debug)]
-struct SimulateArgs {
+pub struct SimulateArgs {
     /// The plan (ActionProposal JSON).
     plan: PathBuf,
     /// Initial state: a JSON object of key → value.
     #[arg(long)]
     state: Option<PathBuf>,
+    /// Run N Monte Carlo trials with tools allowed to fail and print the
+    /// distribution (MonteCarloResult JSON) instead of the final state.
+    #[arg(long, value_name = "N")]
+    monte_carlo: Option<u32>,
+    /// Monte Carlo: a JSON object of tool → success rate (0.0..=1.0).
+    #[arg(long, requires = "monte_carlo")]
+    rates: Option<PathBuf>,
+    /// Monte Carlo: a GoalCondition JSON file evaluated on each final state.
+    #[arg(long, requires = "monte_carlo")]
+    goal: Option<PathBuf>,
+    /// Monte Carlo: the PRNG seed (default fixed, echoed in the result).
+    #[arg(long, requires = "monte_carlo")]
+    seed: Option<u64>,
+    /// Monte Carlo: success rate of a tool with no given rate (default 0.5).
+    #[arg(long, requires = "monte_carlo")]
+    default_rate: Option<f64>,
+    /// Monte Carlo: extra attempts after a failed one (default 0).
+    #[arg(long, requires = "monte_carlo")]
+    retries: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -224,6 +245,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Verify(a) => inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, a.format),
+        Command::Simulate(a) if a.monte_carlo.is_some() => inspect::monte_carlo(&a),
         Command::Simulate(a) => inspect::simulate(&a.plan, a.state.as_deref()),
         Command::Optimize(a) => inspect::optimize(&a.plan),
         Command::Policy(PolicyCommand::Check { plan, dir, json }) => inspect::policy_check(&plan, dir.as_deref(), json),

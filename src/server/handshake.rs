@@ -243,6 +243,11 @@ pub const METHODS: &[MethodSpec] = &[
     m("tools.stream.subscribe", "{}", "{subscribed: true}"),
     m("tools.unregister", "{name}", "{unregistered, removed}"),
     m("verify", "{proposal, initial_state?}", "VerificationResult"),
+    m(
+        "verify.monte_carlo",
+        "{proposal, initial_state?, tool_success_rates?, goal?, config?: {trials?, seed?, default_success_rate?, retry_attempts?}}",
+        "MonteCarloResult",
+    ),
 ];
 
 /// Server → client frames, for the schema.

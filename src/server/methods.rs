@@ -226,6 +226,16 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             let args = json!({"proposal": proposal, "initial_state": state, "tool_schemas": schemas});
             crate::api::call("verify", &args).map_err(in_param("proposal"))
         }
+        "verify.monte_carlo" => {
+            // As `verify`: the daemon's state when no initial state is given;
+            // rates not given come from this daemon's event log.
+            let mut args = obj(p)?.clone();
+            if args.get("initial_state").is_none_or(Value::is_null) {
+                args.insert("initial_state".into(), parse(&rt.state_snapshot(None)?)?);
+            }
+            crate::api::planning::monte_carlo_call(&Value::Object(args), rt.tool_history())
+                .map_err(in_param("proposal"))
+        }
         "policy.register" => {
             let name = req_str(p, "name")?;
             let rule = req_str(p, "rule")?;

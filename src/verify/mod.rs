@@ -159,6 +159,11 @@ fn canonical_map(m: &Map<String, Value>, out: &mut Vec<u8>) {
 }
 
 /// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
+pub(crate) fn canonical_json(v: &Value, out: &mut Vec<u8>) {
+    canonical(v, out)
+}
+
+/// Appends the canonical JSON of `v` (object keys sorted, compact) to `out`.
 fn canonical(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(m) => canonical_map(m, out),

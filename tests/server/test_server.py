@@ -427,6 +427,19 @@ def test_session_init_tools_policies_state_events_permissions():
         assert v["valid"] is True
         v = await c.call("verify", {"proposal": proposal([tool_call("v1", "unknown_tool")])})
         assert v["valid"] is False
+        mc_p = proposal([tool_call("m1", "echo", expected_effects={"x": 1}),
+                         tool_call("m2", "flaky", state_dependencies=["x"], expected_effects={"y": 1})])
+        mc = await c.call("verify.monte_carlo", {"proposal": mc_p, "tool_success_rates": {"flaky": 0.0},
+                                                 "config": {"trials": 50, "seed": 9}})
+        assert mc["trials"] == 50 and mc["seed"] == 9
+        assert mc["action_outcomes"][1]["p_effects_landed"] == 0.0
+        rates = {r["tool"]: r["source"] for r in mc["success_rates"]}
+        assert rates["flaky"] == "given" and rates["echo"] in ("event_log", "default")
+        again = await c.call("verify.monte_carlo", {"proposal": mc_p, "tool_success_rates": {"flaky": 0.0},
+                                                    "config": {"trials": 50, "seed": 9}})
+        assert again == mc
+        r = await c.request("verify.monte_carlo", {"proposal": mc_p, "config": {"trials": 0}})
+        assert r["error"]["code"] == -32602 and "config.trials" in r["error"]["message"]
         await c.close()
 
     run(go())

@@ -99,6 +99,68 @@ pub fn transaction_check(
     call("transaction_check", m).map(|v| v.to_string())
 }
 
+/// Monte Carlo rollouts with tools allowed to fail, as JSON text.
+#[napi]
+pub fn simulate_monte_carlo(
+    proposal_json: Value,
+    initial_state_json: Option<Value>,
+    tool_success_rates_json: Option<Value>,
+    goal_json: Option<Value>,
+    config_json: Option<Value>,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "initial_state", opt("initialStateJson", initial_state_json)?);
+    put(&mut m, "tool_success_rates", opt("toolSuccessRatesJson", tool_success_rates_json)?);
+    put(&mut m, "goal", opt("goalJson", goal_json)?);
+    put(&mut m, "config", opt("configJson", config_json)?);
+    call("simulate_monte_carlo", m).map(|v| v.to_string())
+}
+
+/// Candidates scored and sorted best first: `[ScoredProposal]` as JSON text.
+#[napi]
+pub fn rank_proposals(candidates_json: Value, tools: Option<Vec<String>>, cost_weight: Option<f64>) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "candidates", Some(json_value("candidatesJson", candidates_json)?));
+    put(&mut m, "tools", tools.map(Value::from));
+    put(&mut m, "cost_weight", cost_weight.map(Value::from));
+    call("rank_proposals", m).map(|v| v.to_string())
+}
+
+/// The final state with accurate-enough effect predictions applied, as JSON
+/// text. Node's argument order (the original's): initial state second.
+#[napi]
+pub fn simulate_with_predictions(
+    proposal_json: Value,
+    initial_state_json: Option<Value>,
+    predictions_json: Value,
+    min_accuracy: f64,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "initial_state", opt("initialStateJson", initial_state_json)?);
+    put(&mut m, "predictions", Some(json_value("predictionsJson", predictions_json)?));
+    put(&mut m, "min_accuracy", Some(Value::from(min_accuracy)));
+    call("simulate_with_predictions", m).map(|v| v.to_string())
+}
+
+/// `transactionCheck` with predicted write keys folded in, as JSON text.
+/// Node's argument order (the original's): predictions last.
+#[napi]
+pub fn transaction_check_with_predictions(
+    proposal_json: Value,
+    versions_json: Option<Value>,
+    state_json: Option<Value>,
+    predictions_json: Value,
+) -> Result<String> {
+    let mut m = Map::new();
+    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
+    put(&mut m, "versions", opt("versionsJson", versions_json)?);
+    put(&mut m, "state", opt("stateJson", state_json)?);
+    put(&mut m, "predictions", Some(json_value("predictionsJson", predictions_json)?));
+    call("transaction_check_with_predictions", m).map(|v| v.to_string())
+}
+
 /// Required tier and reversibility of every action, as JSON text.
 #[napi]
 pub fn permission_classify(proposal_json: Value) -> Result<String> {

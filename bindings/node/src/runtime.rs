@@ -341,6 +341,29 @@ impl JsCarRuntime {
         })
     }
 
+    /// Monte Carlo against this runtime: tools without a given rate use
+    /// their event-log record (Laplace-smoothed), else the default.
+    #[napi]
+    pub async fn simulate_monte_carlo(
+        &self,
+        proposal_json: Value,
+        initial_state_json: Option<Value>,
+        tool_success_rates_json: Option<Value>,
+        goal_json: Option<Value>,
+        config_json: Option<Value>,
+    ) -> napi::Result<String> {
+        let o = |v: Option<Value>| v.map(text);
+        self.core
+            .simulate_monte_carlo(
+                &text(proposal_json),
+                o(initial_state_json).as_deref(),
+                o(tool_success_rates_json).as_deref(),
+                o(goal_json).as_deref(),
+                o(config_json).as_deref(),
+            )
+            .map_err(aerr)
+    }
+
     /// Number of events held.
     #[napi]
     pub async fn event_count(&self) -> napi::Result<u32> {

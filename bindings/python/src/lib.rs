@@ -147,6 +147,82 @@ fn transaction_check(
     call(py, "transaction_check", p).map(text)
 }
 
+/// Monte Carlo rollouts of a proposal with tools allowed to fail, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, initial_state_json=None, tool_success_rates_json=None, goal_json=None, config_json=None))]
+fn simulate_monte_carlo(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    initial_state_json: Option<&Bound<'_, PyAny>>,
+    tool_success_rates_json: Option<&Bound<'_, PyAny>>,
+    goal_json: Option<&Bound<'_, PyAny>>,
+    config_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
+        "tool_success_rates" => tool_success_rates_json.map(|o| parse(py, "tool_success_rates_json", o)).transpose()?,
+        "goal" => goal_json.map(|o| parse(py, "goal_json", o)).transpose()?,
+        "config" => config_json.map(|o| parse(py, "config_json", o)).transpose()?,
+    );
+    call(py, "simulate_monte_carlo", p).map(text)
+}
+
+/// Candidates scored and sorted best first, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (candidates_json, tools=None, cost_weight=None))]
+fn rank_proposals(
+    py: Python<'_>,
+    candidates_json: &Bound<'_, PyAny>,
+    tools: Option<Vec<String>>,
+    cost_weight: Option<f64>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "candidates" => Some(parse(py, "candidates_json", candidates_json)?),
+        "tools" => tools.map(Value::from),
+        "cost_weight" => cost_weight.map(Value::from),
+    );
+    call(py, "rank_proposals", p).map(text)
+}
+
+/// The final state with accurate-enough effect predictions applied, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, predictions_json, min_accuracy, initial_state_json=None))]
+fn simulate_with_predictions(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    predictions_json: &Bound<'_, PyAny>,
+    min_accuracy: f64,
+    initial_state_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "predictions" => Some(parse(py, "predictions_json", predictions_json)?),
+        "min_accuracy" => Some(Value::from(min_accuracy)),
+        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
+    );
+    call(py, "simulate_with_predictions", p).map(text)
+}
+
+/// `transaction_check` with predicted write keys folded in, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (proposal_json, predictions_json, versions_json=None, state_json=None))]
+fn transaction_check_with_predictions(
+    py: Python<'_>,
+    proposal_json: &Bound<'_, PyAny>,
+    predictions_json: &Bound<'_, PyAny>,
+    versions_json: Option<&Bound<'_, PyAny>>,
+    state_json: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let p = params!(py;
+        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
+        "predictions" => Some(parse(py, "predictions_json", predictions_json)?),
+        "versions" => versions_json.map(|o| parse(py, "versions_json", o)).transpose()?,
+        "state" => state_json.map(|o| parse(py, "state_json", o)).transpose()?,
+    );
+    call(py, "transaction_check_with_predictions", p).map(text)
+}
+
 /// Required tier and reversibility of every action, as JSON text.
 #[pyfunction]
 fn permission_classify(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -313,6 +389,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
     m.add_function(wrap_pyfunction!(equivalent, m)?)?;
     m.add_function(wrap_pyfunction!(transaction_check, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_monte_carlo, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_proposals, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_with_predictions, m)?)?;
+    m.add_function(wrap_pyfunction!(transaction_check_with_predictions, m)?)?;
     m.add_function(wrap_pyfunction!(permission_classify, m)?)?;
     m.add_function(wrap_pyfunction!(permission_evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(match_shell_command, m)?)?;

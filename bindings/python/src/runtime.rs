@@ -606,6 +606,30 @@ impl PyCarRuntime {
         run_with(py, &self.core, text, handler, session_id, None)
     }
 
+    /// Monte Carlo against this runtime: tools without a given rate use
+    /// their event-log record (Laplace-smoothed), else the default.
+    #[pyo3(signature = (proposal_json, initial_state_json=None, tool_success_rates_json=None, goal_json=None, config_json=None))]
+    fn simulate_monte_carlo(
+        &self,
+        py: Python<'_>,
+        proposal_json: &Bound<'_, PyAny>,
+        initial_state_json: Option<&Bound<'_, PyAny>>,
+        tool_success_rates_json: Option<&Bound<'_, PyAny>>,
+        goal_json: Option<&Bound<'_, PyAny>>,
+        config_json: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let p = crate::json_text(py, proposal_json)?;
+        let (s, r, g, c) = (
+            opt_text(py, initial_state_json)?,
+            opt_text(py, tool_success_rates_json)?,
+            opt_text(py, goal_json)?,
+            opt_text(py, config_json)?,
+        );
+        let core = &self.core;
+        py.detach(|| core.simulate_monte_carlo(&p, s.as_deref(), r.as_deref(), g.as_deref(), c.as_deref()))
+            .map_err(|e| to_py_err(py, e))
+    }
+
     /// Number of events held.
     fn event_count(&self) -> u64 {
         self.core.event_count()

@@ -109,6 +109,69 @@ pub fn transaction_check(
     call("transaction_check", m).map(|v| v.to_string())
 }
 
+/// Monte Carlo rollouts with tools allowed to fail, as JSON text.
+#[uniffi::export(default(initial_state_json = None, tool_success_rates_json = None, goal_json = None, config_json = None))]
+pub fn simulate_monte_carlo(
+    proposal_json: String,
+    initial_state_json: Option<String>,
+    tool_success_rates_json: Option<String>,
+    goal_json: Option<String>,
+    config_json: Option<String>,
+) -> Result<String, CarError> {
+    car_runtime::api::planning::simulate_monte_carlo(
+        &proposal_json,
+        initial_state_json.as_deref(),
+        tool_success_rates_json.as_deref(),
+        goal_json.as_deref(),
+        config_json.as_deref(),
+    )
+    .map_err(CarError::from)
+}
+
+/// Candidates scored and sorted best first, as JSON text.
+#[uniffi::export(default(tools = None, cost_weight = None))]
+pub fn rank_proposals(
+    candidates_json: String,
+    tools: Option<Vec<String>>,
+    cost_weight: Option<f64>,
+) -> Result<String, CarError> {
+    car_runtime::api::planning::rank_proposals(&candidates_json, tools, cost_weight).map_err(CarError::from)
+}
+
+/// The final state with accurate-enough predictions applied, as JSON text.
+#[uniffi::export(default(initial_state_json = None))]
+pub fn simulate_with_predictions(
+    proposal_json: String,
+    predictions_json: String,
+    min_accuracy: f64,
+    initial_state_json: Option<String>,
+) -> Result<String, CarError> {
+    car_runtime::api::planning::simulate_with_predictions(
+        &proposal_json,
+        &predictions_json,
+        min_accuracy,
+        initial_state_json.as_deref(),
+    )
+    .map_err(CarError::from)
+}
+
+/// `transaction_check` with predicted write keys folded in, as JSON text.
+#[uniffi::export(default(versions_json = None, state_json = None))]
+pub fn transaction_check_with_predictions(
+    proposal_json: String,
+    predictions_json: String,
+    versions_json: Option<String>,
+    state_json: Option<String>,
+) -> Result<String, CarError> {
+    car_runtime::api::planning::transaction_check_with_predictions(
+        &proposal_json,
+        &predictions_json,
+        versions_json.as_deref(),
+        state_json.as_deref(),
+    )
+    .map_err(CarError::from)
+}
+
 /// Required tier and reversibility of every action, as JSON text.
 #[uniffi::export]
 pub fn permission_classify(proposal_json: String) -> Result<String, CarError> {
@@ -608,6 +671,25 @@ impl CarRuntime {
         slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         release_here(handler);
         Ok(out?)
+    }
+
+    /// Monte Carlo against this runtime: tools without a given rate use
+    /// their event-log record (Laplace-smoothed), else the default.
+    pub fn simulate_monte_carlo(
+        &self,
+        proposal_json: String,
+        initial_state_json: Option<String>,
+        tool_success_rates_json: Option<String>,
+        goal_json: Option<String>,
+        config_json: Option<String>,
+    ) -> Result<String, CarError> {
+        Ok(self.core.simulate_monte_carlo(
+            &proposal_json,
+            initial_state_json.as_deref(),
+            tool_success_rates_json.as_deref(),
+            goal_json.as_deref(),
+            config_json.as_deref(),
+        )?)
     }
 
     /// Number of events held.

@@ -30,9 +30,13 @@ from ._native import (  # noqa: F401
     permission_classify,
     permission_evaluate,
     protocol_version,
+    rank_proposals,
     simulate,
+    simulate_monte_carlo,
+    simulate_with_predictions,
     toolset_hash,
     transaction_check,
+    transaction_check_with_predictions,
     verify,
 )
 
@@ -68,4 +72,8 @@ __all__ = [
     "toolset_hash",
     "transaction_check",
     "verify",
+    "rank_proposals",
+    "simulate_monte_carlo",
+    "simulate_with_predictions",
+    "transaction_check_with_predictions",
 ]

@@ -129,6 +129,15 @@ class CarRuntime:
         """Executes; `tool_fn(call_json)` or `tool_fn(tool, params_json)` returns the result."""
     def submit_proposal(self, proposal_json: JsonArg, session_id: Optional[str] = None) -> str:
         """Executes with the handler from `register_tool_handler`."""
+    def simulate_monte_carlo(
+        self,
+        proposal_json: JsonArg,
+        initial_state_json: Optional[JsonArg] = None,
+        tool_success_rates_json: Optional[JsonArg] = None,
+        goal_json: Optional[JsonArg] = None,
+        config_json: Optional[JsonArg] = None,
+    ) -> str:
+        """Monte Carlo with rates from this runtime's event log where none is given."""
     def event_count(self) -> int: ...
     def event_query(self, query_json: Optional[JsonArg] = None) -> str:
         """`{count, events}` newest first."""
@@ -159,6 +168,26 @@ def optimize(proposal_json: JsonArg) -> str: ...
 def equivalent(p1_json: JsonArg, p2_json: JsonArg, test_states_json: Optional[JsonArg] = None) -> bool: ...
 def transaction_check(
     proposal_json: JsonArg, versions_json: Optional[JsonArg] = None, state_json: Optional[JsonArg] = None
+) -> str: ...
+def simulate_monte_carlo(
+    proposal_json: JsonArg,
+    initial_state_json: Optional[JsonArg] = None,
+    tool_success_rates_json: Optional[JsonArg] = None,
+    goal_json: Optional[JsonArg] = None,
+    config_json: Optional[JsonArg] = None,
+) -> str:
+    """`{trials, seed, p_goal_reached, goal_underivable_conditions, p_all_effects_landed, tool_calls,
+    actions_executed, state_distribution, action_outcomes, success_rates}`."""
+def rank_proposals(candidates_json: JsonArg, tools: Optional[List[str]] = None, cost_weight: Optional[float] = None) -> str:
+    """`[ScoredProposal]`, best first."""
+def simulate_with_predictions(
+    proposal_json: JsonArg, predictions_json: JsonArg, min_accuracy: float, initial_state_json: Optional[JsonArg] = None
+) -> str: ...
+def transaction_check_with_predictions(
+    proposal_json: JsonArg,
+    predictions_json: JsonArg,
+    versions_json: Optional[JsonArg] = None,
+    state_json: Optional[JsonArg] = None,
 ) -> str: ...
 def permission_classify(proposal_json: JsonArg) -> str: ...
 def permission_evaluate(proposal_json: JsonArg, granted_tier: str, ledger_path: Optional[str] = None) -> str: ...
