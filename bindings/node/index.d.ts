@@ -21,6 +21,14 @@ export declare class CarRuntime {
    */
   registerAgentBasics(root?: string | undefined | null): Promise<void>
   /**
+   * The built-in tools and `shell`, which runs in `root` under the
+   * sandbox the admission document's `sandbox` section gives it
+   * (`workspace-write` by default: no network, writes only under the
+   * root, a scrubbed environment; `docs/sandbox.md`). Every call passes
+   * the admission stage first.
+   */
+  registerShellTool(root?: string | undefined | null): Promise<void>
+  /**
    * Configures the admission stage from the admission configuration
    * document (JSON text or object; the core's `AdmissionConfig`): tier, ledger,
    * permission chain, `shell` table, inspectors, budget, retries. null

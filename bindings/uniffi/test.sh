@@ -16,6 +16,7 @@ PYTHONPATH="$GEN/python" python3 tests/python/test_uniffi.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_approvals.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_admission.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_hooks.py
+PYTHONPATH="$GEN/python" python3 tests/python/test_planning.py
 
 echo "--> uniffi: kotlin through the generated bindings"
 JNA=/usr/share/java/jna.jar

@@ -68,6 +68,16 @@ impl JsCarRuntime {
         self.core.register_agent_basics(root.as_deref()).map_err(aerr)
     }
 
+    /// The built-in tools and `shell`, which runs in `root` under the
+    /// sandbox the admission document's `sandbox` section gives it
+    /// (`workspace-write` by default: no network, writes only under the
+    /// root, a scrubbed environment; `docs/sandbox.md`). Every call passes
+    /// the admission stage first.
+    #[napi]
+    pub async fn register_shell_tool(&self, root: Option<String>) -> napi::Result<()> {
+        self.core.register_shell_tool(root.as_deref()).map_err(aerr)
+    }
+
     /// Configures the admission stage from the admission configuration
     /// document (JSON text or object; the core's `AdmissionConfig`): tier, ledger,
     /// permission chain, `shell` table, inspectors, budget, retries. null

@@ -295,6 +295,16 @@ impl PyCarRuntime {
         self.core.register_agent_basics(root.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
+    /// The built-in tools and `shell`, which runs in `root` under the
+    /// sandbox the admission document's `sandbox` section gives it
+    /// (`workspace-write` by default: no network, writes only under the
+    /// root, a scrubbed environment; `docs/sandbox.md`). Every call passes
+    /// the admission stage first.
+    #[pyo3(signature = (root=None))]
+    fn register_shell_tool(&self, py: Python<'_>, root: Option<String>) -> PyResult<()> {
+        self.core.register_shell_tool(root.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
     /// Configures the admission stage from the admission configuration
     /// document (JSON text or dict; the core's `AdmissionConfig`): tier, ledger,
     /// permission chain, `[shell]` table, inspectors, budget, retries. None

@@ -56,6 +56,9 @@ class CarRuntime:
     def register_agent_basics(self, root: Optional[str] = None) -> None:
         """Registers the published built-in tools (read_file, write_file, edit_file, list_dir,
         find_files, grep_files, calculate), run in-process and confined to `root`; not `shell`."""
+    def register_shell_tool(self, root: Optional[str] = None) -> None:
+        """The built-in tools and `shell`, run in `root` under the admission document's sandbox
+        (`workspace-write` by default: no network, writes only under the root, a scrubbed environment)."""
     def set_permissions(self, config_json: Optional[JsonArg] = None, approvals_dir: Optional[str] = None) -> None:
         """Configures the admission stage from the admission configuration document
         (the core's AdmissionConfig; None removes every layer but the tier); asks go through the

@@ -1,0 +1,69 @@
+"""The sandbox under `shell` through the Python binding (issue #26): the
+same kernel-enforced profile the core tests exercise, reached from Python."""
+import json
+import os
+import shutil
+import tempfile
+
+import car_runtime as car
+
+
+def _shell(rt, command, **kw):
+    p = {"id": "p", "actions": [{"id": "s", "type": "tool_call", "tool": "shell",
+                                 "parameters": {"command": command}, "max_retries": 0, **kw}]}
+    out = json.loads(rt.execute_proposal(p, lambda call: {"host": True}))
+    return out["results"][0]
+
+
+def test_shell_runs_under_workspace_write_by_default():
+    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
+    try:
+        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
+        os.makedirs(root)
+        os.makedirs(outside)
+        rt = car.CarRuntime()
+        rt.register_shell_tool(root)
+        # Inside the root: written.
+        r = _shell(rt, "echo in > inside.txt")
+        assert r["status"] == "succeeded", r
+        assert open(os.path.join(root, "inside.txt")).read() == "in\n"
+        # Outside the root: the kernel refuses it, whatever admission allowed.
+        target = os.path.join(outside, "escape.txt")
+        r = _shell(rt, f"echo out > {target}")
+        assert r["status"] == "failed", r
+        assert "Permission denied" in r["error"], r
+        assert not os.path.exists(target)
+        # A variable of the host environment is not inherited.
+        os.environ["CAR_PY_SANDBOX_SECRET"] = "hunter2"
+        try:
+            r = _shell(rt, "echo \"[$CAR_PY_SANDBOX_SECRET]\"")
+            assert r["status"] == "succeeded", r
+            assert r["output"]["stdout"] == "[]\n", r
+        finally:
+            del os.environ["CAR_PY_SANDBOX_SECRET"]
+        # Every run is in the event log with its profile.
+        ev = json.loads(rt.event_query(json.dumps({"kinds": ["SandboxRun"]})))
+        assert ev["count"] >= 3
+        assert {e["data"]["profile"] for e in ev["events"]} == {"workspace-write"}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_document_picks_the_profile_and_a_bad_one_changes_nothing():
+    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
+    try:
+        rt = car.CarRuntime()
+        rt.register_shell_tool(base)
+        rt.set_permissions({"sandbox": {"tools": {"shell": "read-only"}}})
+        r = _shell(rt, "echo x > f.txt")
+        assert r["status"] == "failed" and "Permission denied" in r["error"], r
+        assert not os.path.exists(os.path.join(base, "f.txt"))
+        try:
+            rt.set_permissions({"sandbox": {"default": "nope"}})
+            raise AssertionError("an unknown profile must be refused")
+        except Exception as e:  # noqa: BLE001 - the binding's input error
+            assert "nope" in str(e)
+        r = _shell(rt, "echo x > f.txt")
+        assert r["status"] == "failed", "the read-only document is still in force"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
