@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
-use crate::ir::ActionProposal;
 use crate::planning::{self, CostTarget, EffectPrediction, GoalCondition, MonteCarloConfig, MonteCarloInput};
 use crate::{Error, Result};
 
@@ -21,23 +20,7 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-fn parse_arg<T: serde::de::DeserializeOwned>(name: &str, text: Option<&str>) -> Result<Option<T>> {
-    text.map(|t| crate::ir::from_json_str::<T>(t).map_err(|e| Error::invalid_argument(name, e.to_string()))).transpose()
-}
-
-fn value_arg<T: serde::de::DeserializeOwned>(params: &Value, name: &str) -> Result<Option<T>> {
-    match params.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => {
-            let v = super::json_arg(v).map_err(|e| Error::invalid_argument(name, e.to_string()))?;
-            crate::ir::from_value::<T>(v).map(Some).map_err(|e| Error::invalid_argument(name, e.to_string()))
-        }
-    }
-}
-
-fn proposal_arg(params: &Value, name: &str) -> Result<ActionProposal> {
-    crate::ir::parse_proposal_value(super::json_arg(super::required(params, name)?)?)
-}
+use super::verify::{parse_arg, proposal_arg, value_arg};
 
 /// The Monte Carlo inputs from their JSON texts (`None` = absent).
 pub fn monte_carlo_input(

@@ -15,12 +15,12 @@ fn to_text<T: serde::Serialize>(v: &T) -> String {
 }
 
 /// Parses an optional argument given as JSON text, naming it on error.
-fn parse_arg<T: serde::de::DeserializeOwned>(name: &str, text: Option<&str>) -> Result<Option<T>> {
+pub(crate) fn parse_arg<T: serde::de::DeserializeOwned>(name: &str, text: Option<&str>) -> Result<Option<T>> {
     text.map(|t| crate::ir::from_json_str::<T>(t).map_err(|e| Error::invalid_argument(name, e.to_string()))).transpose()
 }
 
 /// Converts an optional argument given as a JSON value, naming it on error.
-fn value_arg<T: serde::de::DeserializeOwned>(params: &Value, name: &str) -> Result<Option<T>> {
+pub(crate) fn value_arg<T: serde::de::DeserializeOwned>(params: &Value, name: &str) -> Result<Option<T>> {
     match params.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => {
@@ -30,7 +30,7 @@ fn value_arg<T: serde::de::DeserializeOwned>(params: &Value, name: &str) -> Resu
     }
 }
 
-fn proposal_arg(params: &Value, name: &str) -> Result<ActionProposal> {
+pub(crate) fn proposal_arg(params: &Value, name: &str) -> Result<ActionProposal> {
     crate::ir::parse_proposal_value(super::json_arg(super::required(params, name)?)?)
 }
 
