@@ -47,6 +47,22 @@ pub fn call(method: &str, params: &Value) -> crate::Result<Value> {
         .unwrap_or_else(|| Err(crate::Error::not_found("unknown_method", format!("unknown method `{method}`"))))
 }
 
+/// The error a binding reports when a typed facade function failed: when one
+/// of the binding's JSON text arguments (`(name, text)`, in argument order)
+/// is not JSON at all, `invalid_argument` naming that argument (the binding's
+/// own spelling, e.g. `proposal_json` or `proposalJson`); otherwise `e` as it
+/// is. Only the error path reads the texts again.
+pub fn name_bad_json(e: crate::Error, args: &[(&str, Option<&str>)]) -> crate::Error {
+    for (name, text) in args {
+        if let Some(text) = text
+            && let Err(bad) = serde_json::from_str::<serde::de::IgnoredAny>(text)
+        {
+            return crate::Error::invalid_argument(*name, format!("is not valid JSON: {bad}"));
+        }
+    }
+    e
+}
+
 /// Reads a required parameter of a [`call`].
 pub(crate) fn required<'a>(params: &'a Value, name: &str) -> crate::Result<&'a Value> {
     params.get(name).filter(|v| !v.is_null()).ok_or_else(|| crate::Error::invalid_argument(name, "is required"))

@@ -40,6 +40,11 @@ fn opt(name: &str, v: Option<Value>) -> Result<Option<Value>> {
     v.map(|v| json_value(name, v)).transpose()
 }
 
+/// A facade error as a JS error, naming an argument that is not JSON at all.
+fn named(e: car_runtime::Error, args: &[(&str, Option<&str>)]) -> napi::Error<String> {
+    to_js_err(car_runtime::api::name_bad_json(e, args))
+}
+
 /// A `*Json` argument as text: JSON text as it is, a plain JS value serialised.
 fn text_arg(v: Value) -> String {
     match v {
@@ -57,36 +62,45 @@ pub fn verify(
     max_actions: Option<u32>,
     tool_schemas_json: Option<Value>,
 ) -> Result<String> {
+    let p = text_arg(proposal_json);
     let state = initial_state_json.map(text_arg);
     let schemas = tool_schemas_json.map(text_arg);
-    car_runtime::api::verify::verify(
-        &text_arg(proposal_json),
-        state.as_deref(),
-        tool_names,
-        max_actions.map(u64::from),
-        schemas.as_deref(),
-    )
-    .map_err(to_js_err)
+    car_runtime::api::verify::verify(&p, state.as_deref(), tool_names, max_actions.map(u64::from), schemas.as_deref())
+        .map_err(|e| {
+            named(
+                e,
+                &[
+                    ("proposalJson", Some(&p)),
+                    ("initialStateJson", state.as_deref()),
+                    ("toolSchemasJson", schemas.as_deref()),
+                ],
+            )
+        })
 }
 
 /// The state a proposal leaves behind, as JSON text.
 #[napi]
 pub fn simulate(proposal_json: Value, initial_state_json: Option<Value>) -> Result<String> {
+    let p = text_arg(proposal_json);
     let state = initial_state_json.map(text_arg);
-    car_runtime::api::verify::simulate(&text_arg(proposal_json), state.as_deref()).map_err(to_js_err)
+    car_runtime::api::verify::simulate(&p, state.as_deref())
+        .map_err(|e| named(e, &[("proposalJson", Some(&p)), ("initialStateJson", state.as_deref())]))
 }
 
 /// The proposal with phantom state dependencies pruned, as JSON text.
 #[napi]
 pub fn optimize(proposal_json: Value) -> Result<String> {
-    car_runtime::api::verify::optimize(&text_arg(proposal_json)).map_err(to_js_err)
+    let p = text_arg(proposal_json);
+    car_runtime::api::verify::optimize(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))
 }
 
 /// Sampled equivalence of two proposals.
 #[napi]
 pub fn equivalent(p1_json: Value, p2_json: Value, test_states_json: Option<Value>) -> Result<bool> {
+    let (p1, p2) = (text_arg(p1_json), text_arg(p2_json));
     let states = test_states_json.map(text_arg);
-    car_runtime::api::verify::equivalent(&text_arg(p1_json), &text_arg(p2_json), states.as_deref()).map_err(to_js_err)
+    car_runtime::api::verify::equivalent(&p1, &p2, states.as_deref())
+        .map_err(|e| named(e, &[("p1Json", Some(&p1)), ("p2Json", Some(&p2)), ("testStatesJson", states.as_deref())]))
 }
 
 /// Transactional hazards: `{consistent, conflicts}` as JSON text.
@@ -96,23 +110,27 @@ pub fn transaction_check(
     versions_json: Option<Value>,
     state_json: Option<Value>,
 ) -> Result<String> {
+    let p = text_arg(proposal_json);
     let versions = versions_json.map(text_arg);
     let state = state_json.map(text_arg);
-    car_runtime::api::verify::transaction_check(&text_arg(proposal_json), versions.as_deref(), state.as_deref())
-        .map_err(to_js_err)
+    car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()).map_err(|e| {
+        named(e, &[("proposalJson", Some(&p)), ("versionsJson", versions.as_deref()), ("stateJson", state.as_deref())])
+    })
 }
 
 /// Required tier and reversibility of every action, as JSON text.
 #[napi]
 pub fn permission_classify(proposal_json: Value) -> Result<String> {
-    car_runtime::api::policy::permission_classify(&text_arg(proposal_json)).map_err(to_js_err)
+    let p = text_arg(proposal_json);
+    car_runtime::api::policy::permission_classify(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))
 }
 
 /// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
 #[napi]
 pub fn permission_evaluate(proposal_json: Value, granted_tier: String, ledger_path: Option<String>) -> Result<String> {
-    car_runtime::api::policy::permission_evaluate(&text_arg(proposal_json), &granted_tier, ledger_path.as_deref())
-        .map_err(to_js_err)
+    let p = text_arg(proposal_json);
+    car_runtime::api::policy::permission_evaluate(&p, &granted_tier, ledger_path.as_deref())
+        .map_err(|e| named(e, &[("proposalJson", Some(&p))]))
 }
 
 /// `"allow"`, `"ask"` or `"deny"` for a shell command under argv rules.

@@ -88,9 +88,15 @@ fn opt_text(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<J
     obj.map(|o| text_arg(py, o)).transpose()
 }
 
-/// Runs a typed text-in, text-out facade function with the GIL released.
-fn facade<T: Send>(py: Python<'_>, f: impl FnOnce() -> car_runtime::Result<T> + Send) -> PyResult<T> {
-    py.detach(f).map_err(|e| to_py_err(py, e))
+/// Runs a typed text-in, text-out facade function with the GIL released; an
+/// argument that is not JSON at all is named in the error (`args`: the
+/// binding's argument names and texts, in order).
+fn facade<T: Send>(
+    py: Python<'_>,
+    args: &[(&str, Option<&str>)],
+    f: impl FnOnce() -> car_runtime::Result<T> + Send,
+) -> PyResult<T> {
+    py.detach(f).map_err(|e| to_py_err(py, car_runtime::api::name_bad_json(e, args)))
 }
 
 fn text(v: Value) -> String {
@@ -119,7 +125,15 @@ fn verify(
     let p = text_arg(py, proposal_json)?;
     let state = opt_text(py, initial_state_json)?;
     let schemas = opt_text(py, tool_schemas_json)?;
-    facade(py, || car_runtime::api::verify::verify(&p, state.as_deref(), tool_names, max_actions, schemas.as_deref()))
+    facade(
+        py,
+        &[
+            ("proposal_json", Some(&p)),
+            ("initial_state_json", state.as_deref()),
+            ("tool_schemas_json", schemas.as_deref()),
+        ],
+        || car_runtime::api::verify::verify(&p, state.as_deref(), tool_names, max_actions, schemas.as_deref()),
+    )
 }
 
 /// The state a proposal leaves behind, as JSON text.
@@ -132,14 +146,16 @@ fn simulate(
 ) -> PyResult<String> {
     let p = text_arg(py, proposal_json)?;
     let state = opt_text(py, initial_state_json)?;
-    facade(py, || car_runtime::api::verify::simulate(&p, state.as_deref()))
+    facade(py, &[("proposal_json", Some(&p)), ("initial_state_json", state.as_deref())], || {
+        car_runtime::api::verify::simulate(&p, state.as_deref())
+    })
 }
 
 /// The proposal with phantom state dependencies pruned, as JSON text.
 #[pyfunction]
 fn optimize(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
     let p = text_arg(py, proposal_json)?;
-    facade(py, || car_runtime::api::verify::optimize(&p))
+    facade(py, &[("proposal_json", Some(&p))], || car_runtime::api::verify::optimize(&p))
 }
 
 /// Sampled equivalence of two proposals.
@@ -154,7 +170,9 @@ fn equivalent(
     let p1 = text_arg(py, p1_json)?;
     let p2 = text_arg(py, p2_json)?;
     let states = opt_text(py, test_states_json)?;
-    facade(py, || car_runtime::api::verify::equivalent(&p1, &p2, states.as_deref()))
+    facade(py, &[("p1_json", Some(&p1)), ("p2_json", Some(&p2)), ("test_states_json", states.as_deref())], || {
+        car_runtime::api::verify::equivalent(&p1, &p2, states.as_deref())
+    })
 }
 
 /// Transactional hazards of a proposal, as JSON text.
@@ -169,14 +187,18 @@ fn transaction_check(
     let p = text_arg(py, proposal_json)?;
     let versions = opt_text(py, versions_json)?;
     let state = opt_text(py, state_json)?;
-    facade(py, || car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()))
+    facade(
+        py,
+        &[("proposal_json", Some(&p)), ("versions_json", versions.as_deref()), ("state_json", state.as_deref())],
+        || car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()),
+    )
 }
 
 /// Required tier and reversibility of every action, as JSON text.
 #[pyfunction]
 fn permission_classify(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
     let p = text_arg(py, proposal_json)?;
-    facade(py, || car_runtime::api::policy::permission_classify(&p))
+    facade(py, &[("proposal_json", Some(&p))], || car_runtime::api::policy::permission_classify(&p))
 }
 
 /// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
@@ -189,7 +211,9 @@ fn permission_evaluate(
     ledger_path: Option<String>,
 ) -> PyResult<String> {
     let p = text_arg(py, proposal_json)?;
-    facade(py, || car_runtime::api::policy::permission_evaluate(&p, &granted_tier, ledger_path.as_deref()))
+    facade(py, &[("proposal_json", Some(&p))], || {
+        car_runtime::api::policy::permission_evaluate(&p, &granted_tier, ledger_path.as_deref())
+    })
 }
 
 /// `"allow"`, `"ask"` or `"deny"` for a shell command under argv rules.
