@@ -17,6 +17,9 @@ use std::time::Instant;
 
 use car_runtime::api::verify;
 
+/// One timed facade call.
+type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
 fn time(repeats: usize, mut f: impl FnMut()) -> (f64, f64) {
     f();
     let mut ms: Vec<f64> = (0..repeats)
@@ -51,7 +54,7 @@ fn main() {
                 std::process::exit(2);
             }
         };
-        let cases: [(&str, Box<dyn Fn()>); 4] = [
+        let cases: [Case<'_>; 4] = [
             ("verify", Box::new(|| drop(black_box(verify::verify(&text, None, None, Some(n), None))))),
             ("simulate", Box::new(|| drop(black_box(verify::simulate(&text, None))))),
             ("optimize", Box::new(|| drop(black_box(verify::optimize(&text))))),

@@ -75,3 +75,20 @@ pub(crate) fn json_arg(v: &Value) -> crate::Result<Value> {
         other => Ok(other.clone()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_bad_json_names_the_first_argument_that_is_not_json() {
+        let e = crate::Error::invalid_argument("x", "whatever");
+        let named = name_bad_json(e, &[("p1_json", Some("{}")), ("p2_json", Some("{nope")), ("s", Some("[1"))]);
+        assert_eq!(named.code(), "invalid_argument");
+        assert!(named.to_string().contains("`p2_json`"), "{named}");
+        assert!(named.to_string().contains("is not valid JSON"), "{named}");
+        // Every text is JSON (the error is about its content): kept as it is.
+        let kept = name_bad_json(crate::Error::not_found("unknown_method", "m"), &[("a", Some("[1]")), ("b", None)]);
+        assert_eq!(kept.code(), "unknown_method");
+    }
+}
