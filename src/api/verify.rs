@@ -70,7 +70,13 @@ pub fn simulate(proposal_json: &str, initial_state_json: Option<&str>) -> Result
 /// dropped, as JSON text.
 pub fn optimize(proposal_json: &str) -> Result<String> {
     let p = crate::ir::parse_proposal(proposal_json)?;
-    Ok(to_text(&verify::optimize(&p)))
+    Ok(to_text(&optimize_proposal(p)))
+}
+
+/// `optimize` on a parsed proposal, pruned in place (the CLI prints it).
+pub fn optimize_proposal(mut proposal: ActionProposal) -> ActionProposal {
+    verify::optimize_in_place(&mut proposal);
+    proposal
 }
 
 /// `equivalent(p1, p2, test_states?)`: `test_states_json` is an array of
@@ -114,7 +120,7 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
                 let state: Map<String, Value> = value_arg(params, "initial_state")?.unwrap_or_default();
                 Ok(Value::Object(verify::simulate(&p, &state)))
             }
-            "optimize" => Ok(to_value(&verify::optimize(&proposal_arg(params, "proposal")?))),
+            "optimize" => Ok(to_value(&optimize_proposal(proposal_arg(params, "proposal")?))),
             "equivalent" => {
                 let p1 = proposal_arg(params, "p1")?;
                 let p2 = proposal_arg(params, "p2")?;

@@ -208,10 +208,10 @@ pub fn monte_carlo(a: &super::SimulateArgs) -> CliResult {
 
 /// `car optimize`: the optimised proposal as JSON.
 pub fn optimize(plan: &Path) -> CliResult {
-    let (text, _) = read_plan(plan)?;
-    let out = api::verify::optimize(&text).map_err(|e| core_error(plan, e))?;
-    let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
-    println!("{}", pretty(&v));
+    // The typed proposal is printed as it is (no second parse of the text,
+    // no round trip of the output through a JSON value).
+    let (_, proposal) = read_plan(plan)?;
+    println!("{}", pretty(&api::verify::optimize_proposal(proposal)));
     Ok(0)
 }
 

@@ -590,12 +590,35 @@ pub fn equivalent(p1: &ActionProposal, p2: &ActionProposal, test_states: Option<
 /// they order nothing) so independent actions share a level. Never reorders,
 /// adds or drops actions, and keeps explicit `dependencies`.
 pub fn optimize(proposal: &ActionProposal) -> ActionProposal {
-    let written: HashSet<&str> = proposal.actions.iter().flat_map(Dag::writes).collect();
     let mut out = proposal.clone();
-    for a in &mut out.actions {
-        a.state_dependencies.retain(|k| written.contains(k.as_str()));
-    }
+    optimize_in_place(&mut out);
     out
+}
+
+/// [`optimize`] without the copy: prunes the proposal's own phantom
+/// `state_dependencies`. A proposal without state dependencies is left as it
+/// is without building anything.
+pub fn optimize_in_place(proposal: &mut ActionProposal) {
+    if proposal.actions.iter().all(|a| a.state_dependencies.is_empty()) {
+        return;
+    }
+    // Which dependencies each action with a phantom one keeps (the written
+    // keys are borrowed from the proposal, so the pruning happens after).
+    let prune: Vec<(usize, Vec<bool>)> = {
+        let mut written: HashSet<&str> = HashSet::with_capacity(proposal.actions.len());
+        written.extend(proposal.actions.iter().flat_map(Dag::writes));
+        proposal
+            .actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.state_dependencies.iter().all(|k| written.contains(k.as_str())))
+            .map(|(i, a)| (i, a.state_dependencies.iter().map(|k| written.contains(k.as_str())).collect()))
+            .collect()
+    };
+    for (i, keep) in prune {
+        let mut keep = keep.into_iter();
+        proposal.actions[i].state_dependencies.retain(|_| keep.next().unwrap_or(true));
+    }
 }
 
 #[cfg(test)]

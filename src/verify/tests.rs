@@ -251,3 +251,22 @@ fn optimize_prunes_phantom_dependencies_only() {
     assert_eq!(o.actions[1].state_dependencies, vec!["x"]);
     assert_eq!(o.actions.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), vec!["a", "b", "c"]);
 }
+
+#[test]
+fn optimize_in_place_prunes_as_optimize_does_and_keeps_order_and_duplicates() {
+    let mut prop = p(json!([
+        {"id":"a","type":"tool_call","tool":"ta","state_dependencies":["x","ghost","x","ghost2"]},
+        {"id":"b","type":"state_write","parameters":{"key":"y","value":1},"state_dependencies":["y"]},
+        {"id":"c","type":"tool_call","tool":"tc","expected_effects":{"x":1}}
+    ]));
+    let copied = optimize(&prop);
+    super::optimize_in_place(&mut prop);
+    assert_eq!(prop, copied);
+    assert_eq!(prop.actions[0].state_dependencies, vec!["x", "x"]);
+    assert_eq!(prop.actions[1].state_dependencies, vec!["y"]);
+    // Without any state dependency nothing changes.
+    let mut wide = p(json!([{"id":"a","type":"tool_call","tool":"t","expected_effects":{"k":1}}]));
+    let before = wide.clone();
+    super::optimize_in_place(&mut wide);
+    assert_eq!(wide, before);
+}

@@ -40,6 +40,19 @@ fn opt(name: &str, v: Option<Value>) -> Result<Option<Value>> {
     v.map(|v| json_value(name, v)).transpose()
 }
 
+/// A facade error as a JS error, naming an argument that is not JSON at all.
+fn named(e: car_runtime::Error, args: &[(&str, Option<&str>)]) -> napi::Error<String> {
+    to_js_err(car_runtime::api::name_bad_json(e, args))
+}
+
+/// A `*Json` argument as text: JSON text as it is, a plain JS value serialised.
+fn text_arg(v: Value) -> String {
+    match v {
+        Value::String(text) => text,
+        value => value.to_string(),
+    }
+}
+
 /// Static verification of a proposal; returns the verification result as JSON text.
 #[napi]
 pub fn verify(
@@ -49,40 +62,45 @@ pub fn verify(
     max_actions: Option<u32>,
     tool_schemas_json: Option<Value>,
 ) -> Result<String> {
-    let mut m = Map::new();
-    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
-    put(&mut m, "initial_state", opt("initialStateJson", initial_state_json)?);
-    put(&mut m, "tool_names", tool_names.map(Value::from));
-    put(&mut m, "max_actions", max_actions.map(Value::from));
-    put(&mut m, "tool_schemas", opt("toolSchemasJson", tool_schemas_json)?);
-    call("verify", m).map(|v| v.to_string())
+    let p = text_arg(proposal_json);
+    let state = initial_state_json.map(text_arg);
+    let schemas = tool_schemas_json.map(text_arg);
+    car_runtime::api::verify::verify(&p, state.as_deref(), tool_names, max_actions.map(u64::from), schemas.as_deref())
+        .map_err(|e| {
+            named(
+                e,
+                &[
+                    ("proposalJson", Some(&p)),
+                    ("initialStateJson", state.as_deref()),
+                    ("toolSchemasJson", schemas.as_deref()),
+                ],
+            )
+        })
 }
 
 /// The state a proposal leaves behind, as JSON text.
 #[napi]
 pub fn simulate(proposal_json: Value, initial_state_json: Option<Value>) -> Result<String> {
-    let mut m = Map::new();
-    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
-    put(&mut m, "initial_state", opt("initialStateJson", initial_state_json)?);
-    call("simulate", m).map(|v| v.to_string())
+    let p = text_arg(proposal_json);
+    let state = initial_state_json.map(text_arg);
+    car_runtime::api::verify::simulate(&p, state.as_deref())
+        .map_err(|e| named(e, &[("proposalJson", Some(&p)), ("initialStateJson", state.as_deref())]))
 }
 
 /// The proposal with phantom state dependencies pruned, as JSON text.
 #[napi]
 pub fn optimize(proposal_json: Value) -> Result<String> {
-    let mut m = Map::new();
-    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
-    call("optimize", m).map(|v| v.to_string())
+    let p = text_arg(proposal_json);
+    car_runtime::api::verify::optimize(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))
 }
 
 /// Sampled equivalence of two proposals.
 #[napi]
 pub fn equivalent(p1_json: Value, p2_json: Value, test_states_json: Option<Value>) -> Result<bool> {
-    let mut m = Map::new();
-    put(&mut m, "p1", Some(json_value("p1Json", p1_json)?));
-    put(&mut m, "p2", Some(json_value("p2Json", p2_json)?));
-    put(&mut m, "test_states", opt("testStatesJson", test_states_json)?);
-    call("equivalent", m).map(|v| v.as_bool().unwrap_or(false))
+    let (p1, p2) = (text_arg(p1_json), text_arg(p2_json));
+    let states = test_states_json.map(text_arg);
+    car_runtime::api::verify::equivalent(&p1, &p2, states.as_deref())
+        .map_err(|e| named(e, &[("p1Json", Some(&p1)), ("p2Json", Some(&p2)), ("testStatesJson", states.as_deref())]))
 }
 
 /// Transactional hazards: `{consistent, conflicts}` as JSON text.
@@ -92,11 +110,12 @@ pub fn transaction_check(
     versions_json: Option<Value>,
     state_json: Option<Value>,
 ) -> Result<String> {
-    let mut m = Map::new();
-    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
-    put(&mut m, "versions", opt("versionsJson", versions_json)?);
-    put(&mut m, "state", opt("stateJson", state_json)?);
-    call("transaction_check", m).map(|v| v.to_string())
+    let p = text_arg(proposal_json);
+    let versions = versions_json.map(text_arg);
+    let state = state_json.map(text_arg);
+    car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()).map_err(|e| {
+        named(e, &[("proposalJson", Some(&p)), ("versionsJson", versions.as_deref()), ("stateJson", state.as_deref())])
+    })
 }
 
 /// Monte Carlo rollouts with tools allowed to fail, as JSON text.
@@ -164,19 +183,16 @@ pub fn transaction_check_with_predictions(
 /// Required tier and reversibility of every action, as JSON text.
 #[napi]
 pub fn permission_classify(proposal_json: Value) -> Result<String> {
-    let mut m = Map::new();
-    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
-    call("permission_classify", m).map(|v| v.to_string())
+    let p = text_arg(proposal_json);
+    car_runtime::api::policy::permission_classify(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))
 }
 
 /// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
 #[napi]
 pub fn permission_evaluate(proposal_json: Value, granted_tier: String, ledger_path: Option<String>) -> Result<String> {
-    let mut m = Map::new();
-    put(&mut m, "proposal", Some(json_value("proposalJson", proposal_json)?));
-    put(&mut m, "granted_tier", Some(Value::String(granted_tier)));
-    put(&mut m, "ledger_path", ledger_path.map(Value::String));
-    call("permission_evaluate", m).map(|v| v.to_string())
+    let p = text_arg(proposal_json);
+    car_runtime::api::policy::permission_evaluate(&p, &granted_tier, ledger_path.as_deref())
+        .map_err(|e| named(e, &[("proposalJson", Some(&p))]))
 }
 
 /// `"allow"`, `"ask"` or `"deny"` for a shell command under argv rules.
@@ -267,11 +283,7 @@ pub fn approval_resolve(state_dir: String, key: String, decision: String, reason
 /// The proposal with every default filled in, as JSON text.
 #[napi]
 pub fn normalize_proposal(proposal_json: Value) -> Result<String> {
-    let text = match proposal_json {
-        Value::String(t) => t,
-        v => v.to_string(),
-    };
-    car_runtime::api::normalize_proposal(&text).map_err(to_js_err)
+    car_runtime::api::normalize_proposal(&text_arg(proposal_json)).map_err(to_js_err)
 }
 
 /// The wire protocol version.

@@ -4,6 +4,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use serde_json::{Map, Value};
@@ -57,6 +58,47 @@ fn call(py: Python<'_>, method: &str, params: Map<String, Value>) -> PyResult<Va
     py.detach(|| car_runtime::api::call(method, &params)).map_err(|e| to_py_err(py, e))
 }
 
+/// A `*_json` argument as text without copying it twice: a `str` is
+/// borrowed from Python (UTF-8 encoded once), anything else is
+/// `json.dumps`-ed.
+pub(crate) enum JsonText {
+    Borrowed(PyBackedStr),
+    Dumped(String),
+}
+
+impl std::ops::Deref for JsonText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            JsonText::Borrowed(s) => s,
+            JsonText::Dumped(s) => s,
+        }
+    }
+}
+
+/// Reads a `*_json` argument as [`JsonText`].
+pub(crate) fn text_arg(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<JsonText> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(JsonText::Borrowed(PyBackedStr::try_from(s.clone())?));
+    }
+    json_text(py, obj).map(JsonText::Dumped)
+}
+
+fn opt_text(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<JsonText>> {
+    obj.map(|o| text_arg(py, o)).transpose()
+}
+
+/// Runs a typed text-in, text-out facade function with the GIL released; an
+/// argument that is not JSON at all is named in the error (`args`: the
+/// binding's argument names and texts, in order).
+fn facade<T: Send>(
+    py: Python<'_>,
+    args: &[(&str, Option<&str>)],
+    f: impl FnOnce() -> car_runtime::Result<T> + Send,
+) -> PyResult<T> {
+    py.detach(f).map_err(|e| to_py_err(py, car_runtime::api::name_bad_json(e, args)))
+}
+
 fn text(v: Value) -> String {
     v.to_string()
 }
@@ -80,14 +122,18 @@ fn verify(
     max_actions: Option<u64>,
     tool_schemas_json: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    let p = params!(py;
-        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
-        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
-        "tool_names" => tool_names.map(Value::from),
-        "max_actions" => max_actions.map(Value::from),
-        "tool_schemas" => tool_schemas_json.map(|o| parse(py, "tool_schemas_json", o)).transpose()?,
-    );
-    call(py, "verify", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    let state = opt_text(py, initial_state_json)?;
+    let schemas = opt_text(py, tool_schemas_json)?;
+    facade(
+        py,
+        &[
+            ("proposal_json", Some(&p)),
+            ("initial_state_json", state.as_deref()),
+            ("tool_schemas_json", schemas.as_deref()),
+        ],
+        || car_runtime::api::verify::verify(&p, state.as_deref(), tool_names, max_actions, schemas.as_deref()),
+    )
 }
 
 /// The state a proposal leaves behind, as JSON text.
@@ -98,18 +144,18 @@ fn simulate(
     proposal_json: &Bound<'_, PyAny>,
     initial_state_json: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    let p = params!(py;
-        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
-        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
-    );
-    call(py, "simulate", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    let state = opt_text(py, initial_state_json)?;
+    facade(py, &[("proposal_json", Some(&p)), ("initial_state_json", state.as_deref())], || {
+        car_runtime::api::verify::simulate(&p, state.as_deref())
+    })
 }
 
 /// The proposal with phantom state dependencies pruned, as JSON text.
 #[pyfunction]
 fn optimize(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
-    let p = params!(py; "proposal" => Some(parse(py, "proposal_json", proposal_json)?));
-    call(py, "optimize", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    facade(py, &[("proposal_json", Some(&p))], || car_runtime::api::verify::optimize(&p))
 }
 
 /// Sampled equivalence of two proposals.
@@ -121,13 +167,12 @@ fn equivalent(
     p2_json: &Bound<'_, PyAny>,
     test_states_json: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<bool> {
-    let p = params!(py;
-        "p1" => Some(parse(py, "p1_json", p1_json)?),
-        "p2" => Some(parse(py, "p2_json", p2_json)?),
-        "test_states" => test_states_json.map(|o| parse(py, "test_states_json", o)).transpose()?,
-    );
-    let v = call(py, "equivalent", p)?;
-    Ok(v.as_bool().unwrap_or(false))
+    let p1 = text_arg(py, p1_json)?;
+    let p2 = text_arg(py, p2_json)?;
+    let states = opt_text(py, test_states_json)?;
+    facade(py, &[("p1_json", Some(&p1)), ("p2_json", Some(&p2)), ("test_states_json", states.as_deref())], || {
+        car_runtime::api::verify::equivalent(&p1, &p2, states.as_deref())
+    })
 }
 
 /// Transactional hazards of a proposal, as JSON text.
@@ -139,12 +184,14 @@ fn transaction_check(
     versions_json: Option<&Bound<'_, PyAny>>,
     state_json: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    let p = params!(py;
-        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
-        "versions" => versions_json.map(|o| parse(py, "versions_json", o)).transpose()?,
-        "state" => state_json.map(|o| parse(py, "state_json", o)).transpose()?,
-    );
-    call(py, "transaction_check", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    let versions = opt_text(py, versions_json)?;
+    let state = opt_text(py, state_json)?;
+    facade(
+        py,
+        &[("proposal_json", Some(&p)), ("versions_json", versions.as_deref()), ("state_json", state.as_deref())],
+        || car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()),
+    )
 }
 
 /// Monte Carlo rollouts of a proposal with tools allowed to fail, as JSON text.
@@ -226,8 +273,8 @@ fn transaction_check_with_predictions(
 /// Required tier and reversibility of every action, as JSON text.
 #[pyfunction]
 fn permission_classify(py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
-    let p = params!(py; "proposal" => Some(parse(py, "proposal_json", proposal_json)?));
-    call(py, "permission_classify", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    facade(py, &[("proposal_json", Some(&p))], || car_runtime::api::policy::permission_classify(&p))
 }
 
 /// Per-action decisions against a granted tier and an approvals ledger, as JSON text.
@@ -239,12 +286,10 @@ fn permission_evaluate(
     granted_tier: String,
     ledger_path: Option<String>,
 ) -> PyResult<String> {
-    let p = params!(py;
-        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
-        "granted_tier" => Some(Value::String(granted_tier)),
-        "ledger_path" => ledger_path.map(Value::String),
-    );
-    call(py, "permission_evaluate", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    facade(py, &[("proposal_json", Some(&p))], || {
+        car_runtime::api::policy::permission_evaluate(&p, &granted_tier, ledger_path.as_deref())
+    })
 }
 
 /// `"allow"`, `"ask"` or `"deny"` for a shell command under argv rules.
