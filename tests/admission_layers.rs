@@ -267,3 +267,47 @@ async fn the_protected_layer_runs_when_nothing_is_configured() {
     assert_eq!(statuses(&out)[0].1, "succeeded");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// Counts how many calls run at once.
+struct Concurrency {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl car_runtime::engine::ToolExecutor for Concurrency {
+    async fn execute(&self, _call: ToolCall) -> Result<Value, ToolFailure> {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(n, Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        Ok(json!({"ok": true}))
+    }
+}
+
+/// `plan-apply-gate.md`: interactive calls run one at a time, whatever the
+/// DAG allows; other independent calls still run together.
+#[tokio::test]
+async fn interactive_tools_run_one_at_a_time() {
+    for (kind, want_max) in [("interactive", 1), ("resource", 4)] {
+        let (rt, dir) = runtime(json!({
+            "preset": "open",
+            "tools": [{"name": "lookup", "description": "", "parameters": {"type": "object"}, "kind": kind}],
+        }));
+        let ex = Arc::new(Concurrency { now: AtomicUsize::new(0), max: AtomicUsize::new(0) });
+        let actions: Vec<Value> = (0..4).map(|i| tc(&format!("a{i}"), "lookup", json!({"i": i}))).collect();
+        let out: Value = serde_json::from_str(
+            &rt.execute_proposal(&proposal(Value::Array(actions)), ex.clone(), None, None).await.unwrap(),
+        )
+        .unwrap();
+        assert!(statuses(&out).iter().all(|(_, s)| s == "succeeded"), "{out}");
+        // Four independent calls of 30 ms each on one tokio thread: a
+        // resource tool reaches 4 at once, an interactive one never 2.
+        if kind == "interactive" {
+            assert_eq!(ex.max.load(Ordering::SeqCst), want_max, "{kind}");
+        } else {
+            assert!(ex.max.load(Ordering::SeqCst) > 1, "{kind}: independent calls run together");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

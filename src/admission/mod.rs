@@ -269,6 +269,8 @@ pub struct AdmissionStage {
     approval_timeout: chrono::Duration,
     inspectors: Option<InspectorChain>,
     breaker: Option<BreakerConfig>,
+    /// The tools of kind `interactive` (run one at a time).
+    interactive: std::collections::HashSet<String>,
     supervisor: Option<SupervisorFn>,
     discounted_reviewer: Option<String>,
     session: Arc<SessionState>,
@@ -331,6 +333,7 @@ impl AdmissionStage {
             approval_timeout: chrono::Duration::milliseconds(DEFAULT_APPROVAL_TIMEOUT_MS as i64),
             inspectors: None,
             breaker: None,
+            interactive: std::collections::HashSet::new(),
             supervisor: None,
             discounted_reviewer: None,
             session: Arc::new(SessionState::default()),
@@ -430,6 +433,11 @@ impl AdmissionStage {
             }
             (None, None) => None,
         };
+        let interactive = defs
+            .values()
+            .filter(|d| d.kind == crate::permission::ToolKind::Interactive)
+            .map(|d| d.name.clone())
+            .collect();
         Ok(AdmissionStage {
             tier: config.tier,
             ledger,
@@ -439,6 +447,7 @@ impl AdmissionStage {
             approval_timeout: chrono::Duration::milliseconds(i64::try_from(approval_timeout_ms).unwrap_or(i64::MAX)),
             inspectors,
             breaker: config.breaker,
+            interactive,
             supervisor: host.supervisor.clone(),
             discounted_reviewer: host.discounted_reviewer.clone(),
             session: host.session.clone(),
@@ -460,6 +469,7 @@ impl AdmissionStage {
             approval_timeout: self.approval_timeout,
             inspectors: self.inspectors.clone(),
             breaker: self.breaker,
+            interactive: self.interactive.clone(),
             supervisor: self.supervisor.clone(),
             discounted_reviewer: self.discounted_reviewer.clone(),
             session: self.session.clone(),
@@ -503,6 +513,12 @@ impl AdmissionStage {
             && self.inspectors.is_none()
             && self.breaker.is_none()
             && self.supervisor.is_none()
+    }
+
+    /// True for a tool declared `kind: "interactive"`: the engine runs such
+    /// calls one at a time.
+    pub fn is_interactive(&self, tool: &str) -> bool {
+        !self.interactive.is_empty() && self.interactive.contains(tool)
     }
 
     /// The supervisor of whole proposals, when one is attached.

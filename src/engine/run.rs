@@ -104,6 +104,9 @@ struct Ctx {
     retries: AtomicU64,
     /// Actions the admission hook put on hold, by index (empty: none).
     holds: std::sync::Mutex<HashMap<usize, BoxFuture<'static, Option<String>>>>,
+    /// Held while an `interactive` tool runs: such calls run one at a time
+    /// (`plan-apply-gate.md`: asking a person two things at once confuses).
+    interactive: tokio::sync::Mutex<()>,
     /// Set when `holds` was ever non-empty (nothing to do otherwise): turns
     /// true when an action's outcome aborts the proposal, so an action still
     /// waiting on its hold is skipped instead of starting after the abort.
@@ -182,6 +185,7 @@ impl Runtime {
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             holds: std::sync::Mutex::new(HashMap::new()),
+            interactive: tokio::sync::Mutex::new(()),
             abort_tx: None,
             detached: Mutex::new(Vec::new()),
             stage: self.admission_stage(),
@@ -885,6 +889,10 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     {
         return ctx.reject(a, d, "dispatch");
     }
+    let _one_at_a_time = match a.tool.as_deref() {
+        Some(name) if ctx.stage.is_interactive(name) => Some(ctx.interactive.lock().await),
+        _ => None,
+    };
     let outcome = run_attempts(ctx, i, a, t0).await;
     if traced {
         let p = ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
