@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod gate;
 pub mod ir;
+pub mod mcp;
 pub mod permission;
 pub mod policy;
 pub mod sandbox;
