@@ -25,15 +25,19 @@ pub struct ServeArgs {
     pub events: Option<PathBuf>,
 }
 
-/// Reads the gateway's document: `FILE: reason` when it is malformed.
+/// Reads the gateway's document (`FILE: reason` when it is malformed); with
+/// no chain level named, the `standard` preset, as `car run`.
 pub fn load(path: &std::path::Path) -> Result<AdmissionConfig, CliError> {
-    let config = AdmissionConfig::from_toml(&read_text(path)?)
+    let mut config = AdmissionConfig::from_toml(&read_text(path)?)
         .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
     if config.mcp.as_ref().is_none_or(|m| m.servers.is_empty()) {
         return Err(CliError::Input(format!(
             "{}: no upstream server: add a [mcp.servers.NAME] table with `command`",
             path.display()
         )));
+    }
+    if config.preset.is_none() && config.engine.is_none() && config.profile.is_none() {
+        config.preset = Some("standard".to_string());
     }
     Ok(config)
 }

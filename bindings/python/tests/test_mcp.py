@@ -54,6 +54,7 @@ def gateway_config(tmp_path, pin=False):
     approvals.mkdir()
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(f"""
+preset = "open"
 approvals_dir = {json.dumps(str(approvals))}
 deny = [{{ tool = "up_fail" }}]
 ask = [{{ tool = "up_add" }}]
@@ -147,3 +148,37 @@ def test_gateway_plan_mode_offers_only_read_tools(tmp_path):
         assert r.is_error and "plan mode" in text(r), text(r)
 
     asyncio.run(with_gateway(cfg, body, "--plan-mode"))
+
+
+def test_the_readme_gateway_in_front_of_server_filesystem(tmp_path):
+    """The README's three lines (with a temporary directory for /srv/data),
+    npx resolving the server from tests/mcp/node_modules."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("readme example")
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f"""[mcp.servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", {json.dumps(str(data))}]
+""")
+
+    async def body(s):
+        names = {t.name for t in (await s.list_tools()).tools}
+        assert {"read_text_file", "write_file", "list_directory"} <= names, names
+        r = await s.call_tool("read_text_file", {"path": str(data / "notes.txt")})
+        assert not r.is_error and "readme example" in text(r), text(r)
+        # standard preset: a destructive tool asks; with no approver it is refused.
+        r = await s.call_tool("write_file", {"path": str(data / "new.txt"), "content": "x"})
+        assert r.is_error and "approval required" in text(r), text(r)
+        assert not (data / "new.txt").exists()
+
+    params = StdioServerParameters(command=CAR, args=["mcp", "serve", "--config", str(cfg)],
+                                   cwd=str(ROOT / "tests" / "mcp"))
+
+    async def run():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await body(session)
+
+    asyncio.run(run())
