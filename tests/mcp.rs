@@ -167,6 +167,17 @@ fn bad_configurations_are_errors_that_change_nothing() {
         assert_eq!(rt.admission_config(), before, "nothing changed");
     }
     assert_eq!(rt.list_tools(), "[]");
+    // Two servers importing one name; a prefix that makes an illegal name.
+    let up = upstream();
+    let two = json!({"mcp": {"servers": {"a": {"command": up}, "b": {"command": up}}}});
+    let e = rt.set_permissions(Some(&two.to_string()), None).unwrap_err();
+    assert_eq!(e.code(), "duplicate_tool", "{e}");
+    let dotted = json!({"mcp": {"servers": {"a": {"command": up, "prefix": "a."}}}});
+    let e = rt.set_permissions(Some(&dotted.to_string()), None).unwrap_err();
+    assert_eq!(e.code(), "invalid_mcp_tool", "{e}");
+    assert!(e.to_string().contains("`a.echo`"), "{e}");
+    assert_eq!(rt.admission_config(), before, "nothing changed");
+    assert_eq!(rt.list_tools(), "[]");
 }
 
 #[test]

@@ -209,6 +209,34 @@ pub(crate) fn map_result(local: &str, v: Value) -> std::result::Result<Value, To
     Ok(json!({"content": content}))
 }
 
+/// Every imported name is a legal tool name, imported once.
+fn check_names(servers: &[(String, McpServerConfig)], connected: &[(Conn, Vec<ImportedTool>)]) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for ((name, _), (_, tools)) in servers.iter().zip(connected) {
+        for t in tools {
+            if !crate::permission::is_valid_tool_name(&t.name) {
+                return Err(Error::config(
+                    "invalid_mcp_tool",
+                    format!(
+                        "mcp server `{name}`: tool `{}` is not a legal tool name (^[a-zA-Z0-9_-]{{1,64}}$); \
+                         exclude it or choose another prefix",
+                        t.name
+                    ),
+                    json!({"server": name, "tool": t.name}),
+                ));
+            }
+            if !seen.insert(t.name.clone()) {
+                return Err(Error::config(
+                    "duplicate_tool",
+                    format!("mcp server `{name}`: tool `{}` is imported twice; give a server a `prefix`", t.name),
+                    json!({"server": name, "tool": t.name}),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The connected MCP servers of one configuration, with their imported tools.
 pub struct McpHub {
     config: McpConfig,
@@ -242,6 +270,8 @@ impl McpHub {
             .map_err(|e| Error::runtime("mcp_connect_failed", format!("cannot start the MCP runtime: {e}")))?;
         let servers: Vec<(String, McpServerConfig)> = config.servers.clone().into_iter().collect();
         let handle = rt.handle().clone();
+        // Connect and check inside the MCP runtime, so that connections
+        // dropped on an error are shut down there.
         let connected = std::thread::scope(|s| {
             s.spawn(|| {
                 handle.block_on(async {
@@ -249,6 +279,7 @@ impl McpHub {
                     for (name, cfg) in &servers {
                         out.push(connect(name, cfg).await?);
                     }
+                    check_names(&servers, &out)?;
                     Ok::<_, Error>(out)
                 })
             })
@@ -270,27 +301,8 @@ impl McpHub {
             rt: Some(rt),
             raw: Mutex::new(None),
         };
-        let mut seen = BTreeSet::new();
         for (i, ((name, cfg), (conn, tools))) in servers.into_iter().zip(connected).enumerate() {
             for t in &tools {
-                if !crate::permission::is_valid_tool_name(&t.name) {
-                    return Err(Error::config(
-                        "invalid_mcp_tool",
-                        format!(
-                            "mcp server `{name}`: tool `{}` is not a legal tool name (^[a-zA-Z0-9_-]{{1,64}}$); \
-                             exclude it or choose another prefix",
-                            t.name
-                        ),
-                        json!({"server": name, "tool": t.name}),
-                    ));
-                }
-                if !seen.insert(t.name.clone()) {
-                    return Err(Error::config(
-                        "duplicate_tool",
-                        format!("mcp server `{name}`: tool `{}` is imported twice; give a server a `prefix`", t.name),
-                        json!({"server": name, "tool": t.name}),
-                    ));
-                }
                 hub.tools.insert(t.name.clone(), (i, t.remote.clone()));
             }
             let source = Arc::new(Source {
