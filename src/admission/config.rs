@@ -193,6 +193,10 @@ pub struct AdmissionConfig {
     /// Only the operator sets it (it is refused over the wire).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::SandboxConfig>,
+    /// MCP servers as tool sources (`docs/mcp.md`). Only the operator sets
+    /// it (it starts programs; it is refused over the wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp::McpConfig>,
 }
 
 impl AdmissionConfig {

@@ -42,6 +42,9 @@ pub struct CarRuntime {
     builtin_root: Arc<RwLock<Option<Root>>>,
     /// The approvals store of `set_permissions` and the attached approvers.
     approvals: Arc<Mutex<Approvals>>,
+    /// The MCP servers of the document's `mcp` section, connected.
+    #[cfg(feature = "mcp")]
+    mcp: Arc<RwLock<Option<Arc<crate::mcp::McpHub>>>>,
 }
 
 /// The approvals side of the facade: the store `set_permissions` opened and
@@ -164,6 +167,8 @@ impl CarRuntime {
             plans: Arc::new(Mutex::new(std::collections::HashMap::new())),
             builtin_root: Arc::new(RwLock::new(None)),
             approvals: Arc::new(Mutex::new(Approvals::default())),
+            #[cfg(feature = "mcp")]
+            mcp: Arc::new(RwLock::new(None)),
         }
     }
 
@@ -419,6 +424,11 @@ impl CarRuntime {
             }
             None => executor,
         };
+        #[cfg(feature = "mcp")]
+        let executor: Arc<dyn ToolExecutor> = match self.mcp_hub() {
+            Some(hub) => Arc::new(crate::mcp::McpDispatch { hub, inner: executor }),
+            None => executor,
+        };
         self.rt.execute(proposal, executor, opts).await
     }
 
@@ -566,7 +576,9 @@ impl CarRuntime {
             }
         };
         let host = self.host_layers.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let (config, mcp) = self.prepare_mcp(config)?;
         let mut stage = AdmissionStage::build(config, &host, store.clone())?;
+        self.install_mcp(mcp)?;
         if keep_ledger.is_some() {
             stage = stage.with_ledger(keep_ledger);
         }
@@ -577,9 +589,120 @@ impl CarRuntime {
         Ok(())
     }
 
-    /// The admission configuration document in force, as JSON text.
+    /// The admission configuration document in force, as JSON text (the
+    /// definitions imported from MCP servers are not part of it).
     pub fn admission_config(&self) -> String {
-        to_text(&self.rt.admission_stage().config().to_value())
+        #[allow(unused_mut)]
+        let mut doc = self.rt.admission_stage().config().to_value();
+        #[cfg(feature = "mcp")]
+        if let (Some(hub), Some(tools)) = (self.mcp_hub(), doc.get_mut("tools").and_then(Value::as_array_mut)) {
+            let imported = hub.definitions();
+            tools.retain(|t| !imported.contains(t));
+            if tools.is_empty()
+                && let Some(o) = doc.as_object_mut()
+            {
+                o.remove("tools");
+            }
+        }
+        to_text(&doc)
+    }
+
+    /// The MCP hub of the document in force, when it has an `mcp` section.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_hub(&self) -> Option<Arc<crate::mcp::McpHub>> {
+        self.mcp.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The MCP tool sources: per server its tools with their accepted and
+    /// current contract hashes, refusals under `pin`, and drift reports, as
+    /// JSON text (`{"servers": {}}` when none is configured).
+    pub fn mcp_status(&self) -> String {
+        #[cfg(feature = "mcp")]
+        if let Some(hub) = self.mcp_hub() {
+            return to_text(&hub.status());
+        }
+        to_text(&json!({"servers": {}}))
+    }
+
+    /// Connects the document's MCP servers (or keeps the hub in force when
+    /// the section is unchanged) and returns the document the stage is built
+    /// from: the imported tools' definitions added to `tools` (an explicit
+    /// `tools` entry of the same name wins).
+    #[cfg(feature = "mcp")]
+    #[allow(clippy::type_complexity)]
+    fn prepare_mcp(&self, mut config: AdmissionConfig) -> Result<(AdmissionConfig, Option<Arc<crate::mcp::McpHub>>)> {
+        let wanted = config.mcp.clone().filter(|m| !m.servers.is_empty());
+        let Some(wanted) = wanted else { return Ok((config, None)) };
+        let hub = match self.mcp_hub().filter(|h| h.config() == &wanted) {
+            Some(h) => h,
+            None => Arc::new(crate::mcp::McpHub::connect(wanted)?),
+        };
+        for t in hub.imported() {
+            if let Some(existing) = self.rt.tool(&t.name)
+                && existing.source != ToolSource::Mcp
+            {
+                return Err(Error::config(
+                    "mcp_tool_conflict",
+                    format!(
+                        "mcp server `{}`: tool `{}` is already registered (source {:?}); give the server a `prefix`",
+                        t.server, t.name, existing.source
+                    ),
+                    json!({"server": t.server, "tool": t.name}),
+                ));
+            }
+            crate::engine::RegisteredTool::new(t.schema(), ToolSource::Mcp)?;
+        }
+        let declared: std::collections::HashSet<String> =
+            config.tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect();
+        for d in hub.definitions() {
+            if !declared.contains(d["name"].as_str().unwrap_or_default()) {
+                config.tools.push(d);
+            }
+        }
+        Ok((config, Some(hub)))
+    }
+
+    #[cfg(not(feature = "mcp"))]
+    fn prepare_mcp(&self, config: AdmissionConfig) -> Result<(AdmissionConfig, Option<()>)> {
+        if config.mcp.as_ref().is_some_and(|m| !m.servers.is_empty()) {
+            return Err(Error::config(
+                "mcp_unavailable",
+                "the admission document has an `mcp` section, but this build has no MCP support (cargo feature `mcp`)",
+                json!({"key": "mcp"}),
+            ));
+        }
+        Ok((config, None))
+    }
+
+    /// Registers the hub's tools (source `mcp`), unregisters the ones of the
+    /// hub it replaces, and installs it.
+    #[cfg(feature = "mcp")]
+    fn install_mcp(&self, hub: Option<Arc<crate::mcp::McpHub>>) -> Result<()> {
+        let old = self.mcp_hub();
+        if let (Some(a), Some(b)) = (&old, &hub)
+            && Arc::ptr_eq(a, b)
+        {
+            return Ok(());
+        }
+        if let Some(old) = &old {
+            for t in old.imported() {
+                if self.rt.tool(&t.name).is_some_and(|s| s.source == ToolSource::Mcp) {
+                    self.rt.unregister_tool(&t.name);
+                }
+            }
+        }
+        if let Some(hub) = &hub {
+            for t in hub.imported() {
+                self.rt.register_tool_with_source(t.schema(), ToolSource::Mcp)?;
+            }
+        }
+        *self.mcp.write().unwrap_or_else(std::sync::PoisonError::into_inner) = hub;
+        Ok(())
+    }
+
+    #[cfg(not(feature = "mcp"))]
+    fn install_mcp(&self, _hub: Option<()>) -> Result<()> {
+        Ok(())
     }
 
     /// The plan of a proposal before anything runs (the plan/apply gate on

@@ -4,6 +4,8 @@
 //! checked plan is invalid), 2 bad input (file, JSON path and reason).
 
 mod inspect;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod permissions;
 mod run;
 mod sandbox;
@@ -91,6 +93,13 @@ enum Command {
         after_help = "Example:\n  car sandbox check          # what this machine can enforce\n  car sandbox check --json"
     )]
     Sandbox(SandboxCommand),
+    /// MCP: the gateway that puts the admission stage in front of MCP servers.
+    #[cfg(feature = "mcp")]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  car mcp serve --config gateway.toml      # an MCP server on stdio; see docs/mcp.md"
+    )]
+    Mcp(McpCommand),
     /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
     #[cfg(feature = "server")]
     #[command(
@@ -205,6 +214,13 @@ enum PermissionCommand {
     Explain(permissions::ExplainArgs),
 }
 
+#[cfg(feature = "mcp")]
+#[derive(Subcommand, Debug)]
+enum McpCommand {
+    /// Serve the gateway on stdio: every tools/call passes the admission stage before it is forwarded.
+    Serve(mcp::ServeArgs),
+}
+
 #[derive(Subcommand, Debug)]
 enum SandboxCommand {
     /// Report what this machine can enforce (Landlock, namespaces, cgroups) and which presets work.
@@ -254,6 +270,8 @@ pub fn main() -> ExitCode {
         Command::ShellMatch(a) if a.explain => shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.json),
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
         Command::Sandbox(SandboxCommand::Check { json }) => sandbox::check(json),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(McpCommand::Serve(a)) => mcp::serve(a),
         #[cfg(feature = "server")]
         Command::Serve { args } => return car_runtime::server::cli::main_with_args(args),
     };

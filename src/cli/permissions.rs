@@ -63,6 +63,16 @@ pub fn load(root: &Path, preset_flag: Option<&str>) -> Result<Permissions, CliEr
         Some(f) => AdmissionConfig::from_toml(&read_text(f)?).map_err(bad)?,
         None => AdmissionConfig::default(),
     };
+    // MCP servers: the permissions file's `[mcp]` section, else the nearest
+    // `.car/mcp.toml` (its `[servers.NAME]` tables).
+    if config.mcp.is_none()
+        && let Some(f) = root.ancestors().map(|d| d.join(".car").join("mcp.toml")).find(|p| p.exists())
+    {
+        let mcp = toml::from_str::<car_runtime::mcp::McpConfig>(&read_text(&f)?).map_err(|e| {
+            CliError::Input(format!("{}: invalid MCP configuration: {}", f.display(), e.to_string().trim()))
+        })?;
+        config.mcp = Some(mcp);
+    }
     let preset_name = preset_flag.or(config.preset.as_deref()).unwrap_or("standard").to_string();
     let preset = Preset::parse(&preset_name).map_err(|e| match preset_flag {
         Some(_) => CliError::Input(format!("--preset: {e}")),

@@ -530,8 +530,8 @@ impl Submission {
 /// Keys of the admission document only the operator sets (never over the
 /// wire): the granted tier has `permission.set_tier`, and the ledger and
 /// approvals files are the daemon's own.
-const OPERATOR_KEYS: [&str; 6] =
-    ["tier", "ledger_path", "ledger_key_path", "approvals_dir", "allow_protected_writes", "sandbox"];
+const OPERATOR_KEYS: [&str; 7] =
+    ["tier", "ledger_path", "ledger_key_path", "approvals_dir", "allow_protected_writes", "sandbox", "mcp"];
 
 /// `admission.configure` / `session.init {admission}`: the session's
 /// admission document (`docs/admission.md`). The session keeps its tier and

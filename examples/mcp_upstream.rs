@@ -1,0 +1,96 @@
+//! A small MCP server over stdio (the official SDK's server side), used by
+//! the tests as an upstream whose behaviour they control:
+//!
+//! - `echo {text}`: returns the text (annotated read-only);
+//! - `add {a, b}`: returns `structuredContent {sum}` (annotated non-destructive, closed-world);
+//! - `fail`: an `isError` result;
+//! - `die`: the process exits in the middle of the call;
+//! - `calls`: how many calls this process has served (a reconnect starts at 1);
+//! - `drifty {x}`: its description is the content of the file named by
+//!   `MCP_UPSTREAM_DESCRIPTION` at each `tools/list` (to make contracts drift).
+//!
+//! Run: `cargo run --example mcp_upstream --features mcp`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult, PaginatedRequestParams};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Upstream {
+    calls: AtomicU64,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
+    serde_json::from_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+impl ServerHandler for Upstream {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "mcp-upstream", "version": "0.1.0"}
+        }))
+        .unwrap_or_default()
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let drifty = std::env::var("MCP_UPSTREAM_DESCRIPTION")
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_else(|| "takes x".to_string());
+        let obj = |props: Value, required: Value| json!({"type": "object", "properties": props, "required": required, "additionalProperties": false});
+        parse(json!({"tools": [
+            {"name": "echo", "description": "returns its text",
+             "inputSchema": obj(json!({"text": {"type": "string"}}), json!(["text"])),
+             "annotations": {"readOnlyHint": true}},
+            {"name": "add", "description": "adds two numbers",
+             "inputSchema": obj(json!({"a": {"type": "number"}, "b": {"type": "number"}}), json!(["a", "b"])),
+             "annotations": {"readOnlyHint": false, "destructiveHint": false, "openWorldHint": false, "idempotentHint": true}},
+            {"name": "fail", "description": "always fails", "inputSchema": {"type": "object"}},
+            {"name": "die", "description": "exits mid-call", "inputSchema": {"type": "object"}},
+            {"name": "calls", "description": "calls served by this process", "inputSchema": {"type": "object"}},
+            {"name": "drifty", "description": drifty.trim(),
+             "inputSchema": obj(json!({"x": {"type": "string"}}), json!([]))}
+        ]}))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let v = serde_json::to_value(&request).unwrap_or_default();
+        let args = v.get("arguments").cloned().unwrap_or(json!({}));
+        let text = |t: String| json!({"content": [{"type": "text", "text": t}]});
+        let result = match v["name"].as_str().unwrap_or_default() {
+            "echo" => text(args["text"].as_str().unwrap_or_default().to_string()),
+            "add" => {
+                let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
+                json!({"content": [{"type": "text", "text": json!({"sum": sum}).to_string()}], "structuredContent": {"sum": sum}})
+            }
+            "fail" => {
+                json!({"content": [{"type": "text", "text": "upstream refused: it always fails"}], "isError": true})
+            }
+            "die" => std::process::exit(3),
+            "calls" => text(n.to_string()),
+            "drifty" => text(format!("x={}", args["x"].as_str().unwrap_or_default())),
+            other => return Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
+        };
+        Ok(parse::<CallToolResult>(result)?.into())
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let running = Upstream::default().serve(rmcp::transport::stdio()).await.expect("initialize");
+    let _ = running.waiting().await;
+}

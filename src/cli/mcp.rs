@@ -1,0 +1,64 @@
+//! `car mcp serve`: the MCP gateway over stdio, configured by one TOML
+//! admission document with `[mcp.servers.NAME]` tables (`docs/mcp.md`).
+
+use std::path::PathBuf;
+
+use car_runtime::admission::AdmissionConfig;
+use car_runtime::api::runtime::CarRuntime;
+use clap::Args;
+
+use super::{CliError, CliResult, read_text};
+
+/// `car mcp serve` arguments.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The gateway's configuration: an admission document (TOML) with the
+    /// upstream servers under `[mcp.servers.NAME]`.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Offer and admit only the tools whose risk is `read`.
+    #[arg(long)]
+    pub plan_mode: bool,
+    /// When the client disconnects, write the event log (every call and
+    /// verdict, hash-chained) to this file as JSON.
+    #[arg(long)]
+    pub events: Option<PathBuf>,
+}
+
+/// Reads the gateway's document (`FILE: reason` when it is malformed); with
+/// no chain level named, the `standard` preset, as `car run`.
+pub fn load(path: &std::path::Path) -> Result<AdmissionConfig, CliError> {
+    let mut config = AdmissionConfig::from_toml(&read_text(path)?)
+        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+    if config.mcp.as_ref().is_none_or(|m| m.servers.is_empty()) {
+        return Err(CliError::Input(format!(
+            "{}: no upstream server: add a [mcp.servers.NAME] table with `command`",
+            path.display()
+        )));
+    }
+    if config.preset.is_none() && config.engine.is_none() && config.profile.is_none() {
+        config.preset = Some("standard".to_string());
+    }
+    Ok(config)
+}
+
+/// Serves until the client closes stdin.
+pub fn serve(a: ServeArgs) -> CliResult {
+    let config = load(&a.config)?;
+    let rt = CarRuntime::new();
+    rt.enable_event_log_hash_chaining();
+    rt.configure_admission(config).map_err(|e| CliError::Input(format!("{}: {e}", a.config.display())))?;
+    let gateway =
+        car_runtime::mcp::gateway::Gateway::new(rt.clone(), a.plan_mode).map_err(|e| CliError::Input(e.to_string()))?;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
+    tokio.block_on(car_runtime::mcp::gateway::serve_stdio(gateway)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    if let Some(path) = &a.events {
+        let events = rt.event_query("{}").map_err(|e| CliError::Runtime(e.to_string()))?;
+        let doc = format!("{{\"events\":{events},\"chain\":{}}}\n", rt.verify_event_log_chain());
+        std::fs::write(path, doc).map_err(|e| CliError::Runtime(format!("{}: cannot write: {e}", path.display())))?;
+    }
+    Ok(0)
+}
