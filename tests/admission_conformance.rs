@@ -449,7 +449,7 @@ match = ["rm -r -f /"]
     let stage = build(c).unwrap();
     let mut a = car_runtime::ir::Action::tool_call("shell");
     a.parameters = json!({"command": "rm -rf /"}).as_object().unwrap().clone();
-    assert_eq!(stage.preview(&a).unwrap().0.layer, "deny-rule");
+    assert_eq!(stage.preview(&a, None).unwrap().0.layer, "deny-rule");
 }
 
 /// Issue #18, item 5: the plan/apply gate on the execution path: plan (no

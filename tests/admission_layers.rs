@@ -311,3 +311,95 @@ async fn interactive_tools_run_one_at_a_time() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// One evaluation: the plan a host shows (`proposal_plan`) says what the run
+/// then decides, for the precheck's ask-to-deny and for session answers,
+/// generated over tool kinds, asking layers and session answers.
+#[tokio::test]
+async fn the_plan_and_the_run_decide_alike() {
+    for kind in ["resource", "data_source", "interactive"] {
+        for asking in [json!({"ask": [{"tool": "lookup"}]}), json!({"preset": "standard"}), json!({"preset": "open"})] {
+            for answer in [None, Some("allow"), Some("deny")] {
+                let mut doc = asking.clone();
+                doc["tools"] =
+                    json!([{"name": "lookup", "description": "", "parameters": {"type": "object"}, "kind": kind}]);
+                let (rt, dir) = runtime(doc.clone());
+                let s = rt.open_session().unwrap();
+                let s = Some(s.as_str());
+                let p = proposal(json!([tc("l", "lookup", json!({"q": 1}))]));
+                if let Some(answer) = answer {
+                    let plan: Value = serde_json::from_str(&rt.proposal_plan(&p, s, None).unwrap()).unwrap();
+                    // Only an ask item can be decided (a precheck deny is final).
+                    if plan["items"][0]["verdict"] == "ask" {
+                        rt.proposal_decide(plan["plan_id"].as_str().unwrap(), "l", answer, "session", "r").unwrap();
+                    }
+                }
+                // A fresh proposal of the same tool in the same session.
+                let p = proposal(json!([tc("l", "lookup", json!({"q": 2}))]));
+                let plan: Value = serde_json::from_str(&rt.proposal_plan(&p, s, None).unwrap()).unwrap();
+                let item = &plan["items"][0];
+                let calls = Arc::new(AtomicUsize::new(0));
+                let out = run(&rt, &p, s, &calls).await;
+                let ev = admission_events(&rt);
+                let d = &ev[0]["data"];
+                let case = format!("{kind} {asking} {answer:?}: plan {item} run {d}");
+                if item["verdict"] == "ask" {
+                    // Held for an approval nobody gives: refused, never run.
+                    assert_eq!(kind, "resource", "{case}");
+                    assert_eq!(calls.load(Ordering::SeqCst), 0, "{case}");
+                } else {
+                    assert_eq!(item["verdict"], d["verdict"], "{case}");
+                    assert_eq!(item["layer"], d["layer"], "{case}");
+                    let ran = calls.load(Ordering::SeqCst) == 1;
+                    assert_eq!(ran, item["verdict"] == "allow", "{case} {out}");
+                }
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// A tier ledger the host attached (`set_tier_ledger`, as the daemon does)
+/// is part of every stage built afterwards: an approval recorded in it lets
+/// an escalated action run before and after each kind of reconfiguration.
+#[tokio::test]
+async fn an_attached_tier_ledger_survives_every_reconfiguration() {
+    let dir = std::env::temp_dir().join(format!("car-ledger-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tier-approvals.jsonl");
+    let rt = CarRuntime::new();
+    rt.register_tool_schema(&json!({"name": "deploy", "parameters": {"type": "object"}}).to_string()).unwrap();
+    rt.permission_set_tier("read_only").unwrap();
+    rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)))).unwrap();
+    let action =
+        json!({"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "failure_behavior": "skip"});
+    let calls = Arc::new(AtomicUsize::new(0));
+    let p = proposal(json!([action.clone()]));
+    let out = run(&rt, &p, None, &calls).await;
+    assert_eq!(statuses(&out), [("d".into(), "rejected".into())], "unapproved: {out}");
+    car_runtime::api::policy::permission_record_decision(
+        &action.to_string(),
+        true,
+        "operator",
+        "ok",
+        path.to_str().unwrap(),
+        None,
+    )
+    .unwrap();
+    let reconfigure: [&dyn Fn(); 3] =
+        [&|| (), &|| rt.set_permissions(Some(&json!({"preset": "open"}).to_string()), None).unwrap(), &|| {
+            rt.register_tool_schema(&json!({"name": "other", "parameters": {"type": "object"}}).to_string())
+                .map(|_| ())
+                .unwrap()
+        }];
+    for (i, change) in reconfigure.iter().enumerate() {
+        change();
+        let out = run(&rt, &proposal(json!([action.clone()])), None, &calls).await;
+        assert_eq!(statuses(&out), [("d".into(), "succeeded".into())], "after change {i}: {out}");
+    }
+    // Detached: the approval no longer counts.
+    rt.set_tier_ledger(None).unwrap();
+    let out = run(&rt, &proposal(json!([action])), None, &calls).await;
+    assert_eq!(statuses(&out), [("d".into(), "rejected".into())], "{out}");
+    let _ = std::fs::remove_dir_all(dir);
+}

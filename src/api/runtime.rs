@@ -549,17 +549,12 @@ impl CarRuntime {
 
     /// [`CarRuntime::set_permissions`] with the document already read.
     pub fn configure_admission(&self, config: AdmissionConfig) -> Result<()> {
-        self.install_admission(config, None)
+        self.install_admission(config)
     }
 
-    /// Builds and installs the stage of `config`; `keep_ledger` is a ledger
-    /// the host attached (`set_tier_ledger`), installed with it in the same
-    /// step so no proposal ever sees the stage without it.
-    fn install_admission(
-        &self,
-        mut config: AdmissionConfig,
-        keep_ledger: Option<Arc<crate::policy::JsonlLedger>>,
-    ) -> Result<()> {
+    /// Builds and installs the stage of `config` with the host's layers
+    /// (hooks, supervisor, the attached tier ledger) in one step.
+    fn install_admission(&self, mut config: AdmissionConfig) -> Result<()> {
         let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.rt.admission_stage();
         if config.tier.is_none() {
@@ -577,11 +572,8 @@ impl CarRuntime {
         };
         let host = self.host_layers.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let (config, mcp) = self.prepare_mcp(config)?;
-        let mut stage = AdmissionStage::build(config, &host, store.clone())?;
+        let stage = AdmissionStage::build(config, &host, store.clone())?;
         self.install_mcp(mcp)?;
-        if keep_ledger.is_some() {
-            stage = stage.with_ledger(keep_ledger);
-        }
         if let Some(store) = &store {
             self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).install(Some(store.clone()));
         }
@@ -944,9 +936,7 @@ impl CarRuntime {
             previous
         };
         let current = self.rt.admission_stage();
-        // A ledger the host attached (`set_tier_ledger`) stays attached,
-        // installed in the same step as the rebuilt stage.
-        match self.install_admission(current.config().clone(), current.ledger().cloned()) {
+        match self.install_admission(current.config().clone()) {
             Ok(()) => Ok(()),
             Err(e) => {
                 *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
@@ -1051,11 +1041,11 @@ impl CarRuntime {
         Ok(t.as_str().to_string())
     }
 
-    /// Points the tier layer at an approvals ledger (the daemon's, shared).
-    pub fn set_tier_ledger(&self, ledger: Option<Arc<crate::policy::JsonlLedger>>) {
-        let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let current = self.rt.admission_stage();
-        let stage = current.with_tier(current.tier()).with_ledger(ledger);
-        self.rt.set_admission_stage(Arc::new(stage));
+    /// Points the tier layer at an approvals ledger (the daemon's, shared)
+    /// for every stage built from now on whose document names no
+    /// `ledger_path`: it stays attached across reconfigurations, installed
+    /// in the same step as each rebuilt stage.
+    pub fn set_tier_ledger(&self, ledger: Option<Arc<crate::policy::JsonlLedger>>) -> Result<()> {
+        self.update_host(|h| h.tier_ledger = ledger)
     }
 }

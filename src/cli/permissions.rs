@@ -93,7 +93,7 @@ pub fn call(tool: &str, input: &Value) -> Action {
 impl Permissions {
     /// The chain's verdict for one call (the dry run) and the post-hook input.
     pub fn evaluate(&self, a: &Action) -> Option<(Decision, Value)> {
-        self.stage.preview(a)
+        self.stage.preview(a, None)
     }
 
     /// Which layer decided, in words: `deny-rule {"tool":"shell",...}`.

@@ -478,7 +478,7 @@ impl Runtime {
                 if let Some((true, d)) = tier_d {
                     return (d, None);
                 }
-                match stage.preview(a) {
+                match stage.preview(a, session) {
                     Some((mut d, input)) => {
                         if let Some((_, t)) = &tier_d {
                             d.required_tier = t.required_tier;
