@@ -403,3 +403,43 @@ async fn an_attached_tier_ledger_survives_every_reconfiguration() {
     assert_eq!(statuses(&out), [("d".into(), "rejected".into())], "{out}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The breaker counts denials by a deciding layer only: actions refused as
+/// malformed (an unregistered tool, parameters its schema rejects) are no
+/// denials, so they neither trip the breaker nor reset its count.
+#[tokio::test]
+async fn the_breaker_ignores_malformed_actions() {
+    for malformed in [tc("x", "no_such_tool", json!({})), tc("x", "typed", json!({"m": 1}))] {
+        let (rt, dir) = runtime(json!({
+            "deny": [{"tool": "migrate"}],
+            "breaker": {"max_consecutive_denials": 2, "max_window_denials": 0},
+        }));
+        rt.register_tool_schema(
+            &json!({"name": "typed", "parameters": {"type": "object", "required": ["n"]}}).to_string(),
+        )
+        .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let s = rt.open_session().unwrap();
+        let s = Some(s.as_str());
+        // Many malformed actions: nothing trips, the lookup runs.
+        let mut actions: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut m = malformed.clone();
+                m["id"] = json!(format!("x{i}"));
+                m
+            })
+            .collect();
+        actions.push(tc("t", "typed", json!({})));
+        actions.push(tc("l", "lookup", json!({})));
+        let out = run(&rt, &proposal(Value::Array(actions)), s, &calls).await;
+        assert_eq!(statuses(&out).last().unwrap().1, "succeeded", "{malformed}: {out}");
+        // One denial, a malformed one, one denial: consecutive (2), tripped.
+        let mut m = malformed.clone();
+        m["id"] = json!("x");
+        let actions =
+            json!([tc("d1", "migrate", json!({})), m, tc("d2", "migrate", json!({})), tc("l", "lookup", json!({}))]);
+        let out = run(&rt, &proposal(actions), s, &calls).await;
+        assert_eq!(statuses(&out).last().unwrap().1, "rejected", "{malformed}: {out}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

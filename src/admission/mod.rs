@@ -537,12 +537,15 @@ impl AdmissionStage {
     }
 
     /// The breaker layer for the decisions of one proposal, in action
-    /// order (`refused[i]` is true for an action some layer refused): the
-    /// actions after the denial that trips the breaker get its refusal. The
+    /// order (`refused[i]`: `Some(true)` for an action a deciding layer
+    /// refused, `Some(false)` for one admitted so far, `None` for one refused
+    /// because it is malformed or its conditions fail, which is no denial
+    /// and neither counts nor resets the breaker): the admitted actions after
+    /// the denial that trips the breaker get its refusal. The
     /// counts persist across the session's proposals; each proposal is a new
     /// turn (the breaker re-closes, and one more denial trips it again while
     /// the counts are over the thresholds). Empty when the layer is off.
-    pub fn breaker_decisions(&self, session: Option<&str>, refused: &[bool]) -> Vec<Option<Decision>> {
+    pub fn breaker_decisions(&self, session: Option<&str>, refused: &[Option<bool>]) -> Vec<Option<Decision>> {
         let Some(config) = self.breaker else {
             return Vec::new();
         };
@@ -554,8 +557,10 @@ impl AdmissionStage {
         refused
             .iter()
             .map(|&r| {
-                if r {
-                    b.record_denial(now);
+                if r != Some(false) {
+                    if r == Some(true) {
+                        b.record_denial(now);
+                    }
                     None
                 } else if let Some(trip) = &b.tripped {
                     let mut d = Decision::deny(layer::BREAKER, trip.message.clone());

@@ -657,7 +657,14 @@ impl Runtime {
 
         // The breaker, over every decision above in action order.
         if !stage.is_empty() {
-            let refused: Vec<bool> = refusals.iter().map(Option::is_some).collect();
+            let refused: Vec<Option<bool>> = refusals
+                .iter()
+                .map(|r| match r {
+                    None => Some(false),
+                    Some(d) if layer::is_deciding(d.layer) => Some(true),
+                    Some(_) => None,
+                })
+                .collect();
             for (i, d) in stage.breaker_decisions(ctx.session_id.as_deref(), &refused).into_iter().enumerate() {
                 if let Some(d) = d {
                     permission_refused[i] = true;
