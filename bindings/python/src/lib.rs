@@ -205,14 +205,20 @@ fn simulate_monte_carlo(
     goal_json: Option<&Bound<'_, PyAny>>,
     config_json: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    let p = params!(py;
-        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
-        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
-        "tool_success_rates" => tool_success_rates_json.map(|o| parse(py, "tool_success_rates_json", o)).transpose()?,
-        "goal" => goal_json.map(|o| parse(py, "goal_json", o)).transpose()?,
-        "config" => config_json.map(|o| parse(py, "config_json", o)).transpose()?,
-    );
-    call(py, "simulate_monte_carlo", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    let (s, r) = (opt_text(py, initial_state_json)?, opt_text(py, tool_success_rates_json)?);
+    let (g, c) = (opt_text(py, goal_json)?, opt_text(py, config_json)?);
+    facade(
+        py,
+        &[
+            ("proposal_json", Some(&p)),
+            ("initial_state_json", s.as_deref()),
+            ("tool_success_rates_json", r.as_deref()),
+            ("goal_json", g.as_deref()),
+            ("config_json", c.as_deref()),
+        ],
+        || car_runtime::api::planning::simulate_monte_carlo(&p, s.as_deref(), r.as_deref(), g.as_deref(), c.as_deref()),
+    )
 }
 
 /// Candidates scored and sorted best first, as JSON text.
