@@ -443,3 +443,54 @@ async fn the_breaker_ignores_malformed_actions() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// A `tool` compensation that asks is decided on the plan like an item, by
+/// its handle `ID#compensation` (`compensation.decide_as`): an allow lets it
+/// run when the proposal aborts, a deny keeps it from running; an action
+/// whose id is that handle is refused as ambiguous.
+#[tokio::test]
+async fn a_compensation_ask_is_decided_on_the_plan() {
+    for (answer, runs) in [("allow", true), ("deny", false)] {
+        let (rt, dir) = runtime(json!({"ask": [{"tool": "migrate"}], "compensate_on_abort": true}));
+        let p = json!({"id": "p", "actions": [
+            {"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "reversibility": "compensable",
+             "compensation": {"type": "tool", "tool": "migrate", "parameters": {"down": true}}},
+            {"id": "f", "type": "tool_call", "tool": "lookup", "parameters": {"fail": true}, "dependencies": ["d"],
+             "failure_behavior": "abort"}
+        ]})
+        .to_string();
+        let plan: Value = serde_json::from_str(&rt.proposal_plan(&p, None, None).unwrap()).unwrap();
+        let comp = &plan["items"][0]["compensation"];
+        assert_eq!(comp["verdict"], "ask", "{plan}");
+        assert_eq!(comp["decide_as"], "d#compensation", "{plan}");
+        let d: Value = serde_json::from_str(
+            &rt.proposal_decide(plan["plan_id"].as_str().unwrap(), "d#compensation", answer, "once", "r").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(d["approval_key"], comp["approval_key"]);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let exec = Arc::new(FnExecutor(move |call: ToolCall| {
+            s2.lock().unwrap().push(call.tool.clone());
+            if call.params.get("fail").is_some() {
+                return Err(ToolFailure::terminal("boom"));
+            }
+            Ok(json!({}))
+        }));
+        rt.proposal_apply(plan["plan_id"].as_str().unwrap(), exec).await.unwrap();
+        let ran = seen.lock().unwrap().iter().any(|t| t == "migrate");
+        assert_eq!(ran, runs, "{answer}: {:?}", seen.lock().unwrap());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    // An action named like the handle is ambiguous: refused, naming it.
+    let (rt, dir) = runtime(json!({"ask": [{"tool": "migrate"}]}));
+    let p = json!({"id": "p", "actions": [
+        {"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {},
+         "compensation": {"type": "tool", "tool": "migrate", "parameters": {}}},
+        {"id": "d#compensation", "type": "tool_call", "tool": "lookup", "parameters": {}}
+    ]})
+    .to_string();
+    let e = rt.proposal_plan(&p, None, None).unwrap_err();
+    assert!(e.to_string().contains("d#compensation"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

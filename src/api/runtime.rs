@@ -98,6 +98,11 @@ struct StoredPlan {
     asks: std::collections::HashMap<String, (String, String)>,
 }
 
+/// The id by which a plan's compensation ask of action `id` is decided.
+fn compensation_handle(id: &str) -> String {
+    format!("{id}#compensation")
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -765,7 +770,7 @@ impl CarRuntime {
             // A `tool` compensation passes admission when it runs: its own verdict.
             if let Some(crate::ir::Compensation::Tool { tool, parameters }) = &a.compensation {
                 let mut c = crate::ir::Action::tool_call(tool.clone());
-                c.id = format!("{}#compensation", a.id);
+                c.id = compensation_handle(&a.id);
                 c.parameters = parameters.clone();
                 let one = crate::ir::ActionProposal { actions: vec![c], ..empty.clone() };
                 if let Some((d, input)) = self.rt.plan(&one, session_id, scope.tenant_id.as_deref())?.pop() {
@@ -774,7 +779,21 @@ impl CarRuntime {
                     if d.verdict == crate::permission::Verdict::Ask
                         && let Some(input) = &input
                     {
-                        comp["approval_key"] = json!(crate::gate::approval_key(tool, &input_digest(input)?));
+                        let digest = input_digest(input)?;
+                        comp["approval_key"] = json!(crate::gate::approval_key(tool, &digest));
+                        // Decided like an item, by the handle `ID#compensation`.
+                        let handle = compensation_handle(&a.id);
+                        if proposal.actions.iter().any(|x| x.id == handle) {
+                            return Err(Error::invalid_argument(
+                                "actions",
+                                format!(
+                                    "action id `{handle}` is the handle of the compensation of `{}`; rename it",
+                                    a.id
+                                ),
+                            ));
+                        }
+                        comp["decide_as"] = json!(handle);
+                        asks.insert(handle, (tool.clone(), digest));
                     }
                     item["compensation"] = comp;
                 }
@@ -800,7 +819,9 @@ impl CarRuntime {
         Ok(to_text(&out))
     }
 
-    /// Decides one `ask` item of a plan: `decision` is `allow` or `deny`
+    /// Decides one `ask` item of a plan (`action_id`; an action's `tool`
+    /// compensation that asks is decided as `ID#compensation`, the item's
+    /// `compensation.decide_as`): `decision` is `allow` or `deny`
     /// (anything else is a deny), `scope` is `once` (this action of this
     /// plan), `session` (every later call of the same tool in the plan's
     /// session, whatever its input, as `plan-apply-gate.md` scopes it: an

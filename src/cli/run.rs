@@ -11,13 +11,14 @@
 //!    approves, `--no-input` denies, a terminal prompts (approve, deny,
 //!    approve this tool for the session), anything else denies (a
 //!    non-interactive run never waits).
-//! 4. Execute through `CarRuntime::execute_proposal` with the runtime's one
-//!    admission stage configured from the same document. The plan above is
-//!    that stage's own preview, and the answers reach it as an approver of
-//!    its `approval` layer: every ask the stage meets (also one the plan did
-//!    not show) is resolved from them, and denied when nobody decided it.
-//!    Nothing here decides on its own: a deny rule or a policy refuses the
-//!    action at admission whatever was answered.
+//! 4. Record each answer on the plan (`proposal_decide`, an action's
+//!    compensation by its handle `ID#compensation`), then run the plan
+//!    (`proposal_apply`) with the runtime's one admission stage configured
+//!    from the same document. The plan above is that stage's own preview; an
+//!    ask the stage meets that the plan did not show is denied by the one
+//!    approver attached here, which never approves. Nothing here decides on
+//!    its own: a deny rule or a policy refuses the action at admission
+//!    whatever was answered.
 
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
@@ -327,9 +328,10 @@ fn prompt(id: &str, tool: &str, summary: &str) -> Answer {
     }
 }
 
-/// The answers to the plan's asks: approval key → (approved, reason, for
-/// the rest of the run, the action id whose own ask it answers).
-type Answers = std::collections::HashMap<String, (bool, String, bool, Option<String>)>;
+/// The answers to the plan's asks, in plan order: (approved, reason, for
+/// the rest of the run, the plan handle it decides: an action id, or
+/// `ID#compensation`).
+type Answers = Vec<(bool, String, bool, String)>;
 
 /// Asks for every ask of the plan (an action's and its compensation's).
 fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> Answers {
@@ -340,22 +342,20 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
     for (act, item) in proposal.actions.iter().zip(items) {
         // `(label, what it does, why it asks, tool)`, `(approval key, own action)`.
         let mut asks: Vec<[String; 4]> = Vec::new();
-        let mut keys: Vec<(String, Option<String>)> = Vec::new();
-        if item.verdict == Verdict::Ask
-            && let Some(k) = &item.ask_key
-        {
+        let mut keys: Vec<String> = Vec::new();
+        if item.verdict == Verdict::Ask && item.ask_key.is_some() {
             asks.push([item.id.clone(), summary(act), item.why.clone(), item.tool.clone().unwrap_or_default()]);
-            keys.push((k.clone(), Some(item.id.clone())));
+            keys.push(item.id.clone());
         }
-        if let (Some((Verdict::Ask, why, Some(k))), Some(Compensation::Tool { tool, parameters })) =
+        if let (Some((Verdict::Ask, why, Some(_))), Some(Compensation::Tool { tool, parameters })) =
             (&item.compensation, &act.compensation)
         {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
             asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone(), tool.clone()]);
-            keys.push((k.clone(), None));
+            keys.push(format!("{}#compensation", item.id));
         }
-        for ([id, what, why, tool], (key, own)) in asks.into_iter().zip(keys) {
+        for ([id, what, why, tool], handle) in asks.into_iter().zip(keys) {
             let mut for_run = false;
             let (approved, reason) = if a.yes {
                 out.line(format!("  {id} approved by --yes"));
@@ -382,7 +382,7 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
                     Answer::No => (false, format!("denied by the user; decided by {why}")),
                 }
             };
-            answers.insert(key, (approved, reason, for_run, own));
+            answers.push((approved, reason, for_run, handle));
         }
     }
     answers
@@ -548,28 +548,20 @@ pub fn run(a: RunArgs) -> CliResult {
     print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
     print_verification(out, &rt, &text);
     let answers = decide(&a, out, &proposal, &items);
-    // An action's own ask is decided on the plan (`once`, or `session` for
-    // "this tool for the rest of the run"); a compensation's ask, which is
-    // not a plan item, by the approver below when it comes.
-    for (approved, reason, for_run, own) in answers.values() {
-        if let Some(id) = own {
-            let scope = if *for_run { "session" } else { "once" };
-            rt.proposal_decide(&plan_id, id, if *approved { "allow" } else { "deny" }, scope, reason)
-                .map_err(|e| CliError::Runtime(e.to_string()))?;
-        }
+    // Every answer is decided on the plan (`once`, or `session` for "this
+    // tool for the rest of the run"), a compensation's by its handle.
+    for (approved, reason, for_run, handle) in &answers {
+        let scope = if *for_run { "session" } else { "once" };
+        rt.proposal_decide(&plan_id, handle, if *approved { "allow" } else { "deny" }, scope, reason)
+            .map_err(|e| CliError::Runtime(e.to_string()))?;
     }
-    let answers = Arc::new(answers);
 
-    // The approver of the stage's `approval` layer: the answers above, and a
-    // deny for an ask nobody answered.
+    // An ask the plan did not show (nobody was asked): denied at once, so a
+    // run never waits for an approval nobody will give.
     let resolver = rt.clone();
     rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
         if let ApprovalEvent::Pending(p) = ev {
-            let (ok, reason) = answers
-                .get(&p.key)
-                .map(|(ok, reason, _, _)| (*ok, reason.clone()))
-                .unwrap_or((false, "not approved before the run".to_string()));
-            let _ = resolver.approval_resolve(&p.key, if ok { "allow" } else { "deny" }, &reason);
+            let _ = resolver.approval_resolve(&p.key, "deny", "not approved before the run");
         }
     }));
 
