@@ -302,19 +302,21 @@ impl Default for AdmissionStage {
     }
 }
 
-/// The first word of a shell command that names one of the runtime's own
-/// files: a path with a `.car` component (any case) or a file named
-/// `approvals.jsonl` or `tier-approvals.jsonl`. Words are split at blanks, quotes, `=` and the shell's
-/// operators, so `>.car/x`, `"./.CAR/permissions.toml"` and
-/// `--output=.car/x` are all seen; a command that only reads them is refused
-/// too (fail closed: the matcher cannot tell a read from a write).
+/// The word of a shell command that names one of the runtime's own files
+/// (`.car/`, the approvals files): read by the shell lexer (quotes, escapes,
+/// redirection targets, substitutions, nested scripts, globs; see
+/// `permission::shell::protected_word`), and by a plain split of the text
+/// at blanks, quotes, `=` and the shell's operators as well, which can only
+/// find more. A command that only reads them is refused too (fail closed:
+/// the matcher cannot tell a read from a write).
 fn names_protected_path(cmd: &str) -> Option<String> {
+    let names: Vec<&str> = std::iter::once(".car").chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect();
+    if let Some(w) = crate::permission::shell::protected_word(cmd, &names) {
+        return Some(w);
+    }
     let is_sep = |c: char| c.is_whitespace() || "'\"`=;&|<>(){}$,".contains(c);
     cmd.split(is_sep).filter(|w| !w.is_empty()).find_map(|w| {
-        let hit = w.split(['/', '\\']).any(|part| {
-            let p = part.to_ascii_lowercase();
-            p == ".car" || crate::tools::PROTECTED_FILE_NAMES.iter().any(|f| p == *f)
-        });
+        let hit = w.split(['/', '\\']).any(|part| names.iter().any(|n| part.eq_ignore_ascii_case(n)));
         hit.then(|| w.to_string())
     })
 }
