@@ -128,6 +128,36 @@ fn simulate_and_optimize() {
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["actions"][0]["id"], "r");
     assert_eq!(v["actions"][0]["state_dependencies"], serde_json::json!([]), "{v}");
+    // The same input gives the same output: no made-up id or timestamp.
+    assert!(v.get("id").is_none() && v.get("timestamp").is_none(), "{v}");
+    assert_eq!(car(&ex, &["optimize", "plans/phantom.json"]).stdout, r.stdout);
+    // An input's own id and timestamp are kept.
+    std::fs::write(
+        ex.join("plans/dated.json"),
+        r#"{"id":"p-1","timestamp":"2026-01-02T03:04:05Z","actions":[{"id":"r","type":"state_read","parameters":{"key":"x"}}]}"#,
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&car(&ex, &["optimize", "plans/dated.json"]).stdout).unwrap();
+    assert_eq!((v["id"].as_str(), v["timestamp"].as_str()), (Some("p-1"), Some("2026-01-02T03:04:05Z")), "{v}");
+}
+
+/// `car ... | head`: a closed pipe ends the program quietly (no panic).
+#[test]
+fn a_closed_stdout_pipe_ends_quietly() {
+    let ex = examples();
+    // Output far beyond a pipe's buffer, so the writer meets the closed pipe.
+    let actions: Vec<Value> = (0..2000)
+        .map(|i| serde_json::json!({"id": format!("w{i}"), "type": "state_write", "parameters": {"key": format!("k{i}"), "value": i}}))
+        .collect();
+    let plan = ex.join("plans/big.json");
+    std::fs::write(&plan, serde_json::json!({"actions": actions}).to_string()).unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{}' optimize '{}' | head -c 1 >/dev/null", env!("CARGO_BIN_EXE_car"), plan.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
 }
 
 #[test]

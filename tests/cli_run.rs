@@ -321,6 +321,13 @@ fn interactive_approval_through_a_pseudo_terminal() {
     assert!(out.contains("denied by the user"), "{out}");
     assert!(ex.join("workspace/build/obj/app.o").exists());
 
+    // An answer that is none of y/n/a decides nothing: asked again.
+    let (code, out) = drive("maybe\ny\ny\n");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("`maybe` is not an answer; type y, n or a"), "{out}");
+    assert!(out.contains("Approve rm-util"), "the next ask is its own prompt: {out}");
+    assert!(!ex.join("workspace/build/obj/app.o").exists(), "approved after the re-ask: {out}");
+
     let (code, out) = drive("a\n");
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("Approve rm-app"), "{out}");

@@ -257,6 +257,8 @@ struct ShellMatchArgs {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    // `car ... | head`: a closed pipe ends the program quietly.
+    car_sandbox_child::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),

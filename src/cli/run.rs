@@ -315,16 +315,22 @@ fn prompt(id: &str, tool: &str, summary: &str) -> Answer {
         shown(summary),
         shown(tool)
     );
-    let _ = err.flush();
-    drop(err);
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(0) | Err(_) => Answer::No,
-        Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => Answer::Yes,
-            "a" | "always" | "s" | "session" => Answer::Session,
-            _ => Answer::No,
-        },
+    loop {
+        let _ = err.flush();
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            // End of input: nobody is there to approve.
+            Ok(0) | Err(_) => return Answer::No,
+            Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Answer::Yes,
+                "n" | "no" => return Answer::No,
+                "a" | "always" | "s" | "session" => return Answer::Session,
+                other => {
+                    // An answer that is none of them decides nothing: ask again.
+                    let _ = write!(err, "  `{}` is not an answer; type y, n or a: ", shown(other));
+                }
+            },
+        }
     }
 }
 
