@@ -285,3 +285,35 @@ fn every_subcommand_has_help_with_an_example() {
         assert!(r.stdout.contains("car "), "{sub:?}: {}", r.stdout);
     }
 }
+
+/// One output flag everywhere: `--format json` prints what `--json` prints,
+/// for every command that has a JSON form; both at once is bad input.
+#[test]
+fn format_json_and_json_are_the_same_everywhere() {
+    let ex = examples();
+    let commands: [&[&str]; 6] = [
+        &["verify", "plans/deploy.json"],
+        &["policy", "check", "plans/inspect-config.json", "--dir", ".car/policies"],
+        &["policy", "lint", ".car/policies"],
+        &["shell-match", "rm -rf x", "--deny", "rm **"],
+        &["permission", "explain", "--tool", "shell", "--input", r#"{"command":"ls"}"#, "--root", "workspace"],
+        &["sandbox", "check"],
+    ];
+    for args in commands {
+        let with = |extra: &[&str]| {
+            let mut v = args.to_vec();
+            v.extend_from_slice(extra);
+            car(&ex, &v)
+        };
+        let (a, b) = (with(&["--json"]), with(&["--format", "json"]));
+        assert_eq!(a.code, b.code, "{args:?}");
+        let (va, vb): (Value, Value) = (
+            serde_json::from_str(&a.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", a.all())),
+            serde_json::from_str(&b.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", b.all())),
+        );
+        if args[0] != "sandbox" {
+            assert_eq!(va, vb, "{args:?}");
+        }
+        assert_eq!(with(&["--json", "--format", "text"]).code, 2, "{args:?}");
+    }
+}

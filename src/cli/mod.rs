@@ -140,6 +140,38 @@ struct VerifyArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// The same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+}
+
+/// A text-or-JSON result format.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TextOrJson {
+    /// Human-readable.
+    #[default]
+    Text,
+    /// JSON.
+    Json,
+}
+
+/// `--format text|json`, with `--json` as its alias: the one output flag of
+/// every command that prints a result.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct OutputFormat {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+    format: TextOrJson,
+    /// The same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+}
+
+impl OutputFormat {
+    /// True when JSON was asked for.
+    pub fn json(&self) -> bool {
+        self.json || self.format == TextOrJson::Json
+    }
 }
 
 #[derive(Args, Debug)]
@@ -188,9 +220,9 @@ enum PolicyCommand {
         /// The policy directory (default: the nearest `.car/policies` walking up from the current directory).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        /// `--format json` (or `--json`): print the result as JSON.
+        #[command(flatten)]
+        out: OutputFormat,
     },
     /// Load every `*.toml` of a policy directory and report errors and warnings.
     #[command(
@@ -199,9 +231,9 @@ enum PolicyCommand {
     Lint {
         /// The policy directory.
         dir: PathBuf,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        /// `--format json` (or `--json`): print the result as JSON.
+        #[command(flatten)]
+        out: OutputFormat,
     },
 }
 
@@ -228,9 +260,9 @@ enum SandboxCommand {
         after_help = "Exit codes: 0 every preset can be enforced, 1 some cannot (each missing feature is named)."
     )]
     Check {
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
+        /// `--format json` (or `--json`): print the report as JSON.
+        #[command(flatten)]
+        out: OutputFormat,
     },
 }
 
@@ -250,9 +282,9 @@ struct ShellMatchArgs {
     /// Show each segment's decision: the deciding rule and token, and why.
     #[arg(long)]
     explain: bool,
-    /// With --explain: print the explanation as JSON.
-    #[arg(long, requires = "explain")]
-    json: bool,
+    /// `--format json` (or `--json`): print the explanation as JSON (implies --explain).
+    #[command(flatten)]
+    out: OutputFormat,
 }
 
 /// Entry point of the binary.
@@ -262,16 +294,23 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
-        Command::Verify(a) => inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, a.format),
+        Command::Verify(a) => {
+            let format = if a.json { Format::Json } else { a.format };
+            inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, format)
+        }
         Command::Simulate(a) if a.monte_carlo.is_some() => inspect::monte_carlo(&a),
         Command::Simulate(a) => inspect::simulate(&a.plan, a.state.as_deref()),
         Command::Optimize(a) => inspect::optimize(&a.plan),
-        Command::Policy(PolicyCommand::Check { plan, dir, json }) => inspect::policy_check(&plan, dir.as_deref(), json),
-        Command::Policy(PolicyCommand::Lint { dir, json }) => inspect::policy_lint(&dir, json),
+        Command::Policy(PolicyCommand::Check { plan, dir, out }) => {
+            inspect::policy_check(&plan, dir.as_deref(), out.json())
+        }
+        Command::Policy(PolicyCommand::Lint { dir, out }) => inspect::policy_lint(&dir, out.json()),
         Command::Permission(PermissionCommand::Explain(a)) => permissions::explain(a),
-        Command::ShellMatch(a) if a.explain => shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.json),
+        Command::ShellMatch(a) if a.explain || a.out.json() => {
+            shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.out.json())
+        }
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
-        Command::Sandbox(SandboxCommand::Check { json }) => sandbox::check(json),
+        Command::Sandbox(SandboxCommand::Check { out }) => sandbox::check(out.json()),
         #[cfg(feature = "mcp")]
         Command::Mcp(McpCommand::Serve(a)) => mcp::serve(a),
         #[cfg(feature = "server")]

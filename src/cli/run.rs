@@ -59,9 +59,9 @@ pub struct RunArgs {
     /// Never prompt: deny every action that asks.
     #[arg(long)]
     no_input: bool,
-    /// Print the full ProposalResult as JSON on stdout (the plan and progress go to stderr).
-    #[arg(long)]
-    json: bool,
+    /// `--format json` (or `--json`): print the full ProposalResult as JSON on stdout (the plan and progress go to stderr).
+    #[command(flatten)]
+    out: super::OutputFormat,
     /// Load the state from this JSON file (when it exists) and save it after the run.
     #[arg(long)]
     state: Option<PathBuf>,
@@ -504,7 +504,7 @@ fn status_word(s: ActionStatus, denied: bool) -> &'static str {
 pub fn run(a: RunArgs) -> CliResult {
     let (text, proposal) = read_plan(&a.plan)?;
     let root = Root::new(&a.root).map_err(|e| CliError::Input(format!("--root: {e}")))?;
-    let out = Out { err: a.json };
+    let out = Out { err: a.out.json() };
 
     let rt = CarRuntime::with_options(RuntimeOptions::default());
     for t in car_runtime::tools::builtin_tools() {
@@ -665,7 +665,7 @@ pub fn run(a: RunArgs) -> CliResult {
     if let Some(f) = &a.state {
         out.line(format!("state saved to {}", f.display()));
     }
-    if a.json {
+    if a.out.json() {
         // The result plus every admission decision (the AdmissionDecided
         // events: verdict, layer, rule, tiers; no parameter values).
         let mut v = serde_json::to_value(&result).unwrap_or(Value::Null);
