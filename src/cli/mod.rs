@@ -57,6 +57,11 @@ enum Command {
         after_help = "Examples:\n  car run examples/plans/release-notes.json --root examples/workspace --no-input\n  car run plan.json --root . --preset strict --yes --json > result.json\n  car run plan.json --state state.json      # load state, save it after the run\n\nExit codes: 0 every action succeeded, 1 an action failed or was denied, 2 bad input."
     )]
     Run(run::RunArgs),
+    /// Print what `car run` would do: the plan with verdicts and previews; nothing is asked or run.
+    #[command(
+        after_help = "Examples:\n  car plan examples/plans/deploy.json --root examples/workspace\n  car plan plan.json --format json > plan-verdicts.json\n\nExit codes: 0 nothing would be denied, 1 some action would be denied, 2 bad input."
+    )]
+    Plan(run::RunArgs),
     /// Verify a plan statically: issues, execution levels, conflicts.
     #[command(
         after_help = "Examples:\n  car verify examples/plans/deploy.json\n  car verify plan.json --state state.json --max-actions 20 --format json\n  car verify plan.json --format mermaid > plan.mmd   # draw the DAG\n\nExit codes: 0 valid, 1 invalid, 2 bad input."
@@ -294,6 +299,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
+        Command::Plan(a) => run::run(a.dry_run()),
         Command::Verify(a) => {
             let format = if a.json { Format::Json } else { a.format };
             inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, format)

@@ -68,6 +68,11 @@ pub struct RunArgs {
     /// Do not run compensations when the proposal aborts.
     #[arg(long)]
     no_compensate: bool,
+    /// Print the plan (verdicts, previews, verification) and stop: nothing
+    /// is asked or run (`car plan` is the same). With `--format json` the
+    /// plan itself is printed as JSON. Exit 1 when some action would be denied.
+    #[arg(long)]
+    dry_run: bool,
     /// Rehearse the plan against stand-ins: a JSON array of ToolSchemas
     /// registered in place of any tool of the same name; a call of one runs
     /// nothing and returns `{"ok": true, "stub": true}` (or fails when its
@@ -500,6 +505,14 @@ fn status_word(s: ActionStatus, denied: bool) -> &'static str {
     }
 }
 
+impl RunArgs {
+    /// The same arguments as a dry run (`car plan`).
+    pub(super) fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+}
+
 /// `car run`.
 pub fn run(a: RunArgs) -> CliResult {
     let (text, proposal) = read_plan(&a.plan)?;
@@ -553,6 +566,18 @@ pub fn run(a: RunArgs) -> CliResult {
     let items = plan_items(&plan, &perms);
     print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
     print_verification(out, &rt, &text);
+    if a.dry_run {
+        let counts = &plan["counts"];
+        out.line("");
+        out.line(format!(
+            "Dry run: nothing was asked or run ({} allow, {} ask, {} deny).",
+            counts["allow"], counts["ask"], counts["deny"]
+        ));
+        if a.out.json() {
+            println!("{}", pretty(&plan));
+        }
+        return Ok(if counts["deny"].as_u64().unwrap_or(0) > 0 { 1 } else { 0 });
+    }
     let answers = decide(&a, out, &proposal, &items);
     // Every answer is decided on the plan (`once`, or `session` for "this
     // tool for the rest of the run"), a compensation's by its handle.
