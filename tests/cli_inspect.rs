@@ -317,3 +317,39 @@ fn format_json_and_json_are_the_same_everywhere() {
         assert_eq!(with(&["--json", "--format", "text"]).code, 2, "{args:?}");
     }
 }
+
+/// `car completions bash` is a script bash loads, and it completes the
+/// subcommands; `car man` is a roff page naming every subcommand.
+#[test]
+fn completions_and_man_page() {
+    let ex = examples();
+    let r = car(&ex, &["completions", "bash"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let script = ex.join("car.bash");
+    std::fs::write(&script, &r.stdout).unwrap();
+    // Load it and ask for the completions of `car p`.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source '{}'; COMP_WORDS=(car p); COMP_CWORD=1; _car car p car; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        ))
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&out.stdout);
+    for w in ["plan", "policy", "permission"] {
+        assert!(words.lines().any(|l| l == w), "{w}: {words} {out:?}");
+    }
+    assert!(!words.lines().any(|l| l == "run"), "{words}");
+    for shell in ["zsh", "fish"] {
+        let r = car(&ex, &["completions", shell]);
+        assert!(r.code == 0 && r.stdout.contains("plan"), "{shell}: {}", r.all());
+    }
+    assert_eq!(car(&ex, &["completions", "nosh"]).code, 2);
+    let r = car(&ex, &["man"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert!(r.stdout.starts_with(".ie") || r.stdout.contains(".TH car 1"), "{}", &r.stdout[..200.min(r.stdout.len())]);
+    for sub in ["run", "plan", "verify", "completions"] {
+        assert!(r.stdout.contains(sub), "{sub}");
+    }
+}

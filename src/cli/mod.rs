@@ -62,6 +62,17 @@ enum Command {
         after_help = "Examples:\n  car plan examples/plans/deploy.json --root examples/workspace\n  car plan plan.json --format json > plan-verdicts.json\n\nExit codes: 0 nothing would be denied, 1 some action would be denied, 2 bad input."
     )]
     Plan(run::RunArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  car completions bash > ~/.local/share/bash-completion/completions/car\n  car completions zsh > ~/.zfunc/_car"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of `car`.
+    #[command(after_help = "Example:\n  car man > car.1 && man ./car.1")]
+    Man,
     /// Verify a plan statically: issues, execution levels, conflicts.
     #[command(
         after_help = "Examples:\n  car verify examples/plans/deploy.json\n  car verify plan.json --state state.json --max-actions 20 --format json\n  car verify plan.json --format mermaid > plan.mmd   # draw the DAG\n\nExit codes: 0 valid, 1 invalid, 2 bad input."
@@ -292,6 +303,17 @@ struct ShellMatchArgs {
     out: OutputFormat,
 }
 
+/// `car man`: the man page, rendered from the same definitions as `--help`.
+fn man() -> CliResult {
+    use std::io::Write as _;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+        .render(&mut out)
+        .map_err(|e| CliError::Runtime(format!("cannot render the man page: {e}")))?;
+    std::io::stdout().write_all(&out).map_err(|e| CliError::Runtime(format!("cannot write the man page: {e}")))?;
+    Ok(0)
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     // `car ... | head`: a closed pipe ends the program quietly.
@@ -300,6 +322,12 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Plan(a) => run::run(a.dry_run()),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "car", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => man(),
         Command::Verify(a) => {
             let format = if a.json { Format::Json } else { a.format };
             inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, format)
