@@ -73,3 +73,42 @@ test('errors of other origins pass through unchanged', () => {
   // napi's own argument conversion errors are not car errors.
   assert.throws(() => car.matchShellCommand(42, []), (e) => e instanceof Error && !(e instanceof CarError));
 });
+
+test('the code unions of lib.d.ts name every code the Rust sources raise, in its family', () => {
+  const fs = require('node:fs');
+  const path = require('node:path');
+  const root = path.join(__dirname, '..', '..', '..');
+  const dts = fs.readFileSync(path.join(__dirname, '..', 'lib.d.ts'), 'utf8');
+  const union = (name) => {
+    const m = new RegExp(`export type ${name} =([^;]*);`).exec(dts);
+    assert.ok(m, name);
+    return new Set([...m[1].matchAll(/'([a-z_0-9]+)'/g)].map((x) => x[1]));
+  };
+  const families = {
+    config: union('CarConfigErrorCode'),
+    not_found: union('CarNotFoundErrorCode'),
+    runtime: union('CarRuntimeErrorCode'),
+  };
+  const files = [];
+  const walk = (d) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.rs')) files.push(p);
+    }
+  };
+  walk(path.join(root, 'src'));
+  walk(path.join(__dirname, '..', 'src'));
+  const missing = [];
+  let seen = 0;
+  for (const f of files) {
+    // Codes raised by unit tests (after the file's #[cfg(test)]) are not API.
+    const text = fs.readFileSync(f, 'utf8').split('#[cfg(test)]')[0];
+    for (const m of text.matchAll(/Error::(config|not_found|runtime)\(\s*"([a-z_0-9]+)"/g)) {
+      seen += 1;
+      if (!families[m[1]].has(m[2])) missing.push(`${m[1]}:${m[2]} (${path.relative(root, f)})`);
+    }
+  }
+  assert.ok(seen > 20, `only ${seen} raises found: the scan is broken`);
+  assert.deepEqual(missing, []);
+});
