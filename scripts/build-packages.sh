@@ -9,9 +9,10 @@
 #   scripts/build-packages.sh [TARGET...]   (default: the four Linux targets)
 #
 # The npm layout comes from bindings/node/stage.js. Cross linkers come from the package registries: `ziglang` (PyPI) for the
-# wheels (maturin --zig, which also pins the glibc symbol versions to 2.17),
-# `@napi-rs/cross-toolchain` (npm, gcc with a glibc 2.17 sysroot) for the
-# napi glibc targets, and cargo-zigbuild + zig for the napi musl targets.
+# wheels (maturin --zig, which also pins the glibc symbol versions to 2.17)
+# and cargo-zigbuild (PyPI) + zig for the napi builds (`napi build
+# --cross-compile`). napi's `--use-napi-cross` (the `@napi-rs/cross-toolchain`
+# gcc) failed here with "Cannot find native binding".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -37,13 +38,13 @@ for t in "${TARGETS[@]}"; do
     continue
   fi
   case "$t" in
-    *-musl) compat=musllinux_1_2; node_cross=(--cross-compile) ;;
-    *) compat=manylinux2014; node_cross=(--use-napi-cross) ;;
+    *-musl) compat=musllinux_1_2 ;;
+    *) compat=manylinux2014 ;;
   esac
   echo "==> wheel $t ($compat)"
   (cd bindings/python && maturin build --release --strip --target "$t" --zig --compatibility "$compat" --out "$DIST/wheels")
   echo "==> napi $t"
-  (cd bindings/node && npx --no-install napi build --platform --release --strip --target "$t" "${node_cross[@]}" \
+  (cd bindings/node && npx --no-install napi build --platform --release --strip --target "$t" --cross-compile \
     --output-dir "$DIST/npm/bin")
   built+=("$t")
 done
