@@ -12,7 +12,11 @@
 # wheels (maturin --zig, which also pins the glibc symbol versions to 2.17)
 # and cargo-zigbuild (PyPI) + zig for the napi builds (`napi build
 # --cross-compile`). napi's `--use-napi-cross` (the `@napi-rs/cross-toolchain`
-# gcc) failed here with "Cannot find native binding".
+# gcc) failed here with "Cannot find native binding". Measured here: the
+# wheel's extension needs at most GLIBC_2.17; a `napi build --cross-compile`
+# addon for x86_64-unknown-linux-gnu needed GLIBC_2.30 (zig's default glibc,
+# napi passes no `.2.17` suffix), so the npm glibc packages are not yet
+# manylinux2014-equivalent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
