@@ -496,6 +496,8 @@ struct LogInner {
     retention: RetentionPolicy,
     chaining: bool,
     last_hash: Option<String>,
+    /// The audit file every event is also appended to, when attached.
+    sink: Option<Arc<crate::store::file::AuditFile>>,
 }
 
 impl LogInner {
@@ -572,6 +574,9 @@ impl EventLog {
             let h = e.compute_hash();
             log.last_hash = Some(h.clone());
             e.hash = Some(h);
+        }
+        if let Some(sink) = &log.sink {
+            sink.record(&e);
         }
         let now = e.timestamp;
         let id = e.id;
@@ -665,6 +670,15 @@ impl EventLog {
     pub fn enable_chaining(&self) {
         if let Ok(mut log) = self.inner.lock() {
             log.chaining = true;
+        }
+    }
+
+    /// Appends every later event to `file` too (the durable audit log of a
+    /// daemon or `car run`; see [`crate::store::file`]). Replaces an
+    /// earlier attachment.
+    pub fn attach_file(&self, file: Arc<crate::store::file::AuditFile>) {
+        if let Ok(mut log) = self.inner.lock() {
+            log.sink = Some(file);
         }
     }
 

@@ -210,6 +210,18 @@ fn run(args: Vec<String>) -> Result<(), String> {
     config.ledger_path = Some(paths.state_root.join(crate::approval::TIER_LEDGER_FILE));
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
+    let events_path = paths.state_root.join(crate::store::file::EVENTS_FILE);
+    let (audit, report) = crate::store::file::AuditFile::open(&events_path).map_err(|e| e.to_string())?;
+    if let Some(t) = &report.torn {
+        let moved = t.moved_to.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        eprintln!(
+            "car-server: {}: line {} was a torn record ({} bytes, a write cut short): skipped, moved to {moved}",
+            events_path.display(),
+            t.line,
+            t.bytes
+        );
+    }
+    config.event_log = Some(std::sync::Arc::new(audit));
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

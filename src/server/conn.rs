@@ -524,6 +524,9 @@ impl Conn {
         // reading the daemon's one approvals ledger (websocket-methods.md).
         let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
         rt.set_tier_ledger(daemon.ledger.clone());
+        if let Some(audit) = &config.event_log {
+            rt.runtime().events().attach_file(audit.clone());
+        }
         if let Some(dir) = &config.policy_dir
             && dir.is_dir()
             && let Err(e) = rt.load_policies(&dir.to_string_lossy())

@@ -85,6 +85,10 @@ pub struct Config {
     /// How long a proposal parked for supervision waits for a verdict
     /// before it is refused (fail closed).
     pub supervision_timeout: Duration,
+    /// The daemon's audit log (`$CAR_HOME/events.jsonl`): every event of
+    /// every connection is appended to it, one hash chain per daemon file
+    /// (`crate::store::file`). `None`: events stay in memory.
+    pub event_log: Option<std::sync::Arc<crate::store::file::AuditFile>>,
 }
 
 impl Default for Config {
@@ -113,6 +117,7 @@ impl Default for Config {
             ledger_path: None,
             ledger_key_path: None,
             supervision_timeout: Duration::from_secs(60),
+            event_log: None,
         }
     }
 }
