@@ -171,6 +171,8 @@ struct Inner {
     /// The first write error; later records are not written (the log on
     /// disk would have a hole) and [`AuditFile::sync`] reports it.
     failed: Option<String>,
+    /// The file's length after this process's last read or write.
+    len: u64,
 }
 
 /// An append-only, hash-chained audit file shared by event logs.
@@ -194,38 +196,46 @@ impl AuditFile {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| io_err(&path, e))?;
         }
-        let mut report = FileReport::default();
-        let mut good_len = 0u64;
-        if path.exists() {
-            let f = std::fs::File::open(&path).map_err(|e| io_err(&path, e))?;
-            report = verify_reader(std::io::BufReader::new(f), |_, text| good_len += text.len() as u64 + 1)?;
-            if let (Some(line), Some(why)) = (report.tampered_at, &report.problem) {
-                return Err(Error::runtime(
-                    "event_file_tampered",
-                    format!(
-                        "event file `{}` fails verification at line {line}: {why}; refusing to append to a broken chain",
-                        path.display()
-                    ),
-                ));
-            }
-            if let Some(torn) = report.torn.as_mut() {
-                let data = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                let aside = PathBuf::from(format!("{}.torn-{stamp}", path.display()));
-                let tail = data.get(good_len as usize..).unwrap_or_default();
-                std::fs::write(&aside, tail).map_err(|e| io_err(&aside, e))?;
-                let f = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| io_err(&path, e))?;
-                f.set_len(good_len).map_err(|e| io_err(&path, e))?;
-                f.sync_all().map_err(|e| io_err(&path, e))?;
-                torn.moved_to = Some(aside);
-            }
-        }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io_err(&path, e))?;
-        let inner = Inner { file, next_id: report.records as u64 + 1, last_hash: report.head.clone(), failed: None };
+        // Read and repair under the lock appends take.
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io_err(&path, std::io::Error::from(e)))?;
+        let read = Self::read_for_append(&path);
+        let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::Unlock);
+        let (report, len) = read?;
+        let inner =
+            Inner { file, next_id: report.records as u64 + 1, last_hash: report.head.clone(), failed: None, len };
         Ok((AuditFile { path, inner: Mutex::new(inner) }, report))
+    }
+
+    /// Verifies the file, moves a torn last record aside and cuts it off;
+    /// returns the report and the length of the complete records.
+    fn read_for_append(path: &Path) -> Result<(FileReport, u64)> {
+        let mut good_len = 0u64;
+        let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+        let mut report = verify_reader(std::io::BufReader::new(f), |_, text| good_len += text.len() as u64 + 1)?;
+        if let (Some(line), Some(why)) = (report.tampered_at, &report.problem) {
+            return Err(Error::runtime(
+                "event_file_tampered",
+                format!(
+                    "event file `{}` fails verification at line {line}: {why}; refusing to append to a broken chain",
+                    path.display()
+                ),
+            ));
+        }
+        if let Some(torn) = report.torn.as_mut() {
+            let data = std::fs::read(path).map_err(|e| io_err(path, e))?;
+            let stamp =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let aside = PathBuf::from(format!("{}.torn-{stamp}", path.display()));
+            let tail = data.get(good_len as usize..).unwrap_or_default();
+            std::fs::write(&aside, tail).map_err(|e| io_err(&aside, e))?;
+            let f = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| io_err(path, e))?;
+            f.set_len(good_len).map_err(|e| io_err(path, e))?;
+            f.sync_all().map_err(|e| io_err(path, e))?;
+            torn.moved_to = Some(aside);
+        }
+        Ok((report, good_len))
     }
 
     /// The file.
@@ -234,7 +244,11 @@ impl AuditFile {
     }
 
     /// Appends `event` as the file's next record (its own id and chain link);
-    /// syncs the file when the event is a `ProposalCompleted`.
+    /// syncs the file when the event is a `ProposalCompleted`. Other
+    /// processes may append to the same file (two `car run`s of one
+    /// `$CAR_HOME`): each append holds an exclusive `flock` and first folds
+    /// in (and verifies) the records appended since this process's last
+    /// one, so the chain stays one.
     pub fn record(&self, event: &Event) {
         let Ok(mut inner) = self.inner.lock() else { return };
         if inner.failed.is_some() {
@@ -244,34 +258,62 @@ impl AuditFile {
         let Value::Object(m) = &mut rec else { return };
         m.remove("hash");
         m.remove("prev_hash");
-        m.insert("id".into(), Value::from(inner.next_id));
-        if let Some(p) = &inner.last_hash {
-            m.insert("prev_hash".into(), Value::String(p.clone()));
+        let locked = rustix::fs::flock(&inner.file, rustix::fs::FlockOperation::LockExclusive);
+        let outcome = locked.map_err(std::io::Error::from).and_then(|()| {
+            let cur = inner.file.metadata()?.len();
+            if cur != inner.len {
+                self.catch_up(&mut inner, cur)?;
+            }
+            m.insert("id".into(), Value::from(inner.next_id));
+            if let Some(p) = &inner.last_hash {
+                m.insert("prev_hash".into(), Value::String(p.clone()));
+            }
+            let hash = record_hash(m);
+            m.insert("hash".into(), Value::String(hash.clone()));
+            let mut line = serde_json::to_string(&*m).map_err(std::io::Error::other)?;
+            line.push('\n');
+            inner.file.write_all(line.as_bytes())?;
+            if event.kind == EventKind::ProposalCompleted {
+                inner.file.sync_data()?;
+            }
+            inner.len += line.len() as u64;
+            inner.next_id += 1;
+            inner.last_hash = Some(hash);
+            Ok(())
+        });
+        let _ = rustix::fs::flock(&inner.file, rustix::fs::FlockOperation::Unlock);
+        if let Err(e) = outcome {
+            eprintln!("car: event file `{}`: write failed, no further events recorded: {e}", self.path.display());
+            inner.failed = Some(e.to_string());
         }
-        let hash = record_hash(m);
-        m.insert("hash".into(), Value::String(hash.clone()));
-        let mut line = match serde_json::to_string(&rec) {
-            Ok(l) => l,
-            Err(e) => {
-                inner.failed = Some(e.to_string());
-                return;
-            }
-        };
-        line.push('\n');
-        let written = inner
-            .file
-            .write_all(line.as_bytes())
-            .and_then(|()| if event.kind == EventKind::ProposalCompleted { inner.file.sync_data() } else { Ok(()) });
-        match written {
-            Ok(()) => {
-                inner.next_id += 1;
-                inner.last_hash = Some(hash);
-            }
-            Err(e) => {
-                eprintln!("car: event file `{}`: write failed, no further events recorded: {e}", self.path.display());
-                inner.failed = Some(e.to_string());
-            }
+    }
+
+    /// Folds in the records another process appended after `inner.len`,
+    /// verifying each links to the chain.
+    fn catch_up(&self, inner: &mut Inner, cur: u64) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&self.path)?;
+        f.seek(SeekFrom::Start(inner.len))?;
+        let mut buf = Vec::with_capacity(usize::try_from(cur.saturating_sub(inner.len)).unwrap_or(0));
+        f.take(cur.saturating_sub(inner.len)).read_to_end(&mut buf)?;
+        if buf.last().is_some_and(|b| *b != b'\n') {
+            return Err(std::io::Error::other("another writer left a torn record; reopen the file to skip it"));
         }
+        for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let bad = || std::io::Error::other("a record another writer appended does not continue the chain");
+            let Ok(Value::Object(rec)) = serde_json::from_slice::<Value>(line) else { return Err(bad()) };
+            let hash = rec.get("hash").and_then(Value::as_str).ok_or_else(bad)?;
+            if rec.get("id").and_then(Value::as_u64) != Some(inner.next_id)
+                || rec.get("prev_hash").and_then(Value::as_str) != inner.last_hash.as_deref()
+                || record_hash(&rec) != hash
+            {
+                return Err(bad());
+            }
+            inner.next_id += 1;
+            inner.last_hash = Some(hash.to_string());
+        }
+        inner.len = cur;
+        Ok(())
     }
 
     /// Syncs the file to disk; reports an earlier write failure.
