@@ -763,33 +763,34 @@ impl ApprovalBackend for PgBackends {
 
     async fn wait(&self, key: &str, deadline: Option<DateTime<Utc>>) -> Result<Resolution> {
         let mut rx = self.shared.events.subscribe();
+        let gone = || Error::not_found("approval_not_found", format!("no open approval `{key}`"));
         loop {
-            let row = self
-                .client()
-                .await?
+            let client = self.client().await?;
+            // Closed: use it up, once, in one statement (the update that
+            // sets `consumed_at` wins).
+            let used = client
+                .query_opt(
+                    "UPDATE car_approvals SET consumed_at = clock_timestamp() \
+                     WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *",
+                    &[&key],
+                )
+                .await
+                .map_err(db_err)?;
+            if let Some(res) = used.as_ref().and_then(resolution_of) {
+                return Ok(res);
+            }
+            let row = client
                 .query_opt("SELECT *, clock_timestamp() AS now FROM car_approvals WHERE key = $1", &[&key])
                 .await
                 .map_err(db_err)?
-                .ok_or_else(|| Error::not_found("approval_not_found", format!("no open approval `{key}`")))?;
-            let consumed: Option<DateTime<Utc>> = row.get("consumed_at");
-            if consumed.is_some() {
-                return Err(Error::not_found("approval_not_found", format!("no open approval `{key}`")));
+                .ok_or_else(gone)?;
+            drop(client);
+            if row.get::<_, Option<DateTime<Utc>>>("consumed_at").is_some() {
+                return Err(gone());
             }
-            if let Some(res) = resolution_of(&row) {
-                // Use it up, once: the update that sets `consumed_at` wins.
-                let used = self
-                    .client()
-                    .await?
-                    .execute(
-                        "UPDATE car_approvals SET consumed_at = clock_timestamp() WHERE key = $1 AND consumed_at IS NULL",
-                        &[&key],
-                    )
-                    .await
-                    .map_err(db_err)?;
-                if used == 1 {
-                    return Ok(res);
-                }
-                return Err(Error::not_found("approval_not_found", format!("no open approval `{key}`")));
+            if row.get::<_, Option<String>>("decision").is_some() {
+                // Closed between the two statements: consume it.
+                continue;
             }
             let now: DateTime<Utc> = row.get("now");
             let due = row.get::<_, Option<DateTime<Utc>>>("deadline").or(deadline);
