@@ -496,8 +496,9 @@ struct LogInner {
     retention: RetentionPolicy,
     chaining: bool,
     last_hash: Option<String>,
-    /// The audit file every event is also appended to, when attached.
-    sink: Option<Arc<crate::store::file::AuditFile>>,
+    /// Where every event is also recorded (the durable audit log), when
+    /// attached.
+    sink: Option<Arc<dyn EventSink>>,
 }
 
 impl LogInner {
@@ -515,6 +516,25 @@ impl LogInner {
             }
         }
         before - self.events.len()
+    }
+}
+
+/// Where a log also records its events: the durable audit log (a file,
+/// [`crate::store::file::AuditFile`], or a database).
+pub trait EventSink: Send + Sync + std::fmt::Debug {
+    /// Records one event (called in log order, under the log's lock: keep it
+    /// short or hand the event off).
+    fn record(&self, event: &Event);
+    /// A ticket resolving once everything recorded so far is durable;
+    /// `None` when it already is.
+    fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        None
+    }
+}
+
+impl EventSink for crate::store::file::AuditFile {
+    fn record(&self, event: &Event) {
+        crate::store::file::AuditFile::record(self, event);
     }
 }
 
@@ -677,8 +697,22 @@ impl EventLog {
     /// daemon or `car run`; see [`crate::store::file`]). Replaces an
     /// earlier attachment.
     pub fn attach_file(&self, file: Arc<crate::store::file::AuditFile>) {
+        self.attach_sink(file);
+    }
+
+    /// Records every later event in `sink` too. Replaces an earlier one.
+    pub fn attach_sink(&self, sink: Arc<dyn EventSink>) {
         if let Ok(mut log) = self.inner.lock() {
-            log.sink = Some(file);
+            log.sink = Some(sink);
+        }
+    }
+
+    /// Resolves once every event recorded so far is durable in the
+    /// attached sink (at once without one, or when the sink writes through).
+    pub async fn sink_durable(&self) {
+        let ticket = self.inner.lock().ok().and_then(|l| l.sink.as_ref().and_then(|s| s.durable()));
+        if let Some(rx) = ticket {
+            let _ = rx.await;
         }
     }
 

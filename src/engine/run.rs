@@ -371,6 +371,9 @@ impl Runtime {
             completed["cancelled_tools"] = Value::Array(cancelled_tools);
         }
         self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
+        // The proposal answers once its completion event is durable in the
+        // audit log a daemon attached (a database sink writes in batches).
+        self.inner.events.sink_durable().await;
         Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
     }
 

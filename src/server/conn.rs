@@ -525,7 +525,7 @@ impl Conn {
         let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
         rt.set_tier_ledger(daemon.ledger.clone());
         if let Some(audit) = &config.event_log {
-            rt.runtime().events().attach_file(audit.clone());
+            rt.runtime().events().attach_sink(audit.clone());
         }
         if let Some(dir) = &config.policy_dir
             && dir.is_dir()

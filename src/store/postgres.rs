@@ -903,3 +903,85 @@ impl RateLimitBackend for PgBackends {
         Ok(answer)
     }
 }
+
+enum SinkMsg {
+    Event(NewEvent),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// An [`crate::events::EventSink`] writing a daemon's events to the events
+/// table in batches, off the per-action path: recording hands the event to
+/// a writer task, which appends everything queued in one `INSERT`; a
+/// [`crate::events::EventSink::durable`] ticket resolves once the batch
+/// holding everything before it has committed (the engine awaits it before
+/// a proposal answers).
+pub struct PgEventSink {
+    tx: tokio::sync::mpsc::UnboundedSender<SinkMsg>,
+}
+
+impl std::fmt::Debug for PgEventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgEventSink")
+    }
+}
+
+/// The most events one batch holds.
+pub const SINK_BATCH: usize = 512;
+
+impl PgEventSink {
+    /// Starts the writer task on the current tokio runtime.
+    pub fn spawn(backends: PgBackends) -> Arc<PgEventSink> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<SinkMsg>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = Vec::new();
+                let mut tickets = Vec::new();
+                let mut next = Some(first);
+                while let Some(m) = next.take() {
+                    match m {
+                        SinkMsg::Event(e) => batch.push(e),
+                        SinkMsg::Flush(t) => tickets.push(t),
+                    }
+                    if batch.len() < SINK_BATCH {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                let mut delay = Duration::from_millis(50);
+                while !batch.is_empty() {
+                    match EventBackend::append(&backends, batch.clone()).await {
+                        Ok(_) => break,
+                        Err(e) => {
+                            // Kept and retried: the audit log must not lose
+                            // a batch while the database restarts.
+                            eprintln!("car-server: event store: {e}; retrying the batch of {}", batch.len());
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(5));
+                        }
+                    }
+                }
+                for t in tickets {
+                    let _ = t.send(());
+                }
+            }
+        });
+        Arc::new(PgEventSink { tx })
+    }
+}
+
+impl crate::events::EventSink for PgEventSink {
+    fn record(&self, event: &Event) {
+        let e = NewEvent {
+            kind: event.kind,
+            proposal_id: event.proposal_id.as_deref().map(str::to_string),
+            action_id: event.action_id.as_deref().map(str::to_string),
+            data: event.data.to_value(),
+        };
+        let _ = self.tx.send(SinkMsg::Event(e));
+    }
+
+    fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let (t, rx) = tokio::sync::oneshot::channel();
+        self.tx.send(SinkMsg::Flush(t)).ok()?;
+        Some(rx)
+    }
+}
