@@ -43,7 +43,7 @@ use tokio::sync::broadcast;
 use crate::Result;
 use crate::approval::ledger::ApprovalRecord;
 use crate::approval::store::{ApprovalDecision, ApprovalEvent, PendingApproval, Resolution, ResolveOutcome, Ticket};
-use crate::events::{ChainVerification, Event, EventData, EventKind, EventQuery, RetentionPolicy};
+use crate::events::{ChainVerification, Event, EventKind, EventQuery, RetentionPolicy};
 pub use crate::state::{CasOutcome, Expect};
 
 /// A key's value and version (0 and `None`: never written; a deleted key
@@ -240,7 +240,7 @@ pub(crate) fn stored_event(
         timestamp,
         proposal_id: proposal_id.map(Arc::from),
         action_id: action_id.map(Arc::from),
-        data: EventData::Value(data),
+        data: crate::events::EventData::Value(data),
         prev_hash,
         hash,
     }
