@@ -108,6 +108,8 @@ export type CarRuntimeErrorCode =
   | 'approval_store_io'
   | 'approvals_not_configured'
   | 'canonicalization_failed'
+  | 'event_file_io_error'
+  | 'event_file_tampered'
   | 'event_log_poisoned'
   | 'intent_already_decided'
   | 'intent_expired'
@@ -122,8 +124,11 @@ export type CarRuntimeErrorCode =
   | 'plan_item_not_awaiting_decision'
   | 'policy_store_io'
   | 'preview_failed'
+  | 'rate_limiter_poisoned'
   | 'serialization_failed'
   | 'state_poisoned'
+  | 'store_schema_newer'
+  | 'store_unavailable'
   | 'supervision_unavailable';
 
 /** Every code known to this version. A newer core may add codes to a family

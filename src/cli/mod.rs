@@ -3,6 +3,7 @@
 //! decides. Exit codes: 0 success, 1 an action failed or was denied (or the
 //! checked plan is invalid), 2 bad input (file, JSON path and reason).
 
+mod events;
 mod inspect;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -116,6 +117,12 @@ enum Command {
         after_help = "Example:\n  car mcp serve --config gateway.toml      # an MCP server on stdio; see docs/mcp.md"
     )]
     Mcp(McpCommand),
+    /// The audit log `car run` and `car-server` append to (`events.jsonl` under `$CAR_HOME`).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  car events export --out audit.jsonl      # the complete, verified records as JSONL\n  car events verify audit.jsonl            # check the hash chain of an export\n\nExit codes: 0 the chain is intact (a torn last record is reported and skipped), 1 it breaks (the line is named), 2 bad input."
+    )]
+    Events(EventsCommand),
     /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
     #[cfg(feature = "server")]
     #[command(
@@ -270,6 +277,27 @@ enum McpCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum EventsCommand {
+    /// Write the audit log's complete, verified records as JSONL (stdout or --out).
+    Export {
+        /// The state directory (default: `$CAR_HOME`, else `~/.car`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Write to this file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Verify the hash chain of an audit log or an export of one.
+    Verify {
+        /// The JSONL file.
+        file: PathBuf,
+        /// `--format json` (or `--json`): print the report as JSON.
+        #[command(flatten)]
+        format: OutputFormat,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum SandboxCommand {
     /// Report what this machine can enforce (Landlock, namespaces, cgroups) and which presets work.
     #[command(
@@ -345,6 +373,8 @@ pub fn main() -> ExitCode {
         }
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
         Command::Sandbox(SandboxCommand::Check { out }) => sandbox::check(out.json()),
+        Command::Events(EventsCommand::Export { dir, out }) => events::export(dir.as_deref(), out.as_deref()),
+        Command::Events(EventsCommand::Verify { file, format }) => events::verify(&file, format.json()),
         #[cfg(feature = "mcp")]
         Command::Mcp(McpCommand::Serve(a)) => mcp::serve(a),
         #[cfg(feature = "server")]

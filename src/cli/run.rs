@@ -79,6 +79,13 @@ pub struct RunArgs {
     /// parameters hold `"fail": true`). Admission decides as for real tools.
     #[arg(long, value_name = "FILE")]
     stub_tools: Option<PathBuf>,
+    /// Append the run's events to `events.jsonl` in this directory (default:
+    /// `$CAR_HOME`, else `~/.car`); `car events export` / `verify` read it.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_event_log")]
+    events_dir: Option<PathBuf>,
+    /// Do not append the run's events to the audit log.
+    #[arg(long)]
+    no_event_log: bool,
 }
 
 /// Where human output goes: stdout, or stderr under `--json`.
@@ -520,6 +527,22 @@ pub fn run(a: RunArgs) -> CliResult {
     let out = Out { err: a.out.json() };
 
     let rt = CarRuntime::with_options(RuntimeOptions::default());
+    if !a.no_event_log {
+        let dir = super::events::state_dir(a.events_dir.as_deref())?;
+        let path = dir.join(car_runtime::store::file::EVENTS_FILE);
+        let (file, report) =
+            car_runtime::store::file::AuditFile::open(&path).map_err(|e| CliError::Runtime(e.to_string()))?;
+        if let Some(t) = &report.torn {
+            let moved = t.moved_to.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            eprintln!(
+                "warning: {}: line {} was a torn record ({} bytes): skipped, moved to {moved}",
+                path.display(),
+                t.line,
+                t.bytes
+            );
+        }
+        rt.runtime().events().attach_file(std::sync::Arc::new(file));
+    }
     for t in car_runtime::tools::builtin_tools() {
         let schema = serde_json::to_string(&t.schema).unwrap_or_default();
         rt.register_tool_schema(&schema).map_err(|e| CliError::Runtime(e.to_string()))?;

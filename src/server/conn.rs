@@ -520,6 +520,9 @@ impl Conn {
         // reading the daemon's one approvals ledger (websocket-methods.md).
         let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
         rt.set_tier_ledger(daemon.ledger.clone()).map_err(|e| format!("connection refused: tier ledger: {e}"))?;
+        if let Some(audit) = &config.event_log {
+            rt.runtime().events().attach_sink(audit.clone());
+        }
         if let Some(dir) = &config.policy_dir
             && dir.is_dir()
             && let Err(e) = rt.load_policies(&dir.to_string_lossy())

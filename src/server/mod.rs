@@ -85,6 +85,11 @@ pub struct Config {
     /// How long a proposal parked for supervision waits for a verdict
     /// before it is refused (fail closed).
     pub supervision_timeout: Duration,
+    /// The daemon's audit log: `$CAR_HOME/events.jsonl`
+    /// (`crate::store::file`), or the events table of `--store
+    /// postgres://...`. Every event of every connection is recorded in it,
+    /// one hash chain per daemon. `None`: events stay in memory.
+    pub event_log: Option<std::sync::Arc<dyn crate::events::EventSink>>,
 }
 
 impl Default for Config {
@@ -113,6 +118,7 @@ impl Default for Config {
             ledger_path: None,
             ledger_key_path: None,
             supervision_timeout: Duration::from_secs(60),
+            event_log: None,
         }
     }
 }
