@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -53,17 +54,31 @@ async fn connect(name: &str, cfg: &McpServerConfig) -> Result<(Conn, Vec<Importe
     let fail = |what: &str, e: String| {
         Error::runtime("mcp_connect_failed", format!("mcp server `{name}`: cannot {what}: {e}"))
     };
-    let program = cfg.command.clone().unwrap_or_default();
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&cfg.args).envs(&cfg.env).kill_on_drop(true);
-    if let Some(dir) = &cfg.cwd {
-        cmd.current_dir(dir);
-    }
-    let (transport, _stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| fail(&format!("start `{program}`"), e.to_string()))?;
-    let conn = ().serve(transport).await.map_err(|e| fail("initialize", e.to_string()))?;
+    let conn = if let Some(url) = &cfg.url {
+        // Streamable HTTP: the bearer token is read from its variable at
+        // every connection, never stored in the configuration.
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        if let Some(var) = &cfg.bearer_token_env {
+            let token = std::env::var(var).map_err(|_| {
+                fail("authenticate", format!("the bearer token variable `{var}` is not set (or not UTF-8)"))
+            })?;
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        ().serve(transport).await.map_err(|e| fail(&format!("initialize at `{url}`"), e.to_string()))?
+    } else {
+        let program = cfg.command.clone().unwrap_or_default();
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&cfg.args).envs(&cfg.env).kill_on_drop(true);
+        if let Some(dir) = &cfg.cwd {
+            cmd.current_dir(dir);
+        }
+        let (transport, _stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| fail(&format!("start `{program}`"), e.to_string()))?;
+        ().serve(transport).await.map_err(|e| fail("initialize", e.to_string()))?
+    };
     let tools = conn.peer().list_all_tools().await.map_err(|e| fail("list its tools", e.to_string()))?;
     let mut out = Vec::new();
     for t in tools {
