@@ -103,7 +103,12 @@ async fn main() {
         println!("listening on http://{local}/mcp");
         let _ = std::io::stdout().flush();
         let svc = car_runtime::mcp::http::service(|| Ok(Upstream::default()), local.ip());
-        let routes = car_runtime::mcp::http::Routes { path: "/mcp", health: None, check_version: false, bearer: flag("--bearer") };
+        let routes = car_runtime::mcp::http::Routes {
+            path: "/mcp",
+            health: None,
+            check_version: false,
+            bearer: flag("--bearer"),
+        };
         car_runtime::mcp::http::serve(listener, svc, routes, std::future::pending()).await;
         return;
     }

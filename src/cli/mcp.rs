@@ -49,8 +49,9 @@ pub fn load(path: &std::path::Path) -> Result<AdmissionConfig, CliError> {
 
 /// The gateway over streamable HTTP on a loopback address, until SIGINT / SIGTERM.
 async fn serve_http(gateway: car_runtime::mcp::gateway::Gateway, addr: &str) -> Result<(), CliError> {
-    let parsed: std::net::SocketAddr =
-        addr.parse().map_err(|e| CliError::Input(format!("--http `{addr}`: not an address such as 127.0.0.1:8931 ({e})")))?;
+    let parsed: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| CliError::Input(format!("--http `{addr}`: not an address such as 127.0.0.1:8931 ({e})")))?;
     if !parsed.ip().is_loopback() {
         return Err(CliError::Input(format!(
             "--http `{addr}`: the gateway has no client authentication, so it binds a loopback address only"

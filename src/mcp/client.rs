@@ -58,6 +58,13 @@ async fn connect(name: &str, cfg: &McpServerConfig) -> Result<(Conn, Vec<Importe
         // Streamable HTTP: the bearer token is read from its variable at
         // every connection, never stored in the configuration.
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        // A server that went away mid-call fails that call after a few
+        // tries (rmcp's default retries the stream forever); the next call
+        // reconnects.
+        let mut retry = rmcp::transport::common::client_side_sse::FixedInterval::default();
+        retry.max_times = Some(3);
+        retry.duration = std::time::Duration::from_millis(200);
+        config.retry_config = Arc::new(retry);
         if let Some(var) = &cfg.bearer_token_env {
             let token = std::env::var(var).map_err(|_| {
                 fail("authenticate", format!("the bearer token variable `{var}` is not set (or not UTF-8)"))

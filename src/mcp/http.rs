@@ -216,12 +216,21 @@ mod tests {
 
     #[test]
     fn origins() {
-        for ok in ["http://localhost", "https://localhost:8443", "http://127.0.0.1:9", "http://127.1.2.3", "http://[::1]:80"] {
+        for ok in
+            ["http://localhost", "https://localhost:8443", "http://127.0.0.1:9", "http://127.1.2.3", "http://[::1]:80"]
+        {
             assert!(loopback_origin(ok), "{ok}");
         }
-        for bad in
-            ["null", "http://evil.example", "http://127.0.0.1.evil.example", "file://", "http://localhost:x", "ftp://localhost", "http://[::2]", "http://localhost/"]
-        {
+        for bad in [
+            "null",
+            "http://evil.example",
+            "http://127.0.0.1.evil.example",
+            "file://",
+            "http://localhost:x",
+            "ftp://localhost",
+            "http://[::2]",
+            "http://localhost/",
+        ] {
             assert!(!loopback_origin(bad), "{bad}");
         }
     }

@@ -120,9 +120,9 @@ impl McpServerConfig {
     pub fn check(&self, server: &str) -> crate::Result<()> {
         let bad = |msg: String| crate::Error::config("invalid_mcp_config", msg, json!({"server": server}));
         match (&self.command, &self.url) {
-            (Some(_), None) if self.bearer_token_env.is_some() => {
-                Err(bad(format!("mcp server `{server}`: `bearer_token_env` is for `url` (streamable HTTP), not `command`")))
-            }
+            (Some(_), None) if self.bearer_token_env.is_some() => Err(bad(format!(
+                "mcp server `{server}`: `bearer_token_env` is for `url` (streamable HTTP), not `command`"
+            ))),
             (Some(c), None) if !c.trim().is_empty() => Ok(()),
             (Some(_), None) => Err(bad(format!("mcp server `{server}`: `command` is empty"))),
             (None, Some(url)) => {
@@ -147,7 +147,9 @@ impl McpServerConfig {
                 }
             }
             (Some(_), Some(_)) => Err(bad(format!("mcp server `{server}`: give `command` or `url`, not both"))),
-            (None, None) => Err(bad(format!("mcp server `{server}`: needs `command` (stdio) or `url` (streamable HTTP)"))),
+            (None, None) => {
+                Err(bad(format!("mcp server `{server}`: needs `command` (stdio) or `url` (streamable HTTP)")))
+            }
         }
     }
 }

@@ -309,12 +309,21 @@ fn run(args: Vec<String>) -> Result<(), String> {
 /// The MCP endpoint's listener: `--mcp-bind` / `CAR_MCP_BIND` (`disabled`:
 /// none), else the WebSocket address at port + 2 (a free port when the
 /// WebSocket port was 0).
-async fn mcp_listener(bind: Option<String>, ws: &SocketAddr, ws_port: u16) -> Result<Option<tokio::net::TcpListener>, String> {
+async fn mcp_listener(
+    bind: Option<String>,
+    ws: &SocketAddr,
+    ws_port: u16,
+) -> Result<Option<tokio::net::TcpListener>, String> {
     let addr: SocketAddr = match bind.as_deref().map(str::trim) {
         Some("disabled") => return Ok(None),
-        Some(a) => a.parse().map_err(|e| format!("--mcp-bind `{a}`: not an address such as 127.0.0.1:9102 or `disabled` ({e})"))?,
+        Some(a) => a
+            .parse()
+            .map_err(|e| format!("--mcp-bind `{a}`: not an address such as 127.0.0.1:9102 or `disabled` ({e})"))?,
         None if ws_port == 0 => SocketAddr::new(ws.ip(), 0),
-        None => SocketAddr::new(ws.ip(), ws.port().checked_add(2).ok_or("--port: no port + 2 for the MCP endpoint; set --mcp-bind")?),
+        None => SocketAddr::new(
+            ws.ip(),
+            ws.port().checked_add(2).ok_or("--port: no port + 2 for the MCP endpoint; set --mcp-bind")?,
+        ),
     };
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         format!("cannot listen on {addr} for the MCP endpoint: {e} (choose another with --mcp-bind, or `--mcp-bind disabled`)")

@@ -195,7 +195,8 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     if let Some((mut d, source)) = doc {
         let declared: std::collections::HashSet<String> =
             d.tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect();
-        d.tools.extend(definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned());
+        d.tools
+            .extend(definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned());
         rt.configure_admission(d).map_err(|e| format!("connection refused: admission document `{source}`: {e}"))?;
         rt.set_tier_ledger(daemon.ledger.clone());
     }

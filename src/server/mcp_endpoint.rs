@@ -17,8 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -155,9 +154,12 @@ impl Endpoint {
             "simulate" | "optimize" | "transaction_check" | "permission_classify" | "match_shell_command" => {
                 crate::api::call(&c.tool, p).map_err(tool_error)
             }
-            "explain_permission" => {
-                parse(&self.rt.proposal_plan(&p["proposal"].to_string(), self.session.as_deref(), None).map_err(tool_error)?)
-            }
+            "explain_permission" => parse(
+                &self
+                    .rt
+                    .proposal_plan(&p["proposal"].to_string(), self.session.as_deref(), None)
+                    .map_err(tool_error)?,
+            ),
             "policy_check" => {
                 let mut args = json!({"proposal": p["proposal"]});
                 match (p.get("rules").and_then(Value::as_str), &self.policy_dir) {
@@ -250,16 +252,15 @@ impl ServerHandler for Endpoint {
         serde_json::from_value(info).unwrap_or_default()
     }
 
-    async fn initialize(
-        &self,
-        request: InitializeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<InitializeResult, ErrorData> {
-        let requested = serde_json::to_value(&request).ok().and_then(|v| v["protocolVersion"].as_str().map(str::to_string));
-        context.peer.set_peer_info(request);
-        let mut info = serde_json::to_value(self.get_info()).unwrap_or_default();
-        info["protocolVersion"] = json!(http::negotiate_version(requested.as_deref()));
-        from_json(info)
+    /// The revisions `initialize` accepts ([`http::SUPPORTED_VERSIONS`]);
+    /// rmcp answers the client's when listed, else `get_info`'s (the newest).
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        static VERSIONS: [ProtocolVersion; 3] =
+            [ProtocolVersion::V_2024_11_05, ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25];
+        debug_assert!(
+            VERSIONS.iter().map(|v| v.to_string()).eq(http::SUPPORTED_VERSIONS.iter().map(|v| v.to_string()))
+        );
+        std::borrow::Cow::Borrowed(&VERSIONS)
     }
 
     async fn list_tools(
