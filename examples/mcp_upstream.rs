@@ -102,7 +102,7 @@ async fn main() {
         let local = listener.local_addr().expect("address");
         println!("listening on http://{local}/mcp");
         let _ = std::io::stdout().flush();
-        let svc = car_runtime::mcp::http::service(|| Ok(Upstream::default()), local.ip());
+        let svc = car_runtime::mcp::http::service(|| Ok(Upstream::default()), local.ip(), None);
         let routes = car_runtime::mcp::http::Routes {
             path: "/mcp",
             health: None,

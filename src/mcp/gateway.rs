@@ -189,7 +189,7 @@ pub async fn serve_http(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let bound = listener.local_addr().map(|a| a.ip()).unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
-    let svc = super::http::service(move || Ok(gateway.clone()), bound);
+    let svc = super::http::service(move || Ok(gateway.clone()), bound, None);
     let routes = super::http::Routes { path: "/mcp", health: None, check_version: false, bearer: None };
     super::http::serve(listener, svc, routes, shutdown).await;
 }

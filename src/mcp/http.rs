@@ -107,18 +107,24 @@ pub struct Routes {
     pub bearer: Option<String>,
 }
 
-/// The rmcp service for a handler factory: sessions (`MCP-Session-Id`),
-/// the `Host` check widened to the bound address.
+/// The rmcp service for a handler factory: sessions (`MCP-Session-Id`;
+/// one idle for `idle` is closed, rmcp's 5 minutes when `None`), the
+/// `Host` check widened to the bound address.
 pub fn service<S: ServerHandler + Send + 'static>(
     factory: impl Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
     bound: IpAddr,
+    idle: Option<std::time::Duration>,
 ) -> StreamableHttpService<S, LocalSessionManager> {
     let mut config = StreamableHttpServerConfig::default().with_sse_keep_alive(None);
     let host = bound.to_string();
     if !bound.is_unspecified() && !config.allowed_hosts.contains(&host) {
         config.allowed_hosts.push(host);
     }
-    StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config)
+    let mut sessions = LocalSessionManager::default();
+    if idle.is_some() {
+        sessions.session_config.keep_alive = idle;
+    }
+    StreamableHttpService::new(factory, Arc::new(sessions), config)
 }
 
 async fn route<S: ServerHandler + Send + 'static>(

@@ -302,7 +302,8 @@ pub(crate) async fn serve(
     let bound = listener.local_addr().map(|a| a.ip()).unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
     let started = std::time::Instant::now();
     let factory = move || Endpoint::new(&config, &daemon).map_err(std::io::Error::other);
-    let svc = http::service(factory, bound);
+    // A session idle for 24 hours is removed (websocket-protocol.md).
+    let svc = http::service(factory, bound, Some(std::time::Duration::from_secs(24 * 60 * 60)));
     let health = Arc::new(move || {
         json!({"status": "ok", "server": "car-server", "version": crate::VERSION,
                "protocol_version": http::negotiate_version(None), "supported_versions": http::SUPPORTED_VERSIONS,
