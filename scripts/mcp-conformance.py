@@ -41,6 +41,11 @@ EXPECTED = {
     "endpoint": ["server-initialize", "ping", "tools-list"],
 }
 
+# The suite's client scenarios run against the tool-source client, and the
+# ones it must pass.
+CLIENT_SCENARIOS = ["initialize", "tools_call"]
+CLIENT_MUST_PASS = ["initialize"]
+
 # Scenarios server-everything passes directly that the gateway does not,
 # each with its reason (anything else passing directly must pass through
 # the gateway).
@@ -155,6 +160,21 @@ def main():
             stop(p)
         shutil.rmtree(work, ignore_errors=True)
 
+    # Client scenarios: our tool-source client (tests/mcp/conformance_client.py,
+    # through the Python binding) against the suite's own servers.
+    client = [sys.executable, str(ROOT / "tests" / "mcp" / "conformance_client.py")]
+    client_results = {}
+    for sc in CLIENT_SCENARIOS:
+        work = pathlib.Path(tempfile.mkdtemp(prefix="mcp-conformance-client-"))
+        try:
+            out = subprocess.run(["node", str(SUITE), "client", "--command", " ".join(client), "--scenario", sc],
+                                 cwd=work, capture_output=True, text=True, timeout=600)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        m = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", out.stdout + out.stderr)
+        client_results[sc] = bool(m) and m.group(3) == "0" and int(m.group(1)) > 0
+        print(f"client {sc:33} {'pass' if client_results[sc] else 'fail'}")
+
     scenarios = list(results["direct"])
     for extra in (s for t in results.values() for s in t if s not in scenarios):
         scenarios.append(extra)
@@ -169,6 +189,9 @@ def main():
         cell = lambda t: ("pass" if ok(t, s) else "fail") if s in results[t] else "-"
         rows.append(f"| {s} | {cell('direct')} | {cell('gateway')} | {cell('endpoint')} |")
         print(f"{s:40} direct={cell('direct'):5} gateway={cell('gateway'):5} endpoint={cell('endpoint')}")
+    bad += [f"client: {s} fails" for s in CLIENT_MUST_PASS if not client_results.get(s)]
+    rows += ["", "| client scenario (the tool-source client) | result |", "|---|---|"]
+    rows += [f"| {s} | {'pass' if ok_ else 'fail'} |" for s, ok_ in client_results.items()]
     totals = {t: sum(1 for s in r if ok(t, s)) for t, r in results.items()}
     print("scenarios passed: " + ", ".join(f"{t} {n} of {len(results[t])}" for t, n in totals.items()))
     if a.markdown:

@@ -18,7 +18,19 @@ use crate::engine::{CancelToken, ChunkStream, ToolCall, ToolExecutor};
 use crate::ir::ToolFailure;
 use crate::{Error, Result};
 
-type Conn = RunningService<RoleClient, ()>;
+type Conn = RunningService<RoleClient, rmcp::model::ClientConfig>;
+
+/// What the client says at `initialize`: revision `2025-11-25`, the newest
+/// one with an `initialize` handshake that today's servers (and the
+/// conformance suite) speak, rather than rmcp's draft default.
+fn client_config() -> rmcp::model::ClientConfig {
+    serde_json::from_value(json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "car-runtime", "version": crate::VERSION},
+    }))
+    .unwrap_or_default()
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -72,7 +84,7 @@ async fn connect(name: &str, cfg: &McpServerConfig) -> Result<(Conn, Vec<Importe
             config = config.auth_header(token);
         }
         let transport = StreamableHttpClientTransport::from_config(config);
-        ().serve(transport).await.map_err(|e| fail(&format!("initialize at `{url}`"), e.to_string()))?
+        client_config().serve(transport).await.map_err(|e| fail(&format!("initialize at `{url}`"), e.to_string()))?
     } else {
         let program = cfg.command.clone().unwrap_or_default();
         let mut cmd = tokio::process::Command::new(&program);
@@ -84,7 +96,7 @@ async fn connect(name: &str, cfg: &McpServerConfig) -> Result<(Conn, Vec<Importe
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| fail(&format!("start `{program}`"), e.to_string()))?;
-        ().serve(transport).await.map_err(|e| fail("initialize", e.to_string()))?
+        client_config().serve(transport).await.map_err(|e| fail("initialize", e.to_string()))?
     };
     let tools = conn.peer().list_all_tools().await.map_err(|e| fail("list its tools", e.to_string()))?;
     let mut out = Vec::new();
