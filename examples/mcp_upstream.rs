@@ -9,7 +9,10 @@
 //! - `drifty {x}`: its description is the content of the file named by
 //!   `MCP_UPSTREAM_DESCRIPTION` at each `tools/list` (to make contracts drift).
 //!
-//! Run: `cargo run --example mcp_upstream --features mcp`.
+//! Run: `cargo run --example mcp_upstream --features mcp` (stdio), or with
+//! `--http 127.0.0.1:0 [--bearer TOKEN]` over streamable HTTP at `/mcp`
+//! (it prints `listening on http://ADDR/mcp` on stdout; with `--bearer`
+//! every request needs `Authorization: Bearer TOKEN`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -91,6 +94,24 @@ impl ServerHandler for Upstream {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    if let Some(addr) = flag("--http") {
+        use std::io::Write;
+        let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind");
+        let local = listener.local_addr().expect("address");
+        println!("listening on http://{local}/mcp");
+        let _ = std::io::stdout().flush();
+        let svc = car_runtime::mcp::http::service(|| Ok(Upstream::default()), local.ip(), None);
+        let routes = car_runtime::mcp::http::Routes {
+            path: "/mcp",
+            health: None,
+            check_version: false,
+            bearer: flag("--bearer"),
+        };
+        car_runtime::mcp::http::serve(listener, svc, routes, std::future::pending()).await;
+        return;
+    }
     let running = Upstream::default().serve(rmcp::transport::stdio()).await.expect("initialize");
     let _ = running.waiting().await;
 }

@@ -23,6 +23,11 @@ pub struct ServeArgs {
     /// verdict, hash-chained) to this file as JSON.
     #[arg(long)]
     pub events: Option<PathBuf>,
+    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (a
+    /// loopback address such as `127.0.0.1:8931`; port 0 picks a free one,
+    /// printed on stderr). Runs until SIGINT or SIGTERM.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }
 
 /// Reads the gateway's document (`FILE: reason` when it is malformed); with
@@ -42,7 +47,36 @@ pub fn load(path: &std::path::Path) -> Result<AdmissionConfig, CliError> {
     Ok(config)
 }
 
-/// Serves until the client closes stdin.
+/// The gateway over streamable HTTP on a loopback address, until SIGINT / SIGTERM.
+async fn serve_http(gateway: car_runtime::mcp::gateway::Gateway, addr: &str) -> Result<(), CliError> {
+    let parsed: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| CliError::Input(format!("--http `{addr}`: not an address such as 127.0.0.1:8931 ({e})")))?;
+    if !parsed.ip().is_loopback() {
+        return Err(CliError::Input(format!(
+            "--http `{addr}`: the gateway has no client authentication, so it binds a loopback address only"
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(parsed)
+        .await
+        .map_err(|e| CliError::Runtime(format!("--http `{addr}`: cannot listen: {e}")))?;
+    let local = listener.local_addr().map_err(|e| CliError::Runtime(e.to_string()))?;
+    eprintln!("car mcp serve: listening on http://{local}/mcp");
+    let shutdown = async {
+        #[cfg(unix)]
+        {
+            if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+                return;
+            }
+        }
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    car_runtime::mcp::gateway::serve_http(gateway, listener, shutdown).await;
+    Ok(())
+}
+
+/// Serves until the client closes stdin (or, with `--http`, until stopped).
 pub fn serve(a: ServeArgs) -> CliResult {
     let config = load(&a.config)?;
     let rt = CarRuntime::new();
@@ -54,7 +88,12 @@ pub fn serve(a: ServeArgs) -> CliResult {
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    tokio.block_on(car_runtime::mcp::gateway::serve_stdio(gateway)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    match &a.http {
+        None => tokio
+            .block_on(car_runtime::mcp::gateway::serve_stdio(gateway))
+            .map_err(|e| CliError::Runtime(e.to_string()))?,
+        Some(addr) => tokio.block_on(serve_http(gateway, addr))?,
+    }
     if let Some(path) = &a.events {
         let events = rt.event_query("{}").map_err(|e| CliError::Runtime(e.to_string()))?;
         let doc = format!("{{\"events\":{events},\"chain\":{}}}\n", rt.verify_event_log_chain());

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -17,7 +18,19 @@ use crate::engine::{CancelToken, ChunkStream, ToolCall, ToolExecutor};
 use crate::ir::ToolFailure;
 use crate::{Error, Result};
 
-type Conn = RunningService<RoleClient, ()>;
+type Conn = RunningService<RoleClient, rmcp::model::ClientConfig>;
+
+/// What the client says at `initialize`: revision `2025-11-25`, the newest
+/// one with an `initialize` handshake that today's servers (and the
+/// conformance suite) speak, rather than rmcp's draft default.
+fn client_config() -> rmcp::model::ClientConfig {
+    serde_json::from_value(json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "car-runtime", "version": crate::VERSION},
+    }))
+    .unwrap_or_default()
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -53,17 +66,38 @@ async fn connect(name: &str, cfg: &McpServerConfig) -> Result<(Conn, Vec<Importe
     let fail = |what: &str, e: String| {
         Error::runtime("mcp_connect_failed", format!("mcp server `{name}`: cannot {what}: {e}"))
     };
-    let program = cfg.command.clone().unwrap_or_default();
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&cfg.args).envs(&cfg.env).kill_on_drop(true);
-    if let Some(dir) = &cfg.cwd {
-        cmd.current_dir(dir);
-    }
-    let (transport, _stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| fail(&format!("start `{program}`"), e.to_string()))?;
-    let conn = ().serve(transport).await.map_err(|e| fail("initialize", e.to_string()))?;
+    let conn = if let Some(url) = &cfg.url {
+        // Streamable HTTP: the bearer token is read from its variable at
+        // every connection, never stored in the configuration.
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        // A server that went away mid-call fails that call after a few
+        // tries (rmcp's default retries the stream forever); the next call
+        // reconnects.
+        let mut retry = rmcp::transport::common::client_side_sse::FixedInterval::default();
+        retry.max_times = Some(3);
+        retry.duration = std::time::Duration::from_millis(200);
+        config.retry_config = Arc::new(retry);
+        if let Some(var) = &cfg.bearer_token_env {
+            let token = std::env::var(var).map_err(|_| {
+                fail("authenticate", format!("the bearer token variable `{var}` is not set (or not UTF-8)"))
+            })?;
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        client_config().serve(transport).await.map_err(|e| fail(&format!("initialize at `{url}`"), e.to_string()))?
+    } else {
+        let program = cfg.command.clone().unwrap_or_default();
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&cfg.args).envs(&cfg.env).kill_on_drop(true);
+        if let Some(dir) = &cfg.cwd {
+            cmd.current_dir(dir);
+        }
+        let (transport, _stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| fail(&format!("start `{program}`"), e.to_string()))?;
+        client_config().serve(transport).await.map_err(|e| fail("initialize", e.to_string()))?
+    };
     let tools = conn.peer().list_all_tools().await.map_err(|e| fail("list its tools", e.to_string()))?;
     let mut out = Vec::new();
     for t in tools {

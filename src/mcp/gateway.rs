@@ -178,3 +178,18 @@ pub async fn serve_stdio(gateway: Gateway) -> crate::Result<()> {
         .map_err(|e| crate::Error::runtime("mcp_serve_failed", format!("the MCP session failed: {e}")))?;
     Ok(())
 }
+
+/// Serves the gateway over streamable HTTP at `POST /mcp` on `listener`
+/// (sessions by `MCP-Session-Id`, loopback `Origin`s only) until
+/// `shutdown` resolves. Every session shares the one runtime and its
+/// event log.
+pub async fn serve_http(
+    gateway: Gateway,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let bound = listener.local_addr().map(|a| a.ip()).unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    let svc = super::http::service(move || Ok(gateway.clone()), bound, None);
+    let routes = super::http::Routes { path: "/mcp", health: None, check_version: false, bearer: None };
+    super::http::serve(listener, svc, routes, shutdown).await;
+}

@@ -38,6 +38,8 @@ mod client;
 #[cfg(feature = "mcp")]
 pub mod gateway;
 #[cfg(feature = "mcp")]
+pub mod http;
+#[cfg(feature = "mcp")]
 pub use client::{McpDispatch, McpHub};
 
 /// The `mcp` section: MCP servers by name.
@@ -65,7 +67,7 @@ pub struct McpServerConfig {
     /// stdio: its working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    /// Streamable HTTP: the endpoint URL (not served yet; see docs/mcp.md).
+    /// Streamable HTTP: the endpoint URL (`http://`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Streamable HTTP: the environment variable holding a bearer token.
@@ -118,13 +120,36 @@ impl McpServerConfig {
     pub fn check(&self, server: &str) -> crate::Result<()> {
         let bad = |msg: String| crate::Error::config("invalid_mcp_config", msg, json!({"server": server}));
         match (&self.command, &self.url) {
+            (Some(_), None) if self.bearer_token_env.is_some() => Err(bad(format!(
+                "mcp server `{server}`: `bearer_token_env` is for `url` (streamable HTTP), not `command`"
+            ))),
             (Some(c), None) if !c.trim().is_empty() => Ok(()),
             (Some(_), None) => Err(bad(format!("mcp server `{server}`: `command` is empty"))),
-            (None, Some(_)) => Err(bad(format!(
-                "mcp server `{server}`: `url` (streamable HTTP) is not served by this build; use `command` (stdio)"
-            ))),
+            (None, Some(url)) => {
+                let stdio_only = !self.args.is_empty() || !self.env.is_empty() || self.cwd.is_some();
+                if stdio_only {
+                    return Err(bad(format!(
+                        "mcp server `{server}`: `args`, `env` and `cwd` are for `command` (stdio), not `url`"
+                    )));
+                }
+                if let Some(var) = &self.bearer_token_env
+                    && var.trim().is_empty()
+                {
+                    return Err(bad(format!("mcp server `{server}`: `bearer_token_env` is empty")));
+                }
+                match url.split_once("://") {
+                    Some(("http", rest)) if !rest.is_empty() => Ok(()),
+                    Some(("https", _)) => Err(bad(format!(
+                        "mcp server `{server}`: `url` `{url}`: https is not served by this build (no TLS stack); \
+                         use http:// (e.g. through a local TLS-terminating proxy)"
+                    ))),
+                    _ => Err(bad(format!("mcp server `{server}`: `url` `{url}` is not an http:// URL"))),
+                }
+            }
             (Some(_), Some(_)) => Err(bad(format!("mcp server `{server}`: give `command` or `url`, not both"))),
-            (None, None) => Err(bad(format!("mcp server `{server}`: needs `command` (stdio)"))),
+            (None, None) => {
+                Err(bad(format!("mcp server `{server}`: needs `command` (stdio) or `url` (streamable HTTP)")))
+            }
         }
     }
 }

@@ -19,15 +19,7 @@ pub fn generate_token() -> Result<String, String> {
 /// Constant-time comparison (length-checked: a different length is unequal
 /// without looking at the bytes; equal lengths compare every byte).
 pub fn tokens_equal(expected: &str, given: &str) -> bool {
-    let (a, b) = (expected.as_bytes(), given.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0
+    crate::mcp::http::tokens_equal(expected, given)
 }
 
 /// Where things live, from the environment (`CAR_HOME`, `XDG_RUNTIME_DIR`, `HOME`).

@@ -29,6 +29,8 @@ usage: car-server [options]
                          audit log in PostgreSQL (feature `postgres`; migrations at
                          start, a newer schema refuses to start); default: the file
                          $CAR_HOME/events.jsonl
+  --mcp-bind ADDR        the MCP endpoint's address (CAR_MCP_BIND; default the bind
+                         address at port + 2, a free port with --port 0; `disabled`)
   --require-auth         deprecated no-op (auth is on by default)
   --version, --help
 
@@ -43,6 +45,7 @@ CAR_MAX_QUEUED_BYTES (67108864), CAR_MAX_IN_FLIGHT (1024)";
 struct Args {
     port: u16,
     bind: String,
+    mcp_bind: Option<String>,
     no_auth: bool,
     token: Option<String>,
     token_file: Option<PathBuf>,
@@ -61,6 +64,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
     let mut a = Args {
         port: 9100,
         bind: "127.0.0.1".into(),
+        mcp_bind: None,
         no_auth: false,
         token: None,
         token_file: None,
@@ -81,6 +85,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         match flag.as_str() {
             "--port" => a.port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
             "--bind" => a.bind = value("--bind")?,
+            "--mcp-bind" => a.mcp_bind = Some(value("--mcp-bind")?),
             "--no-auth" => a.no_auth = true,
             "--auth-token" => a.token = Some(value("--auth-token")?),
             "--auth-token-file" => a.token_file = Some(PathBuf::from(value("--auth-token-file")?)),
@@ -312,7 +317,8 @@ fn run(args: Vec<String>) -> Result<(), String> {
             );
         }
 
-        server::serve(listener, config, shutdown_signal()).await;
+        let mcp = mcp_listener(args.mcp_bind.or_else(|| env("CAR_MCP_BIND")), &local, args.port).await?;
+        server::serve_all(listener, mcp, config, shutdown_signal()).await;
 
         if let Some((file, token)) = published {
             // Remove the file only if it still holds our token.
@@ -345,6 +351,33 @@ async fn open_store(url: &str) -> Result<std::sync::Arc<dyn crate::events::Event
 #[cfg(not(feature = "postgres"))]
 async fn open_store(_url: &str) -> Result<std::sync::Arc<dyn crate::events::EventSink>, String> {
     Err("--store / CAR_STORE_URL: this car-server was built without the `postgres` feature".to_string())
+}
+
+/// The MCP endpoint's listener: `--mcp-bind` / `CAR_MCP_BIND` (`disabled`:
+/// none), else the WebSocket address at port + 2 (a free port when the
+/// WebSocket port was 0).
+async fn mcp_listener(
+    bind: Option<String>,
+    ws: &SocketAddr,
+    ws_port: u16,
+) -> Result<Option<tokio::net::TcpListener>, String> {
+    let addr: SocketAddr = match bind.as_deref().map(str::trim) {
+        Some("disabled") => return Ok(None),
+        Some(a) => a
+            .parse()
+            .map_err(|e| format!("--mcp-bind `{a}`: not an address such as 127.0.0.1:9102 or `disabled` ({e})"))?,
+        None if ws_port == 0 => SocketAddr::new(ws.ip(), 0),
+        None => SocketAddr::new(
+            ws.ip(),
+            ws.port().checked_add(2).ok_or("--port: no port + 2 for the MCP endpoint; set --mcp-bind")?,
+        ),
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        format!("cannot listen on {addr} for the MCP endpoint: {e} (choose another with --mcp-bind, or `--mcp-bind disabled`)")
+    })?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    eprintln!("car-server: MCP endpoint on http://{local}/mcp (health: http://{local}/mcp/health)");
+    Ok(Some(listener))
 }
 
 async fn shutdown_signal() {

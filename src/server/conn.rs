@@ -154,6 +154,53 @@ pub(crate) struct Conn {
     stream_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
+/// A session's runtime as the daemon configures it for every client (a
+/// WebSocket connection, an MCP endpoint session): the tier layer on
+/// (`sandbox_edit`) over the daemon's approvals ledger, the policy
+/// directory and the operator's admission document loaded. An error
+/// refuses the session.
+///
+/// `definitions` are admission definitions (`{name, risk, ...}`) of tools
+/// the session serves itself, added to the operator's document unless it
+/// declares the same name (the operator's wins).
+pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[Value]) -> Result<CarRuntime, String> {
+    let rt = CarRuntime::new();
+    // The session's tier layer: on from the start (`sandbox_edit`),
+    // reading the daemon's one approvals ledger (websocket-methods.md).
+    let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
+    rt.set_tier_ledger(daemon.ledger.clone()).map_err(|e| format!("connection refused: tier ledger: {e}"))?;
+    if let Some(audit) = &config.event_log {
+        rt.runtime().events().attach_sink(audit.clone());
+    }
+    if let Some(dir) = &config.policy_dir
+        && dir.is_dir()
+        && let Err(e) = rt.load_policies(&dir.to_string_lossy())
+    {
+        return Err(format!("connection refused: policy directory `{}`: {e}", dir.display()));
+    }
+    let mut doc = None;
+    if let Some(path) = config.admission_path.as_ref().filter(|p| p.is_file()) {
+        let bad = |e: String| format!("connection refused: admission document `{}`: {e}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let d = crate::admission::AdmissionConfig::from_toml(&text).map_err(|e| bad(e.to_string()))?;
+        if d.ledger_path.is_some() || d.approvals_dir.is_some() {
+            return Err(bad("`ledger_path` and `approvals_dir` are the daemon's own (`$CAR_HOME`)".to_string()));
+        }
+        doc = Some((d, path.display().to_string()));
+    }
+    if doc.is_none() && !definitions.is_empty() {
+        doc = Some((crate::admission::AdmissionConfig::default(), "(the session's own tools)".to_string()));
+    }
+    if let Some((mut d, source)) = doc {
+        let declared: std::collections::HashSet<String> =
+            d.tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect();
+        d.tools
+            .extend(definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned());
+        rt.configure_admission(d).map_err(|e| format!("connection refused: admission document `{source}`: {e}"))?;
+    }
+    Ok(rt)
+}
+
 impl Conn {
     /// The outbound queue (for daemon-wide notifications).
     pub(crate) fn outbox(&self) -> Outbox {
@@ -515,29 +562,7 @@ impl Conn {
         out: Outbox,
         slot: UnauthSlot,
     ) -> Result<Conn, String> {
-        let rt = CarRuntime::new();
-        // The session's tier layer: on from the start (`sandbox_edit`),
-        // reading the daemon's one approvals ledger (websocket-methods.md).
-        let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
-        rt.set_tier_ledger(daemon.ledger.clone()).map_err(|e| format!("connection refused: tier ledger: {e}"))?;
-        if let Some(audit) = &config.event_log {
-            rt.runtime().events().attach_sink(audit.clone());
-        }
-        if let Some(dir) = &config.policy_dir
-            && dir.is_dir()
-            && let Err(e) = rt.load_policies(&dir.to_string_lossy())
-        {
-            return Err(format!("connection refused: policy directory `{}`: {e}", dir.display()));
-        }
-        if let Some(path) = config.admission_path.as_ref().filter(|p| p.is_file()) {
-            let bad = |e: String| format!("connection refused: admission document `{}`: {e}", path.display());
-            let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-            let doc = crate::admission::AdmissionConfig::from_toml(&text).map_err(|e| bad(e.to_string()))?;
-            if doc.ledger_path.is_some() || doc.approvals_dir.is_some() {
-                return Err(bad("`ledger_path` and `approvals_dir` are the daemon's own (`$CAR_HOME`)".to_string()));
-            }
-            rt.configure_admission(doc).map_err(|e| bad(e.to_string()))?;
-        }
+        let rt = session_runtime(&config, daemon, &[])?;
         let protected_policies = rt
             .list_policies(None)
             .ok()

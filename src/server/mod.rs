@@ -8,6 +8,7 @@ pub mod cli;
 mod conn;
 mod executor;
 pub mod handshake;
+mod mcp_endpoint;
 mod methods;
 pub mod rpc;
 mod supervision;
@@ -226,8 +227,37 @@ impl Drop for UnauthSlot {
 /// Accepts connections until `shutdown` resolves; each connection runs on
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
+    serve_all(listener, None, config, shutdown).await;
+}
+
+/// [`serve`], plus the MCP endpoint (`POST /mcp`, `GET /mcp/health`) on
+/// `mcp` when given; both stop when `shutdown` resolves.
+pub async fn serve_all(
+    listener: TcpListener,
+    mcp: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) {
     let daemon = Arc::new(Daemon::new(&config));
     let config = Arc::new(config);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let endpoint = mcp.map(|l| {
+        let stopped = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        tokio::spawn(mcp_endpoint::serve(l, config.clone(), daemon.clone(), stopped))
+    });
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    };
+    serve_ws(listener, config, daemon, shutdown).await;
+    if let Some(e) = endpoint {
+        let _ = e.await;
+    }
+}
+
+async fn serve_ws(listener: TcpListener, config: Arc<Config>, daemon: Arc<Daemon>, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
