@@ -25,6 +25,9 @@ usage: car-server [options]
                          proposals (CAR_ALLOW_SELF_APPROVAL=1; off by default)
   --max-frame-bytes N    text frames longer than N are refused (CAR_MAX_FRAME_BYTES,
                          default 16777216)
+  --dashboard PORT|disabled
+                         the dashboard's HTTP port (CAR_DASHBOARD; default the
+                         WebSocket port + 1, on CAR_DASHBOARD_BIND, default 127.0.0.1)
   --require-auth         deprecated no-op (auth is on by default)
   --version, --help
 
@@ -46,6 +49,7 @@ struct Args {
     agent_tokens: Vec<String>,
     allow_self_approval: bool,
     max_frame_bytes: Option<usize>,
+    dashboard: Option<String>,
 }
 
 fn env(k: &str) -> Option<String> {
@@ -63,6 +67,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         agent_tokens: Vec::new(),
         allow_self_approval: false,
         max_frame_bytes: None,
+        dashboard: None,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -81,6 +86,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
             "--host-token" => a.host_token = Some(value("--host-token")?),
             "--agent-token" => a.agent_tokens.push(value("--agent-token")?),
             "--allow-self-approval" => a.allow_self_approval = true,
+            "--dashboard" => a.dashboard = Some(value("--dashboard")?),
             "--max-frame-bytes" => {
                 a.max_frame_bytes =
                     Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
@@ -100,6 +106,28 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         }
     }
     Ok(Some(a))
+}
+
+/// Where the dashboard listens: `disabled`, a port, or (unset) the
+/// WebSocket port + 1 (0 when that is 0), on `CAR_DASHBOARD_BIND` (default
+/// 127.0.0.1).
+fn dashboard_addr(setting: Option<String>, ws_port: u16) -> Result<Option<String>, String> {
+    let port = match setting.as_deref().map(str::trim) {
+        Some("disabled" | "off" | "none") => return Ok(None),
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|e| format!("--dashboard / CAR_DASHBOARD: `{p}` is not a port or `disabled`: {e}"))?,
+        None if ws_port == 0 => 0,
+        None => ws_port
+            .checked_add(1)
+            .ok_or("the dashboard's default port (the WebSocket port + 1) is out of range; set --dashboard")?,
+    };
+    let bind = env("CAR_DASHBOARD_BIND").unwrap_or_else(|| "127.0.0.1".into());
+    Ok(Some(if bind.contains(':') && !bind.starts_with('[') {
+        format!("[{bind}]:{port}")
+    } else {
+        format!("{bind}:{port}")
+    }))
 }
 
 fn env_num(name: &str) -> Result<Option<u64>, String> {
@@ -208,6 +236,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     config.admission_path = Some(paths.state_root.join("permissions.toml"));
     crate::approval::ledger::migrate_legacy_ledger(&paths.state_root).map_err(|e| e.to_string())?;
     config.ledger_path = Some(paths.state_root.join(crate::approval::TIER_LEDGER_FILE));
+    config.approvals_dir = Some(paths.state_root.clone());
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
@@ -287,7 +316,18 @@ fn run(args: Vec<String>) -> Result<(), String> {
             );
         }
 
-        server::serve(listener, config, shutdown_signal()).await;
+        let dashboard = match dashboard_addr(args.dashboard.or_else(|| env("CAR_DASHBOARD")), local.port())? {
+            None => None,
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+                    format!("cannot serve the dashboard on {addr}: {e} (choose another with --dashboard PORT, or --dashboard disabled)")
+                })?;
+                let at = l.local_addr().map_err(|e| e.to_string())?;
+                eprintln!("car-server: dashboard on http://{at}/ (sign in with the daemon token)");
+                Some(l)
+            }
+        };
+        server::serve_with(listener, dashboard, config, shutdown_signal()).await;
 
         if let Some((file, token)) = published {
             // Remove the file only if it still holds our token.

@@ -3,9 +3,12 @@
 //! Each connection is its own session (a [`crate::api::runtime::CarRuntime`]);
 //! every method is a thin call into the JSON facade. See `docs/server.md`.
 
+mod activity;
+mod approvals;
 pub mod auth;
 pub mod cli;
 mod conn;
+pub mod dashboard;
 mod executor;
 pub mod handshake;
 mod methods;
@@ -85,6 +88,10 @@ pub struct Config {
     /// How long a proposal parked for supervision waits for a verdict
     /// before it is refused (fail closed).
     pub supervision_timeout: Duration,
+    /// The directory of the daemon's one ask-approvals store
+    /// (`$CAR_HOME/approvals.jsonl`) and its `always` rules; `None`: no
+    /// store, an ask is refused.
+    pub approvals_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -113,6 +120,7 @@ impl Default for Config {
             ledger_path: None,
             ledger_key_path: None,
             supervision_timeout: Duration::from_secs(60),
+            approvals_dir: None,
         }
     }
 }
@@ -162,6 +170,10 @@ pub(crate) struct Daemon {
     pub(crate) throttle: throttle::AuthThrottle,
     /// Connections accepted and not yet authenticated.
     pub(crate) unauthenticated: Arc<AtomicUsize>,
+    /// The ask approvals (the one store), when configured.
+    pub(crate) approvals: Option<Arc<approvals::Approvals>>,
+    /// The live sessions and recent submissions (the dashboard's view).
+    pub(crate) activity: Arc<activity::Activity>,
 }
 
 impl Daemon {
@@ -181,6 +193,23 @@ impl Daemon {
             }),
             throttle: throttle::AuthThrottle::new(config.auth_max_failures, config.auth_failure_window),
             unauthenticated: Arc::new(AtomicUsize::new(0)),
+            activity: Arc::new(activity::Activity::default()),
+            approvals: config.approvals_dir.as_ref().and_then(|d| {
+                let ledger = config.ledger_path.as_ref().map(|l| {
+                    (
+                        l.to_string_lossy().into_owned(),
+                        config.ledger_key_path.as_ref().map(|k| k.to_string_lossy().into_owned()),
+                    )
+                });
+                match approvals::Approvals::open(d, config.allow_self_approval, ledger) {
+                    Ok(a) => Some(a),
+                    // Fail closed: without the store every ask is refused.
+                    Err(e) => {
+                        eprintln!("car-server: approvals store disabled: {e}");
+                        None
+                    }
+                }
+            }),
         }
     }
 }
@@ -220,7 +249,37 @@ impl Drop for UnauthSlot {
 /// Accepts connections until `shutdown` resolves; each connection runs on
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
+    serve_with(listener, None, config, shutdown).await
+}
+
+/// [`serve`] with the dashboard (`src/server/dashboard/`) on its own
+/// listener, stopped with the daemon. Without an approvals store
+/// (`Config::approvals_dir`) there is no dashboard.
+pub async fn serve_with(
+    listener: TcpListener,
+    dashboard: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) {
     let daemon = Arc::new(Daemon::new(&config));
+    let dashboard_task = match (dashboard, &daemon.approvals) {
+        (Some(l), Some(a)) => match l.local_addr() {
+            Ok(local) => {
+                let creds = dashboard::Credentials { operator: config.token.clone(), host: config.host_token.clone() };
+                let d = Arc::new(dashboard::Dashboard::new(a.clone(), daemon.clone(), creds, local));
+                Some(tokio::spawn(dashboard::serve(l, d, std::future::pending())))
+            }
+            Err(e) => {
+                eprintln!("car-server: dashboard disabled: {e}");
+                None
+            }
+        },
+        (Some(_), None) => {
+            eprintln!("car-server: dashboard disabled: the daemon has no approvals store");
+            None
+        }
+        (None, _) => None,
+    };
     let config = Arc::new(config);
     tokio::pin!(shutdown);
     loop {
@@ -253,5 +312,8 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<
             },
             () = &mut shutdown => break,
         }
+    }
+    if let Some(t) = dashboard_task {
+        t.abort();
     }
 }
