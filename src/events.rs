@@ -496,6 +496,9 @@ struct LogInner {
     retention: RetentionPolicy,
     chaining: bool,
     last_hash: Option<String>,
+    /// Where every event is also recorded (the durable audit log), when
+    /// attached.
+    sink: Option<Arc<dyn EventSink>>,
 }
 
 impl LogInner {
@@ -513,6 +516,25 @@ impl LogInner {
             }
         }
         before - self.events.len()
+    }
+}
+
+/// Where a log also records its events: the durable audit log (a file,
+/// [`crate::store::file::AuditFile`], or a database).
+pub trait EventSink: Send + Sync + std::fmt::Debug {
+    /// Records one event (called in log order, under the log's lock: keep it
+    /// short or hand the event off).
+    fn record(&self, event: &Event);
+    /// A ticket resolving once everything recorded so far is durable;
+    /// `None` when it already is.
+    fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        None
+    }
+}
+
+impl EventSink for crate::store::file::AuditFile {
+    fn record(&self, event: &Event) {
+        crate::store::file::AuditFile::record(self, event);
     }
 }
 
@@ -572,6 +594,9 @@ impl EventLog {
             let h = e.compute_hash();
             log.last_hash = Some(h.clone());
             e.hash = Some(h);
+        }
+        if let Some(sink) = &log.sink {
+            sink.record(&e);
         }
         let now = e.timestamp;
         let id = e.id;
@@ -665,6 +690,29 @@ impl EventLog {
     pub fn enable_chaining(&self) {
         if let Ok(mut log) = self.inner.lock() {
             log.chaining = true;
+        }
+    }
+
+    /// Appends every later event to `file` too (the durable audit log of a
+    /// daemon or `car run`; see [`crate::store::file`]). Replaces an
+    /// earlier attachment.
+    pub fn attach_file(&self, file: Arc<crate::store::file::AuditFile>) {
+        self.attach_sink(file);
+    }
+
+    /// Records every later event in `sink` too. Replaces an earlier one.
+    pub fn attach_sink(&self, sink: Arc<dyn EventSink>) {
+        if let Ok(mut log) = self.inner.lock() {
+            log.sink = Some(sink);
+        }
+    }
+
+    /// Resolves once every event recorded so far is durable in the
+    /// attached sink (at once without one, or when the sink writes through).
+    pub async fn sink_durable(&self) {
+        let ticket = self.inner.lock().ok().and_then(|l| l.sink.as_ref().and_then(|s| s.durable()));
+        if let Some(rx) = ticket {
+            let _ = rx.await;
         }
     }
 

@@ -21,6 +21,7 @@ pub mod sandbox;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod state;
+pub mod store;
 pub mod tools;
 pub mod verify;
 

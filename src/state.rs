@@ -26,6 +26,10 @@ struct Slot {
     /// The id of the last transaction that recorded this slot's prior value
     /// (0: none), so a transaction records each key once without a lookup.
     tx_mark: u64,
+    /// The id of the transaction of the last write (0: a write outside any
+    /// transaction, or a rollback): a rollback restores the key only while
+    /// its own transaction is still the last writer.
+    writer: u64,
 }
 
 /// A tenant scope: `None` is the unscoped view, which hides every `tenant:` key.
@@ -131,6 +135,53 @@ impl Transaction {
     }
 }
 
+/// What a compare-and-set expects of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Whatever the key holds.
+    Any,
+    /// The key holds no value (never written, or deleted).
+    Absent,
+    /// The key's version is exactly this (0: never written).
+    Version(u64),
+}
+
+impl Expect {
+    /// True when a key holding a value (`held`) at `version` meets it.
+    pub fn holds(self, held: bool, version: u64) -> bool {
+        match self {
+            Expect::Any => true,
+            Expect::Absent => !held,
+            Expect::Version(v) => v == version,
+        }
+    }
+}
+
+/// The outcome of a compare-and-set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasOutcome {
+    /// Written; the key's new version.
+    Written {
+        /// The new version.
+        version: u64,
+    },
+    /// Not written: the key did not meet the expectation.
+    Conflict {
+        /// The key's current version.
+        current: u64,
+    },
+}
+
+/// What a rollback did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rollback {
+    /// Keys restored to their value before the transaction.
+    pub restored: Vec<String>,
+    /// Keys another writer moved after the transaction's last write, left as
+    /// that writer set them.
+    pub not_restored: Vec<String>,
+}
+
 /// The state store. Cheap reads, one lock; never held across an await.
 #[derive(Debug, Default)]
 pub struct StateStore {
@@ -202,11 +253,11 @@ impl StateStore {
             Some(slot) => slot,
             None => {
                 let key: Arc<str> = Arc::from(phys);
-                slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0 })
+                slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0, writer: 0 })
             }
         };
         // The undo log is locked before anything changes (a poisoned log
-        // refuses the write).
+        // refuses the write). Checked and written under one lock.
         let mut undo = match tx.filter(|t| slot.tx_mark != t.id) {
             Some(t) => Some((t.id, t.undo.lock().map_err(|_| poisoned())?)),
             None => None,
@@ -216,36 +267,119 @@ impl StateStore {
             undo.push((slot.key.clone(), prior));
             slot.tx_mark = *id;
         }
+        slot.writer = tx.map_or(0, |t| t.id);
         slot.version += 1;
         Ok(slot.version)
     }
 
+    /// Compare-and-set of a physical key: writes (`Some`) or deletes
+    /// (`None`) only when the key's current state meets `expect`, checked
+    /// and written under one lock. Returns the new version, or
+    /// [`CasOutcome::Conflict`] with the current version (nothing written).
+    pub fn compare_and_set_physical(
+        &self,
+        phys: &str,
+        value: Option<Value>,
+        expect: Expect,
+        tx: Option<&Transaction>,
+    ) -> Result<CasOutcome> {
+        self.write_physical_expecting(phys, value, tx, expect)
+    }
+
+    fn write_physical_expecting(
+        &self,
+        phys: &str,
+        value: Option<Value>,
+        tx: Option<&Transaction>,
+        expect: Expect,
+    ) -> Result<CasOutcome> {
+        let mut slots = self.slots.write().map_err(|_| poisoned())?;
+        let (held, version) = slots.get(phys).map_or((false, 0), |s| (s.value.is_some(), s.version));
+        if !expect.holds(held, version) {
+            return Ok(CasOutcome::Conflict { current: version });
+        }
+        let slot = match slots.get_mut(phys) {
+            Some(slot) => slot,
+            None => {
+                let key: Arc<str> = Arc::from(phys);
+                slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0, writer: 0 })
+            }
+        };
+        let mut undo = match tx.filter(|t| slot.tx_mark != t.id) {
+            Some(t) => Some((t.id, t.undo.lock().map_err(|_| poisoned())?)),
+            None => None,
+        };
+        let prior = std::mem::replace(&mut slot.value, value);
+        if let Some((id, undo)) = undo.as_mut() {
+            undo.push((slot.key.clone(), prior));
+            slot.tx_mark = *id;
+        }
+        slot.writer = tx.map_or(0, |t| t.id);
+        slot.version += 1;
+        Ok(CasOutcome::Written { version: slot.version })
+    }
+
+    /// `(value, version)` of a physical key under one lock (version 0: never
+    /// written).
+    pub fn versioned_physical(&self, phys: &str) -> (Option<Value>, u64) {
+        match self.slots.read() {
+            Ok(slots) => slots.get(phys).map_or((None, 0), |s| (s.value.clone(), s.version)),
+            Err(_) => (None, 0),
+        }
+    }
+
+    /// The version of a physical key (0 when never written).
+    pub fn version_physical(&self, phys: &str) -> u64 {
+        self.slots.read().ok().and_then(|s| s.get(phys).map(|s| s.version)).unwrap_or(0)
+    }
+
     /// Restores every key the transaction wrote to its prior value (a new
-    /// version each); other keys are untouched. Returns the keys restored.
+    /// version each), as [`StateStore::rollback_report`]; returns the keys
+    /// restored.
     pub fn rollback(&self, tx: &Transaction) -> Vec<String> {
+        self.rollback_report(tx).restored
+    }
+
+    /// Restores every key the transaction wrote to its prior value (a new
+    /// version each), but only a key the transaction is still the last
+    /// writer of: a key another writer moved since is left as that writer
+    /// set it and reported in [`Rollback::not_restored`]. Other keys are
+    /// untouched. Both lists are sorted physical keys.
+    pub fn rollback_report(&self, tx: &Transaction) -> Rollback {
         let undo = match tx.undo.lock() {
             Ok(mut u) => std::mem::take(&mut *u),
-            Err(_) => return Vec::new(),
+            Err(_) => return Rollback::default(),
         };
-        let Ok(mut slots) = self.slots.write() else { return Vec::new() };
-        let mut restored: HashSet<Arc<str>> = HashSet::with_capacity(undo.len());
-        let mut keys = Vec::with_capacity(undo.len());
+        let Ok(mut slots) = self.slots.write() else { return Rollback::default() };
+        let mut seen: HashSet<Arc<str>> = HashSet::with_capacity(undo.len());
+        let mut out = Rollback { restored: Vec::with_capacity(undo.len()), not_restored: Vec::new() };
         for (k, v) in undo {
             // The first record of a key holds its value before the transaction.
-            if !restored.insert(k.clone()) {
+            if !seen.insert(k.clone()) {
                 continue;
             }
-            let slot =
-                slots.entry(k.clone()).or_insert_with(|| Slot { key: k.clone(), value: None, version: 0, tx_mark: 0 });
-            slot.value = v;
-            slot.version += 1;
+            let slot = slots.entry(k.clone()).or_insert_with(|| Slot {
+                key: k.clone(),
+                value: None,
+                version: 0,
+                tx_mark: 0,
+                writer: 0,
+            });
             if slot.tx_mark == tx.id {
                 slot.tx_mark = 0;
             }
-            keys.push(k.to_string());
+            if slot.writer != tx.id {
+                out.not_restored.push(k.to_string());
+                continue;
+            }
+            slot.value = v;
+            slot.version += 1;
+            slot.writer = 0;
+            out.restored.push(k.to_string());
         }
-        keys.sort();
-        keys
+        out.restored.sort();
+        out.not_restored.sort();
+        out
     }
 
     /// Keys visible in `scope`, sorted (tenant keys without their prefix).
@@ -342,13 +476,68 @@ mod tests {
         assert_eq!(s.get(&g, "k"), Some(json!("orig")));
         // One new version per restored key, however often it was recorded.
         assert_eq!(s.version(&g, "k"), v + 1);
-        assert_eq!(s.rollback(&b), ["k"]);
-        assert_eq!(s.get(&g, "k"), Some(json!("a1")));
+        // `b` is no longer the last writer of `k` (`a` wrote after it, then
+        // rolled back): `b` leaves the key alone and reports it.
+        let r = s.rollback_report(&b);
+        assert!(r.restored.is_empty());
+        assert_eq!(r.not_restored, ["k"]);
+        assert_eq!(s.get(&g, "k"), Some(json!("orig")));
+        assert_eq!(s.version(&g, "k"), v + 1);
         // A rolled-back transaction records afresh if it writes again.
         s.write_physical("k", Some(json!("a3")), Some(&a)).unwrap();
         assert_eq!(s.rollback(&a), ["k"]);
-        assert_eq!(s.get(&g, "k"), Some(json!("a1")));
+        assert_eq!(s.get(&g, "k"), Some(json!("orig")));
         assert!(a.is_empty());
+    }
+
+    #[test]
+    fn rollback_skips_keys_another_writer_moved() {
+        let s = StateStore::new();
+        let g = Scope::global();
+        s.set(&g, "mine", json!(0)).unwrap();
+        s.set(&g, "theirs", json!(0)).unwrap();
+        let tx = Transaction::new();
+        s.write_physical("mine", Some(json!(1)), Some(&tx)).unwrap();
+        s.write_physical("theirs", Some(json!(1)), Some(&tx)).unwrap();
+        // Another writer (outside the transaction) moves one key.
+        s.set(&g, "theirs", json!("other")).unwrap();
+        let r = s.rollback_report(&tx);
+        assert_eq!(r.restored, ["mine"]);
+        assert_eq!(r.not_restored, ["theirs"]);
+        assert_eq!(s.get(&g, "mine"), Some(json!(0)));
+        assert_eq!(s.get(&g, "theirs"), Some(json!("other")));
+    }
+
+    #[test]
+    fn compare_and_set_checks_under_the_lock() {
+        let s = StateStore::new();
+        assert_eq!(
+            s.compare_and_set_physical("k", Some(json!(1)), Expect::Absent, None).unwrap(),
+            CasOutcome::Written { version: 1 }
+        );
+        assert_eq!(
+            s.compare_and_set_physical("k", Some(json!(2)), Expect::Absent, None).unwrap(),
+            CasOutcome::Conflict { current: 1 }
+        );
+        assert_eq!(
+            s.compare_and_set_physical("k", Some(json!(2)), Expect::Version(0), None).unwrap(),
+            CasOutcome::Conflict { current: 1 }
+        );
+        assert_eq!(
+            s.compare_and_set_physical("k", Some(json!(2)), Expect::Version(1), None).unwrap(),
+            CasOutcome::Written { version: 2 }
+        );
+        assert_eq!(s.get_physical("k"), Some(json!(2)));
+        assert_eq!(
+            s.compare_and_set_physical("k", None, Expect::Any, None).unwrap(),
+            CasOutcome::Written { version: 3 }
+        );
+        // Deleted: absent again, the version survives.
+        assert_eq!(
+            s.compare_and_set_physical("k", Some(json!(3)), Expect::Absent, None).unwrap(),
+            CasOutcome::Written { version: 4 }
+        );
+        assert_eq!(s.versioned_physical("k"), (Some(json!(3)), 4));
     }
 
     #[test]

@@ -449,7 +449,7 @@ match = ["rm -r -f /"]
     let stage = build(c).unwrap();
     let mut a = car_runtime::ir::Action::tool_call("shell");
     a.parameters = json!({"command": "rm -rf /"}).as_object().unwrap().clone();
-    assert_eq!(stage.preview(&a).unwrap().0.layer, "deny-rule");
+    assert_eq!(stage.preview(&a, None).unwrap().0.layer, "deny-rule");
 }
 
 /// Issue #18, item 5: the plan/apply gate on the execution path: plan (no
@@ -563,7 +563,29 @@ fn shell_commands_naming_protected_files_are_refused() {
             assert!(matches!(open.decide(&shell(&cmd), None), StageVerdict::Admit(_)), "{cmd}");
         }
     }
-    for fine in ["ls", "cat notes/car.txt", "echo .cartography", "git status"] {
+    // Spellings the shell reads as the same names: quotes and escapes
+    // inside the name (every writer), globs and braces that can expand to
+    // it (the writers where the shell expands them: unquoted).
+    let spelled = [
+        ".c'a'r/permissions.toml",
+        ".c\"a\"r/policies/x.toml",
+        ".ca\\r/permissions.toml",
+        "state/appro'vals'.jsonl",
+        "tier-approvals.json\\l",
+    ];
+    let globbed = [".c?r/permissions.toml", ".ca[r]/x", ".c*/x", ".c{a,x}r/x", "state/appro*.jsonl", "tier-*.jsonl"];
+    let unquoted = ["echo x > {}", "rm -rf {}", "cp evil {}", "tee {} < x", "git diff --output={} a b"];
+    let cases = spelled
+        .iter()
+        .flat_map(|t| writers.iter().map(move |w| w.replace("{}", t)))
+        .chain(globbed.iter().flat_map(|t| unquoted.iter().map(move |w| w.replace("{}", t))));
+    for cmd in cases {
+        match strict.decide(&shell(&cmd), None) {
+            StageVerdict::Refuse(d) => assert_eq!(d.layer, "protected", "{cmd}"),
+            other => panic!("{cmd}: {other:?}"),
+        }
+    }
+    for fine in ["ls", "cat notes/car.txt", "echo .cartography", "git status", "ls *", "rm -rf ./*", "echo '.c?r'"] {
         assert!(matches!(strict.decide(&shell(fine), None), StageVerdict::Admit(_)), "{fine}");
     }
 }

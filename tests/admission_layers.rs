@@ -311,3 +311,186 @@ async fn interactive_tools_run_one_at_a_time() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// One evaluation: the plan a host shows (`proposal_plan`) says what the run
+/// then decides, for the precheck's ask-to-deny and for session answers,
+/// generated over tool kinds, asking layers and session answers.
+#[tokio::test]
+async fn the_plan_and_the_run_decide_alike() {
+    for kind in ["resource", "data_source", "interactive"] {
+        for asking in [json!({"ask": [{"tool": "lookup"}]}), json!({"preset": "standard"}), json!({"preset": "open"})] {
+            for answer in [None, Some("allow"), Some("deny")] {
+                let mut doc = asking.clone();
+                doc["tools"] =
+                    json!([{"name": "lookup", "description": "", "parameters": {"type": "object"}, "kind": kind}]);
+                let (rt, dir) = runtime(doc.clone());
+                let s = rt.open_session().unwrap();
+                let s = Some(s.as_str());
+                let p = proposal(json!([tc("l", "lookup", json!({"q": 1}))]));
+                if let Some(answer) = answer {
+                    let plan: Value = serde_json::from_str(&rt.proposal_plan(&p, s, None).unwrap()).unwrap();
+                    // Only an ask item can be decided (a precheck deny is final).
+                    if plan["items"][0]["verdict"] == "ask" {
+                        rt.proposal_decide(plan["plan_id"].as_str().unwrap(), "l", answer, "session", "r").unwrap();
+                    }
+                }
+                // A fresh proposal of the same tool in the same session.
+                let p = proposal(json!([tc("l", "lookup", json!({"q": 2}))]));
+                let plan: Value = serde_json::from_str(&rt.proposal_plan(&p, s, None).unwrap()).unwrap();
+                let item = &plan["items"][0];
+                let calls = Arc::new(AtomicUsize::new(0));
+                let out = run(&rt, &p, s, &calls).await;
+                let ev = admission_events(&rt);
+                let d = &ev[0]["data"];
+                let case = format!("{kind} {asking} {answer:?}: plan {item} run {d}");
+                if item["verdict"] == "ask" {
+                    // Held for an approval nobody gives: refused, never run.
+                    assert_eq!(kind, "resource", "{case}");
+                    assert_eq!(calls.load(Ordering::SeqCst), 0, "{case}");
+                } else {
+                    assert_eq!(item["verdict"], d["verdict"], "{case}");
+                    assert_eq!(item["layer"], d["layer"], "{case}");
+                    let ran = calls.load(Ordering::SeqCst) == 1;
+                    assert_eq!(ran, item["verdict"] == "allow", "{case} {out}");
+                }
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// A tier ledger the host attached (`set_tier_ledger`, as the daemon does)
+/// is part of every stage built afterwards: an approval recorded in it lets
+/// an escalated action run before and after each kind of reconfiguration.
+#[tokio::test]
+async fn an_attached_tier_ledger_survives_every_reconfiguration() {
+    let dir = std::env::temp_dir().join(format!("car-ledger-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tier-approvals.jsonl");
+    let rt = CarRuntime::new();
+    rt.register_tool_schema(&json!({"name": "deploy", "parameters": {"type": "object"}}).to_string()).unwrap();
+    rt.permission_set_tier("read_only").unwrap();
+    rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)))).unwrap();
+    let action =
+        json!({"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "failure_behavior": "skip"});
+    let calls = Arc::new(AtomicUsize::new(0));
+    let p = proposal(json!([action.clone()]));
+    let out = run(&rt, &p, None, &calls).await;
+    assert_eq!(statuses(&out), [("d".into(), "rejected".into())], "unapproved: {out}");
+    car_runtime::api::policy::permission_record_decision(
+        &action.to_string(),
+        true,
+        "operator",
+        "ok",
+        path.to_str().unwrap(),
+        None,
+    )
+    .unwrap();
+    let reconfigure: [&dyn Fn(); 3] =
+        [&|| (), &|| rt.set_permissions(Some(&json!({"preset": "open"}).to_string()), None).unwrap(), &|| {
+            rt.register_tool_schema(&json!({"name": "other", "parameters": {"type": "object"}}).to_string())
+                .map(|_| ())
+                .unwrap()
+        }];
+    for (i, change) in reconfigure.iter().enumerate() {
+        change();
+        let out = run(&rt, &proposal(json!([action.clone()])), None, &calls).await;
+        assert_eq!(statuses(&out), [("d".into(), "succeeded".into())], "after change {i}: {out}");
+    }
+    // Detached: the approval no longer counts.
+    rt.set_tier_ledger(None).unwrap();
+    let out = run(&rt, &proposal(json!([action])), None, &calls).await;
+    assert_eq!(statuses(&out), [("d".into(), "rejected".into())], "{out}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The breaker counts denials by a deciding layer only: actions refused as
+/// malformed (an unregistered tool, parameters its schema rejects) are no
+/// denials, so they neither trip the breaker nor reset its count.
+#[tokio::test]
+async fn the_breaker_ignores_malformed_actions() {
+    for malformed in [tc("x", "no_such_tool", json!({})), tc("x", "typed", json!({"m": 1}))] {
+        let (rt, dir) = runtime(json!({
+            "deny": [{"tool": "migrate"}],
+            "breaker": {"max_consecutive_denials": 2, "max_window_denials": 0},
+        }));
+        rt.register_tool_schema(
+            &json!({"name": "typed", "parameters": {"type": "object", "required": ["n"]}}).to_string(),
+        )
+        .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let s = rt.open_session().unwrap();
+        let s = Some(s.as_str());
+        // Many malformed actions: nothing trips, the lookup runs.
+        let mut actions: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut m = malformed.clone();
+                m["id"] = json!(format!("x{i}"));
+                m
+            })
+            .collect();
+        actions.push(tc("t", "typed", json!({})));
+        actions.push(tc("l", "lookup", json!({})));
+        let out = run(&rt, &proposal(Value::Array(actions)), s, &calls).await;
+        assert_eq!(statuses(&out).last().unwrap().1, "succeeded", "{malformed}: {out}");
+        // One denial, a malformed one, one denial: consecutive (2), tripped.
+        let mut m = malformed.clone();
+        m["id"] = json!("x");
+        let actions =
+            json!([tc("d1", "migrate", json!({})), m, tc("d2", "migrate", json!({})), tc("l", "lookup", json!({}))]);
+        let out = run(&rt, &proposal(actions), s, &calls).await;
+        assert_eq!(statuses(&out).last().unwrap().1, "rejected", "{malformed}: {out}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A `tool` compensation that asks is decided on the plan like an item, by
+/// its handle `ID#compensation` (`compensation.decide_as`): an allow lets it
+/// run when the proposal aborts, a deny keeps it from running; an action
+/// whose id is that handle is refused as ambiguous.
+#[tokio::test]
+async fn a_compensation_ask_is_decided_on_the_plan() {
+    for (answer, runs) in [("allow", true), ("deny", false)] {
+        let (rt, dir) = runtime(json!({"ask": [{"tool": "migrate"}], "compensate_on_abort": true}));
+        let p = json!({"id": "p", "actions": [
+            {"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "reversibility": "compensable",
+             "compensation": {"type": "tool", "tool": "migrate", "parameters": {"down": true}}},
+            {"id": "f", "type": "tool_call", "tool": "lookup", "parameters": {"fail": true}, "dependencies": ["d"],
+             "failure_behavior": "abort"}
+        ]})
+        .to_string();
+        let plan: Value = serde_json::from_str(&rt.proposal_plan(&p, None, None).unwrap()).unwrap();
+        let comp = &plan["items"][0]["compensation"];
+        assert_eq!(comp["verdict"], "ask", "{plan}");
+        assert_eq!(comp["decide_as"], "d#compensation", "{plan}");
+        let d: Value = serde_json::from_str(
+            &rt.proposal_decide(plan["plan_id"].as_str().unwrap(), "d#compensation", answer, "once", "r").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(d["approval_key"], comp["approval_key"]);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let exec = Arc::new(FnExecutor(move |call: ToolCall| {
+            s2.lock().unwrap().push(call.tool.clone());
+            if call.params.get("fail").is_some() {
+                return Err(ToolFailure::terminal("boom"));
+            }
+            Ok(json!({}))
+        }));
+        rt.proposal_apply(plan["plan_id"].as_str().unwrap(), exec).await.unwrap();
+        let ran = seen.lock().unwrap().iter().any(|t| t == "migrate");
+        assert_eq!(ran, runs, "{answer}: {:?}", seen.lock().unwrap());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    // An action named like the handle is ambiguous: refused, naming it.
+    let (rt, dir) = runtime(json!({"ask": [{"tool": "migrate"}]}));
+    let p = json!({"id": "p", "actions": [
+        {"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {},
+         "compensation": {"type": "tool", "tool": "migrate", "parameters": {}}},
+        {"id": "d#compensation", "type": "tool_call", "tool": "lookup", "parameters": {}}
+    ]})
+    .to_string();
+    let e = rt.proposal_plan(&p, None, None).unwrap_err();
+    assert!(e.to_string().contains("d#compensation"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

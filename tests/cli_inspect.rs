@@ -128,6 +128,36 @@ fn simulate_and_optimize() {
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["actions"][0]["id"], "r");
     assert_eq!(v["actions"][0]["state_dependencies"], serde_json::json!([]), "{v}");
+    // The same input gives the same output: no made-up id or timestamp.
+    assert!(v.get("id").is_none() && v.get("timestamp").is_none(), "{v}");
+    assert_eq!(car(&ex, &["optimize", "plans/phantom.json"]).stdout, r.stdout);
+    // An input's own id and timestamp are kept.
+    std::fs::write(
+        ex.join("plans/dated.json"),
+        r#"{"id":"p-1","timestamp":"2026-01-02T03:04:05Z","actions":[{"id":"r","type":"state_read","parameters":{"key":"x"}}]}"#,
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&car(&ex, &["optimize", "plans/dated.json"]).stdout).unwrap();
+    assert_eq!((v["id"].as_str(), v["timestamp"].as_str()), (Some("p-1"), Some("2026-01-02T03:04:05Z")), "{v}");
+}
+
+/// `car ... | head`: a closed pipe ends the program quietly (no panic).
+#[test]
+fn a_closed_stdout_pipe_ends_quietly() {
+    let ex = examples();
+    // Output far beyond a pipe's buffer, so the writer meets the closed pipe.
+    let actions: Vec<Value> = (0..2000)
+        .map(|i| serde_json::json!({"id": format!("w{i}"), "type": "state_write", "parameters": {"key": format!("k{i}"), "value": i}}))
+        .collect();
+    let plan = ex.join("plans/big.json");
+    std::fs::write(&plan, serde_json::json!({"actions": actions}).to_string()).unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{}' optimize '{}' | head -c 1 >/dev/null", env!("CARGO_BIN_EXE_car"), plan.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
 }
 
 #[test]
@@ -253,5 +283,73 @@ fn every_subcommand_has_help_with_an_example() {
         assert_eq!(r.code, 0, "{sub:?}: {}", r.all());
         assert!(r.stdout.contains("Example"), "{sub:?} has no example: {}", r.stdout);
         assert!(r.stdout.contains("car "), "{sub:?}: {}", r.stdout);
+    }
+}
+
+/// One output flag everywhere: `--format json` prints what `--json` prints,
+/// for every command that has a JSON form; both at once is bad input.
+#[test]
+fn format_json_and_json_are_the_same_everywhere() {
+    let ex = examples();
+    let commands: [&[&str]; 6] = [
+        &["verify", "plans/deploy.json"],
+        &["policy", "check", "plans/inspect-config.json", "--dir", ".car/policies"],
+        &["policy", "lint", ".car/policies"],
+        &["shell-match", "rm -rf x", "--deny", "rm **"],
+        &["permission", "explain", "--tool", "shell", "--input", r#"{"command":"ls"}"#, "--root", "workspace"],
+        &["sandbox", "check"],
+    ];
+    for args in commands {
+        let with = |extra: &[&str]| {
+            let mut v = args.to_vec();
+            v.extend_from_slice(extra);
+            car(&ex, &v)
+        };
+        let (a, b) = (with(&["--json"]), with(&["--format", "json"]));
+        assert_eq!(a.code, b.code, "{args:?}");
+        let (va, vb): (Value, Value) = (
+            serde_json::from_str(&a.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", a.all())),
+            serde_json::from_str(&b.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", b.all())),
+        );
+        if args[0] != "sandbox" {
+            assert_eq!(va, vb, "{args:?}");
+        }
+        assert_eq!(with(&["--json", "--format", "text"]).code, 2, "{args:?}");
+    }
+}
+
+/// `car completions bash` is a script bash loads, and it completes the
+/// subcommands; `car man` is a roff page naming every subcommand.
+#[test]
+fn completions_and_man_page() {
+    let ex = examples();
+    let r = car(&ex, &["completions", "bash"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let script = ex.join("car.bash");
+    std::fs::write(&script, &r.stdout).unwrap();
+    // Load it and ask for the completions of `car p`.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source '{}'; COMP_WORDS=(car p); COMP_CWORD=1; _car car p car; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        ))
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&out.stdout);
+    for w in ["plan", "policy", "permission"] {
+        assert!(words.lines().any(|l| l == w), "{w}: {words} {out:?}");
+    }
+    assert!(!words.lines().any(|l| l == "run"), "{words}");
+    for shell in ["zsh", "fish"] {
+        let r = car(&ex, &["completions", shell]);
+        assert!(r.code == 0 && r.stdout.contains("plan"), "{shell}: {}", r.all());
+    }
+    assert_eq!(car(&ex, &["completions", "nosh"]).code, 2);
+    let r = car(&ex, &["man"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert!(r.stdout.starts_with(".ie") || r.stdout.contains(".TH car 1"), "{}", &r.stdout[..200.min(r.stdout.len())]);
+    for sub in ["run", "plan", "verify", "completions"] {
+        assert!(r.stdout.contains(sub), "{sub}");
     }
 }

@@ -321,6 +321,13 @@ fn interactive_approval_through_a_pseudo_terminal() {
     assert!(out.contains("denied by the user"), "{out}");
     assert!(ex.join("workspace/build/obj/app.o").exists());
 
+    // An answer that is none of y/n/a decides nothing: asked again.
+    let (code, out) = drive("maybe\ny\ny\n");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("`maybe` is not an answer; type y, n or a"), "{out}");
+    assert!(out.contains("Approve rm-util"), "the next ask is its own prompt: {out}");
+    assert!(!ex.join("workspace/build/obj/app.o").exists(), "approved after the re-ask: {out}");
+
     let (code, out) = drive("a\n");
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("Approve rm-app"), "{out}");
@@ -371,4 +378,28 @@ fn admission_rejections_are_reported_with_the_verification() {
     assert!(r.stdout.contains("ok       fine"), "{}", r.stdout);
     assert!(r.stdout.contains("Summary: 1 succeeded, 0 failed, 0 denied, 2 rejected, 0 skipped"), "{}", r.stdout);
     assert!(!ex.join("workspace/x.txt").exists());
+}
+
+/// `car plan` (= `car run --dry-run`): the plan and its verdicts, nothing
+/// asked or run; exit 1 when some action would be denied; `--format json`
+/// prints the plan itself.
+#[test]
+fn plan_shows_the_verdicts_and_runs_nothing() {
+    let ex = examples();
+    for args in [
+        vec!["plan", "plans/clean-build.json", "--root", WS],
+        vec!["run", "plans/clean-build.json", "--root", WS, "--dry-run", "--yes"],
+    ] {
+        let r = car(&ex, &args);
+        assert_eq!(r.code, 1, "a deny: {}", r.all());
+        assert!(r.stdout.contains("[deny ] wipe-build"), "{}", r.stdout);
+        assert!(r.stdout.contains("Dry run: nothing was asked or run (3 allow, 1 ask, 1 deny)"), "{}", r.stdout);
+        assert!(!r.stdout.contains("Running:") && !r.stdout.contains("Approve"), "{}", r.stdout);
+        assert!(ex.join("workspace/build/obj/app.o").exists(), "nothing ran");
+    }
+    let r = car(&ex, &["plan", "plans/release-notes.json", "--root", WS, "--format", "json"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let v: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert!(v["plan_id"].is_string() && v["items"].is_array(), "{v}");
+    assert!(!ex.join("workspace/RELEASE_NOTES.md").exists(), "nothing written");
 }

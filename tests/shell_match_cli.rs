@@ -36,7 +36,9 @@ fn explain_shows_the_rule_and_the_token() {
     let (code, _, err) = car(&["shell-match", "ls", "--allow", "a ** b", "--explain"]);
     assert_eq!(code, 2);
     assert!(err.contains("a ** b"), "{err}");
-    // --json needs --explain.
-    let (code, _, _) = car(&["shell-match", "ls", "--json"]);
-    assert_eq!(code, 2);
+    // --json (or --format json) implies --explain.
+    let (code, out, _) = car(&["shell-match", "ls", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.get("verdict").is_some(), "{v}");
 }

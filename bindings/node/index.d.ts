@@ -36,14 +36,14 @@ export declare class CarRuntime {
    * approvals store under `approvalsDir` (or the document's). A malformed
    * document rejects naming the bad key and changes nothing.
    */
-  setPermissions(configJson?: any | undefined | null, approvalsDir?: string | undefined | null): Promise<void>
+  setPermissions(configJson?: string | object, approvalsDir?: string | undefined | null): Promise<void>
   /** The admission configuration document in force, as JSON text. */
   admissionConfig(): string
   /**
    * The plan of a proposal before anything runs (JSON text `{plan_id,
    * proposal_id, items, counts}`); nothing runs, is recorded or is asked.
    */
-  proposalPlan(proposalJson: any, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): string
+  proposalPlan(proposalJson: string | import('./types').ActionProposal, sessionId?: string | undefined | null, scopeJson?: string | object): string
   /**
    * Decides one `ask` item of a plan (`allow` / `deny`, scope `once` or
    * `session`; `always` rejects with `always_scope_unavailable`).
@@ -87,7 +87,7 @@ export declare class CarRuntime {
   /** Registers a tool with no parameter schema. */
   registerTool(name: string): Promise<void>
   /** Registers a ToolSchema (JSON text or object); parameters are validated before dispatch. */
-  registerToolSchema(schemaJson: any): Promise<void>
+  registerToolSchema(schemaJson: string | import('./types').ToolSchema): Promise<void>
   /** The tools as JSON text, sorted by name, each with `source`. */
   listTools(): Promise<string>
   /** Removes a tool; the count removed (0 is not an error). */
@@ -115,7 +115,7 @@ export declare class CarRuntime {
   /** `{key: value}` as JSON text. */
   stateSnapshot(tenant?: string | undefined | null): string
   /** Verifies a proposal against this runtime's state and tool schemas. */
-  verifyProposal(proposalJson: any): Promise<string>
+  verifyProposal(proposalJson: string | import('./types').ActionProposal): Promise<string>
   /**
    * Starts executing a proposal whose tool calls go to the JS shim (see
    * `port.rs`; use `executeProposal(rt, ...)` or `rt.submitProposal(...)`).
@@ -125,7 +125,7 @@ export declare class CarRuntime {
    * Monte Carlo against this runtime: tools without a given rate use
    * their event-log record (Laplace-smoothed), else the default.
    */
-  simulateMonteCarlo(proposalJson: any, initialStateJson?: any | undefined | null, toolSuccessRatesJson?: any | undefined | null, goalJson?: any | undefined | null, configJson?: any | undefined | null): Promise<string>
+  simulateMonteCarlo(proposalJson: string | import('./types').ActionProposal, initialStateJson?: any | undefined | null, toolSuccessRatesJson?: any | undefined | null, goalJson?: any | undefined | null, configJson?: any | undefined | null): Promise<string>
   /** Number of events held. */
   eventCount(): Promise<number>
   /** `{count, events}` newest first, as JSON text. */
@@ -249,7 +249,10 @@ export interface Step {
   calls?: string
   /** The ProposalResult JSON text, once done. */
   result?: string
-  /** The failure, as `[code] message`, once done. */
+  /**
+   * The failure, as the structured record `{"car_error": {code, family,
+   * message, details}}` (JSON text), once done.
+   */
   error?: string
   /** A detached call whose stream was cancelled or dropped. */
   cancel?: number

@@ -3,7 +3,8 @@
 // plus the JS shims the published API needs: running tool callbacks for the
 // engine (batches of calls in, batches of answers out; values, JSON text or
 // Promises; a thrown Error or TerminalToolError), pumping detached tools'
-// iterators, and moving stable error codes onto `.code`. The engine itself
+// iterators, turning the addon's structured error records into `CarError`
+// subclasses, and the parsed (`*Obj`) variants of the JSON-text results. The engine itself
 // (ordering, retries, timeouts, policies, state) lives in Rust.
 
 const native = require('./index.js');
@@ -17,25 +18,85 @@ class TerminalToolError extends Error {
   }
 }
 
-const CODE_PREFIX = /^\[([a-z][a-z0-9_]*)\] /;
+// ---------------------------------------------------------------------------
+// Errors. Every error of the addon carries its structured record
+// `{"car_error": {code, family, message, details}}` as JSON text in the
+// `cause` napi attaches (src/lib.rs `car_error_cause`; a finished proposal
+// hands it over as `step.error`). It becomes a `CarError` subclass by family:
+// the message text is never parsed.
 
-function withCode(err) {
-  if (err && typeof err.message === 'string') {
-    const m = CODE_PREFIX.exec(err.message);
-    if (m) {
-      err.code = m[1];
-      err.message = err.message.slice(m[0].length);
-    }
+/** Base of every car-runtime error: `.code` (stable snake_case), `.family`, `.details`. */
+class CarError extends Error {
+  constructor(message, options) {
+    const o = options || {};
+    super(message, o.cause !== undefined ? { cause: o.cause } : undefined);
+    this.name = new.target.name;
+    this.code = o.code !== undefined ? o.code : 'internal_error';
+    this.family = o.family !== undefined ? o.family : new.target.family;
+    this.details = o.details !== undefined && o.details !== null ? o.details : {};
+  }
+}
+CarError.family = 'runtime';
+
+/** A bad input document or argument (`family: 'input'`). */
+class CarInputError extends CarError {}
+CarInputError.family = 'input';
+
+/** A configuration problem: policy file, tool definition, preset (`family: 'config'`). */
+class CarConfigError extends CarError {}
+CarConfigError.family = 'config';
+
+/** A lookup of something that does not exist (`family: 'not_found'`). */
+class CarNotFoundError extends CarError {}
+CarNotFoundError.family = 'not_found';
+
+/** A failure while executing (`family: 'runtime'`). */
+class CarRuntimeError extends CarError {}
+CarRuntimeError.family = 'runtime';
+
+const BY_FAMILY = {
+  input: CarInputError,
+  config: CarConfigError,
+  not_found: CarNotFoundError,
+  runtime: CarRuntimeError,
+};
+
+function fromRecord(rec, original) {
+  const Cls = BY_FAMILY[rec.family] || CarRuntimeError;
+  const err = new Cls(String(rec.message), { code: rec.code, family: rec.family, details: rec.details });
+  if (original && typeof original.stack === 'string') {
+    // Keep the native frames of the original throw after our own header.
+    err.stack = `${err.name}: ${err.message}\n${original.stack.split('\n').slice(1).join('\n')}`;
   }
   return err;
 }
 
-function checkToolFn(fn) {
-  if (typeof fn !== 'function') {
-    const e = new TypeError('toolFn must be a function');
-    e.code = 'invalid_argument';
-    throw e;
+function recordOf(text) {
+  if (typeof text !== 'string' || !text.startsWith('{"car_error":')) return null;
+  try {
+    const rec = JSON.parse(text).car_error;
+    return rec && typeof rec.code === 'string' ? rec : null;
+  } catch (_) {
+    return null;
   }
+}
+
+/** The addon's error as a `CarError` (errors of other origins pass unchanged). */
+function toCarError(err) {
+  if (err instanceof CarError) return err;
+  const rec = err && err.cause && recordOf(err.cause.message);
+  return rec ? fromRecord(rec, err) : err;
+}
+
+function invalidArgument(name, message) {
+  return new CarInputError(`invalid argument \`${name}\`: ${message}`, {
+    code: 'invalid_argument',
+    details: { argument: name },
+  });
+}
+
+function checkToolFn(fn) {
+  if (typeof fn !== 'function') throw invalidArgument('toolFn', 'must be a function');
   return fn;
 }
 
@@ -45,10 +106,6 @@ function isTerminal(e) {
 
 function errorText(e) {
   return e && e.message !== undefined ? String(e.message) : String(e);
-}
-
-function codedError(text) {
-  return withCode(new Error(text));
 }
 
 // ---------------------------------------------------------------------------
@@ -155,7 +212,8 @@ function handleOne(step) {
     p.resolve(step.result);
   } else if (step.error != null) {
     ports.delete(step.port);
-    p.reject(codedError(step.error));
+    const rec = recordOf(step.error);
+    p.reject(rec ? fromRecord(rec) : new CarRuntimeError(String(step.error)));
   } else if (step.calls != null) {
     runCalls(step.port, p, step.first, step.calls);
   }
@@ -301,19 +359,33 @@ function run(rt, proposalJson, fn, sessionId, scopeJson) {
 
 const { CarRuntime } = native;
 
-// Every async method rejects with `.code` set to the stable error code.
+function rethrow(e) {
+  throw toCarError(e);
+}
+
+/** `fn` with the addon's errors turned into `CarError`s (thrown, or the rejection of a Promise). */
+function withCarErrors(fn) {
+  return function (...args) {
+    let out;
+    try {
+      out = fn.apply(this, args);
+    } catch (e) {
+      throw toCarError(e);
+    }
+    return out !== null && typeof out === 'object' && typeof out.then === 'function' ? out.then(undefined, rethrow) : out;
+  };
+}
+
+// Every method throws (or rejects with) a `CarError`.
 for (const name of Object.getOwnPropertyNames(CarRuntime.prototype)) {
   const orig = CarRuntime.prototype[name];
   if (name === 'constructor' || typeof orig !== 'function') continue;
-  CarRuntime.prototype[name] = function (...args) {
-    let out;
-    try {
-      out = orig.apply(this, args);
-    } catch (e) {
-      throw withCode(e);
-    }
-    return out && typeof out.then === 'function' ? out.catch((e) => { throw withCode(e); }) : out;
-  };
+  Object.defineProperty(CarRuntime.prototype, name, {
+    value: Object.defineProperty(withCarErrors(orig), 'name', { value: name }),
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -348,11 +420,7 @@ function hookDispatcher(hooks, canUseTool) {
 }
 
 function checkHookFn(fn, what) {
-  if (typeof fn !== 'function') {
-    const e = new TypeError(`${what} must be a function`);
-    e.code = 'invalid_argument';
-    throw e;
-  }
+  if (typeof fn !== 'function') throw invalidArgument(what, 'must be a function');
   return fn;
 }
 
@@ -390,9 +458,9 @@ function unregisterToolHandler() {
 /** Executes with the handler from `registerToolHandler`; rejects when none is set. */
 CarRuntime.prototype.submitProposal = function submitProposal(proposalJson, sessionId) {
   if (!handler) {
-    const e = new Error('no tool handler is registered; call registerToolHandler first');
-    e.code = 'no_tool_handler';
-    return Promise.reject(e);
+    return Promise.reject(
+      new CarRuntimeError('no tool handler is registered; call registerToolHandler first', { code: 'no_tool_handler' }),
+    );
   }
   return run(this, proposalJson, handler, sessionId, null);
 };
@@ -407,12 +475,93 @@ function executeProposal(rt, proposalJson, toolFn, sessionId, scopeJson) {
   return run(rt, proposalJson, toolFn, sessionId, scopeJson);
 }
 
+// ---------------------------------------------------------------------------
+// Parsed results: the `*Obj` variants resolve to (or return) the document
+// itself instead of its JSON text (types in lib.d.ts).
+
+const parse = (text) => (text === null || text === undefined ? text : JSON.parse(text));
+
+for (const name of [
+  'verifyProposal',
+  'listTools',
+  'listPolicies',
+  'eventQuery',
+  'submitProposal',
+  'proposalApply',
+  'verifyEventLogChain',
+  'approvalsPending',
+]) {
+  const orig = CarRuntime.prototype[name];
+  Object.defineProperty(CarRuntime.prototype, `${name}Obj`, {
+    value: Object.defineProperty(function (...args) {
+      return orig.apply(this, args).then(parse);
+    }, 'name', { value: `${name}Obj` }),
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
+}
+for (const name of ['stateGet', 'stateSnapshot', 'proposalPlan', 'admissionConfig']) {
+  const orig = CarRuntime.prototype[name];
+  Object.defineProperty(CarRuntime.prototype, `${name}Obj`, {
+    value: Object.defineProperty(function (...args) {
+      return parse(orig.apply(this, args));
+    }, 'name', { value: `${name}Obj` }),
+    writable: true,
+    configurable: true,
+    enumerable: false,
+  });
+}
+
+/** `executeProposal`, resolving to the ProposalResult object. */
+function executeProposalObj(rt, proposalJson, toolFn, sessionId, scopeJson) {
+  return executeProposal(rt, proposalJson, toolFn, sessionId, scopeJson).then(parse);
+}
+
+// The addon's standalone functions, with its errors as `CarError`s.
+const functions = {};
+for (const [name, value] of Object.entries(native)) {
+  if (typeof value === 'function' && name !== 'CarRuntime' && name !== 'JsCarRuntime' && !name.startsWith('_')) {
+    functions[name] = Object.defineProperty(withCarErrors(value), 'name', { value: name });
+  }
+}
+
+const syncObj = {};
+for (const name of [
+  'verify',
+  'simulate',
+  'optimize',
+  'normalizeProposal',
+  'transactionCheck',
+  'permissionClassify',
+  'permissionEvaluate',
+  'simulateMonteCarlo',
+  'rankProposals',
+  'evaluatePermission',
+  'planBuild',
+  'planDecide',
+  'approvalsPending',
+  'approvalResolve',
+  'compilePermissionPreset',
+]) {
+  const f = functions[name];
+  syncObj[`${name}Obj`] = Object.defineProperty((...args) => JSON.parse(f(...args)), 'name', { value: `${name}Obj` });
+}
+
 // `_init`, `_answer`, `_streamPush`, `_streamEnd` and `_hookAnswer` are the shims' helpers, not API.
 module.exports = {
   ...native,
+  ...functions,
+  ...syncObj,
   CarRuntime,
+  CarError,
+  CarInputError,
+  CarConfigError,
+  CarNotFoundError,
+  CarRuntimeError,
   TerminalToolError,
   executeProposal,
+  executeProposalObj,
   registerToolHandler,
   unregisterToolHandler,
 };

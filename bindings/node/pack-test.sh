@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# `npm pack` the built package and require('car-runtime') from another directory.
+# The npm packages as users get them, each installed into a fresh directory:
+# 1. `npm pack` of this package (binary included), required from CommonJS and
+#    imported from an ES module package ("type": "module");
+# 2. the publishing layout (bindings/node/stage.js): the main package without
+#    a binary plus the platform package it names in optionalDependencies,
+#    installed from the two tarballs (offline: nothing comes from a registry).
+# Both carry LICENSE-MIT and LICENSE-APACHE.
 set -euo pipefail
 cd "$(dirname "$0")"
-tgz=$(npm pack --silent 2>/dev/null | tail -1)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$PWD/$tgz"' EXIT
-(cd "$tmp" && npm init -y >/dev/null && npm install --no-audit --no-fund --loglevel=error "$OLDPWD/$tgz" >/dev/null)
-(cd "$tmp" && node -e "
+trap 'rm -rf "$tmp"' EXIT
+npm pack --silent --pack-destination "$tmp" >/dev/null
+tgz=$(ls "$tmp"/car-runtime-*.tgz)
+listing=$(tar -tzf "$tgz")
+for f in LICENSE-MIT LICENSE-APACHE index.mjs types.d.ts lib.d.ts README.md; do
+  grep -qx "package/$f" <<<"$listing" || { echo "the npm package lacks $f" >&2; exit 1; }
+done
+
+check() { # DIR: require and import the installed package
+  (cd "$1" && node -e "
 const car = require('car-runtime');
 const assert = require('node:assert/strict');
 assert.equal(car.protocolVersion(), 3);
@@ -14,5 +26,36 @@ const rt = new car.CarRuntime();
 rt.stateSet('k', '1');
 assert.equal(rt.stateGet('k'), '1');
 assert.equal(typeof car.executeProposal, 'function');
-console.log('npm pack: require(\"car-runtime\") works from another directory');
+assert.throws(() => car.normalizeProposal('{'), (e) => e instanceof car.CarInputError && e.code === 'invalid_json');
 ")
+  mkdir -p "$1/esm"
+  printf '{"name":"esm-probe","type":"module"}\n' >"$1/esm/package.json"
+  cat >"$1/esm/main.js" <<'JS'
+import { CarRuntime, executeProposalObj, CarError } from 'car-runtime';
+const rt = new CarRuntime();
+await rt.registerTool('t');
+const out = await executeProposalObj(rt, { actions: [{ id: 'a', type: 'tool_call', tool: 't' }] }, async () => 1);
+if (out.results[0].output !== 1 || typeof CarError !== 'function') process.exit(1);
+JS
+  (cd "$1/esm" && node main.js)
+}
+
+mkdir "$tmp/plain"
+(cd "$tmp/plain" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund --loglevel=error "$tgz" >/dev/null)
+check "$tmp/plain"
+echo 'npm pack: require("car-runtime") and import { ... } from "car-runtime" work from another directory'
+
+node=$(ls car-runtime.*.node | head -1)
+mkdir "$tmp/bin" && cp "$node" "$tmp/bin/"
+node stage.js "$tmp/stage" "$tmp/bin" >/dev/null
+mkdir "$tmp/split"
+(cd "$tmp/stage" && npm pack --silent --pack-destination "$tmp/split" >/dev/null)
+for sub in "$tmp"/stage/npm/*/; do (cd "$sub" && npm pack --silent --pack-destination "$tmp/split" >/dev/null); done
+main_tgz=$(ls "$tmp"/split/car-runtime-0*.tgz)
+if grep -q '\.node$' <<<"$(tar -tzf "$main_tgz")"; then echo "the main package must not carry a binary" >&2; exit 1; fi
+mkdir "$tmp/split-install"
+(cd "$tmp/split-install" && npm init -y >/dev/null &&
+  npm install --offline --no-audit --no-fund --loglevel=error "$tmp"/split/*.tgz >/dev/null)
+check "$tmp/split-install"
+grep -q '^car-runtime-linux-' <<<"$(ls "$tmp/split-install/node_modules")"
+echo "npm publishing layout: the main package and its platform package ($(basename "$node")) install and load"

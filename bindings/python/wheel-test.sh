@@ -1,21 +1,58 @@
 #!/usr/bin/env bash
-# Builds the wheel, installs it into a fresh virtualenv and imports it from
-# another directory.
+# Builds the wheel, checks what it carries (licence files, metadata, stubs,
+# stripped library), installs it into a fresh virtualenv and uses it from
+# another directory: the JSON-text API, a coroutine tool under
+# execute_proposal_async, and a pickled error.
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(cd ../.. && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$ROOT/.venv/bin/maturin" build --quiet --out "$tmp/dist" >/dev/null
+whl=$(ls "$tmp"/dist/*.whl)
+python3 - "$whl" <<'PY'
+import subprocess, sys, tempfile, zipfile
+whl = zipfile.ZipFile(sys.argv[1])
+names = whl.namelist()
+def one(suffix):
+    hits = [n for n in names if n.endswith(suffix)]
+    assert hits, f"the wheel has no {suffix}: {names}"
+    return hits[0]
+for lic in ("LICENSE-MIT", "LICENSE-APACHE"):
+    one(f".dist-info/licenses/{lic}")
+meta = whl.read(one(".dist-info/METADATA")).decode()
+for want in ("License-Expression: MIT OR Apache-2.0", "License-File: LICENSE-MIT", "License-File: LICENSE-APACHE",
+             "Description-Content-Type: text/markdown", "Classifier: Typing :: Typed", "# car-runtime for Python"):
+    assert want in meta, f"METADATA lacks {want!r}"
+for f in ("car_runtime/__init__.pyi", "car_runtime/py.typed", "car_runtime/_errors.py", "car_runtime/_aio.py", "car_runtime/_types.py"):
+    one(f)
+so = one(".abi3.so")
+with tempfile.NamedTemporaryFile(suffix=".so") as t:
+    t.write(whl.read(so)); t.flush()
+    sections = subprocess.run(["readelf", "-S", "-W", t.name], capture_output=True, text=True, check=True).stdout
+    assert ".symtab" not in sections, "the extension is not stripped"
+    print(f"wheel: {len(whl.read(so)) / 1e6:.1f} MB stripped extension, licences and metadata present")
+PY
 python3 -m venv "$tmp/venv"
-"$tmp/venv/bin/pip" install --quiet --disable-pip-version-check "$tmp"/dist/*.whl
+"$tmp/venv/bin/pip" install --quiet --disable-pip-version-check "$whl"
 (cd "$tmp" && "$tmp/venv/bin/python" -c "
-import json, car_runtime
+import asyncio, json, pickle, car_runtime
 assert car_runtime.protocol_version() == 3
 rt = car_runtime.CarRuntime()
 rt.register_tool('t')
 out = json.loads(rt.execute_proposal({'actions': [{'id': 'a', 'type': 'tool_call', 'tool': 't'}]}, lambda c: {'ok': 1}))
 assert out['results'][0]['output'] == {'ok': 1}
+async def tool(call_json):
+    await asyncio.sleep(0)
+    return {'async': True}
+async def main():
+    return await rt.execute_proposal_obj_async({'actions': [{'id': 'a', 'type': 'tool_call', 'tool': 't'}]}, tool)
+assert asyncio.run(main())['results'][0]['output'] == {'async': True}
+try:
+    car_runtime.normalize_proposal('{')
+except car_runtime.CarInputError as e:
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is car_runtime.CarInputError and back.code == e.code and isinstance(back.details, dict)
 import pathlib; assert (pathlib.Path(car_runtime.__file__).parent / '__init__.pyi').exists()
 print('wheel: installs into a fresh virtualenv and imports from another directory (with its .pyi stubs)')
 ")

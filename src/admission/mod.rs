@@ -181,6 +181,15 @@ impl std::fmt::Debug for StageVerdict {
     }
 }
 
+/// The stage's verdict before approvals are consulted (see
+/// [`AdmissionStage::preview`]).
+enum Judged {
+    Admit(Option<Decision>),
+    Refuse(Decision),
+    /// An ask, with the input an approval is keyed by.
+    Ask(Decision, Value),
+}
+
 /// A supervisor of whole proposals (the `supervision` layer): given the
 /// proposal and its policy session, settles with `None` to let it run or the
 /// reason it is refused. It may park the proposal while a person decides; it
@@ -244,6 +253,10 @@ pub struct HostLayers {
     pub discounted_reviewer: Option<String>,
     /// Session answers and breaker counts.
     pub session: Arc<SessionState>,
+    /// The tier layer's approvals ledger when the document names none (a
+    /// daemon shares one across its connections). Part of every stage built
+    /// while it is attached, so no reconfiguration runs without it.
+    pub tier_ledger: Option<Arc<JsonlLedger>>,
 }
 
 impl std::fmt::Debug for HostLayers {
@@ -253,6 +266,7 @@ impl std::fmt::Debug for HostLayers {
             .field("can_use_tool", &self.can_use_tool.is_some())
             .field("supervisor", &self.supervisor.is_some())
             .field("discounted_reviewer", &self.discounted_reviewer)
+            .field("tier_ledger", &self.tier_ledger.as_ref().map(|l| l.path().to_path_buf()))
             .finish()
     }
 }
@@ -288,19 +302,21 @@ impl Default for AdmissionStage {
     }
 }
 
-/// The first word of a shell command that names one of the runtime's own
-/// files: a path with a `.car` component (any case) or a file named
-/// `approvals.jsonl` or `tier-approvals.jsonl`. Words are split at blanks, quotes, `=` and the shell's
-/// operators, so `>.car/x`, `"./.CAR/permissions.toml"` and
-/// `--output=.car/x` are all seen; a command that only reads them is refused
-/// too (fail closed: the matcher cannot tell a read from a write).
+/// The word of a shell command that names one of the runtime's own files
+/// (`.car/`, the approvals files): read by the shell lexer (quotes, escapes,
+/// redirection targets, substitutions, nested scripts, globs; see
+/// `permission::shell::protected_word`), and by a plain split of the text
+/// at blanks, quotes, `=` and the shell's operators as well, which can only
+/// find more. A command that only reads them is refused too (fail closed:
+/// the matcher cannot tell a read from a write).
 fn names_protected_path(cmd: &str) -> Option<String> {
+    let names: Vec<&str> = std::iter::once(".car").chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect();
+    if let Some(w) = crate::permission::shell::protected_word(cmd, &names) {
+        return Some(w);
+    }
     let is_sep = |c: char| c.is_whitespace() || "'\"`=;&|<>(){}$,".contains(c);
     cmd.split(is_sep).filter(|w| !w.is_empty()).find_map(|w| {
-        let hit = w.split(['/', '\\']).any(|part| {
-            let p = part.to_ascii_lowercase();
-            p == ".car" || crate::tools::PROTECTED_FILE_NAMES.iter().any(|f| p == *f)
-        });
+        let hit = w.split(['/', '\\']).any(|part| names.iter().any(|n| part.eq_ignore_ascii_case(n)));
         hit.then(|| w.to_string())
     })
 }
@@ -431,7 +447,7 @@ impl AdmissionStage {
                     serde_json::json!({"key": "ledger_key_path"}),
                 ));
             }
-            (None, None) => None,
+            (None, None) => host.tier_ledger.clone(),
         };
         let interactive = defs
             .values()
@@ -474,15 +490,6 @@ impl AdmissionStage {
             discounted_reviewer: self.discounted_reviewer.clone(),
             session: self.session.clone(),
         }
-    }
-
-    /// The same stage reading tier approvals from `ledger` (a daemon shares one).
-    pub fn with_ledger(mut self, ledger: Option<Arc<JsonlLedger>>) -> Self {
-        if ledger.is_some() {
-            self.config.ledger_path = ledger.as_ref().map(|l| l.path().to_string_lossy().into_owned());
-        }
-        self.ledger = ledger;
-        self
     }
 
     /// The document this stage was built from.
@@ -537,12 +544,15 @@ impl AdmissionStage {
     }
 
     /// The breaker layer for the decisions of one proposal, in action
-    /// order (`refused[i]` is true for an action some layer refused): the
-    /// actions after the denial that trips the breaker get its refusal. The
+    /// order (`refused[i]`: `Some(true)` for an action a deciding layer
+    /// refused, `Some(false)` for one admitted so far, `None` for one refused
+    /// because it is malformed or its conditions fail, which is no denial
+    /// and neither counts nor resets the breaker): the admitted actions after
+    /// the denial that trips the breaker get its refusal. The
     /// counts persist across the session's proposals; each proposal is a new
     /// turn (the breaker re-closes, and one more denial trips it again while
     /// the counts are over the thresholds). Empty when the layer is off.
-    pub fn breaker_decisions(&self, session: Option<&str>, refused: &[bool]) -> Vec<Option<Decision>> {
+    pub fn breaker_decisions(&self, session: Option<&str>, refused: &[Option<bool>]) -> Vec<Option<Decision>> {
         let Some(config) = self.breaker else {
             return Vec::new();
         };
@@ -554,8 +564,10 @@ impl AdmissionStage {
         refused
             .iter()
             .map(|&r| {
-                if r {
-                    b.record_denial(now);
+                if r != Some(false) {
+                    if r == Some(true) {
+                        b.record_denial(now);
+                    }
                     None
                 } else if let Some(trip) = &b.tripped {
                     let mut d = Decision::deny(layer::BREAKER, trip.message.clone());
@@ -684,21 +696,23 @@ impl AdmissionStage {
             .collect()
     }
 
-    /// The chain's verdict for one action without consulting or recording
-    /// approvals (the plan a host shows before anything runs), with the
-    /// post-hook input an approval would be keyed by. `None` for an action
-    /// the chain does not judge (no chain, or not a `tool_call`).
-    pub fn preview(&self, a: &Action) -> Option<(Decision, Value)> {
-        let chain = self.chain.as_ref()?;
-        if a.action_type != ActionType::ToolCall {
-            return None;
+    /// What the stage would decide for one action of policy session
+    /// `session` now, without consulting or recording approvals (the plan a
+    /// host shows before anything runs): the same evaluation as
+    /// [`AdmissionStage::decide`] (protected paths, session answers, the
+    /// chain, substitution, the precheck's ask-to-deny), with an `ask` left
+    /// as `ask`. Returns the decision and the input an approval would be
+    /// keyed by; `None` when no layer of the stage judges the action (not a
+    /// `tool_call`, or nothing configured that applies).
+    pub fn preview(&self, a: &Action, session: Option<&str>) -> Option<(Decision, Value)> {
+        match self.judge(a, session) {
+            Judged::Admit(None) => None,
+            Judged::Admit(Some(d)) | Judged::Refuse(d) => {
+                let input = d.substituted.clone().unwrap_or_else(|| a.parameters.clone());
+                Some((d, Value::Object(input)))
+            }
+            Judged::Ask(d, input) => Some((d, input)),
         }
-        let name = a.tool.as_deref().unwrap_or_default();
-        let input = Value::Object(a.parameters.clone());
-        let ev = chain.evaluate(&self.definition(name), &input);
-        let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason.clone());
-        d.rule = ev.rule.as_ref().and_then(|r| serde_json::to_value(r).ok());
-        Some((d, ev.input))
     }
 
     /// The `protected` layer alone: a `shell` call whose command names one
@@ -723,18 +737,28 @@ impl AdmissionStage {
     /// The permission chain, session answers and ask approvals for one
     /// action of policy session `session`.
     pub fn decide(&self, a: &Action, session: Option<&str>) -> StageVerdict {
+        match self.judge(a, session) {
+            Judged::Admit(d) => StageVerdict::Admit(d),
+            Judged::Refuse(d) => StageVerdict::Refuse(d),
+            Judged::Ask(d, input) => self.ask(a.tool.as_deref().unwrap_or_default(), &input, d),
+        }
+    }
+
+    /// The side-effect-free part of [`AdmissionStage::decide`], shared with
+    /// [`AdmissionStage::preview`] so that a plan and a run cannot disagree.
+    fn judge(&self, a: &Action, session: Option<&str>) -> Judged {
         if a.action_type != ActionType::ToolCall {
-            return StageVerdict::Admit(None);
+            return Judged::Admit(None);
         }
         let name = a.tool.as_deref().unwrap_or_default();
         if let Some(d) = self.protected(a) {
-            return StageVerdict::Refuse(d);
+            return Judged::Refuse(d);
         }
         let answer = self.session.answer(session, name);
         let Some(chain) = &self.chain else {
             return match answer {
-                Some((false, reason)) => StageVerdict::Refuse(Self::session_denial(name, &reason)),
-                _ => StageVerdict::Admit(None),
+                Some((false, reason)) => Judged::Refuse(Self::session_denial(name, &reason)),
+                _ => Judged::Admit(None),
             };
         };
         let undeclared;
@@ -760,32 +784,32 @@ impl AdmissionStage {
                         "the permission chain substituted the input of `{name}` ({}) with a non-object; refused",
                         ev.decided_by.as_str()
                     );
-                    return StageVerdict::Refuse(d);
+                    return Judged::Refuse(d);
                 }
             }
         }
         if ev.verdict == Verdict::Deny {
             d.reason = format!("denied by {}: {}", ev.decided_by.as_str(), d.reason);
-            return StageVerdict::Refuse(d);
+            return Judged::Refuse(d);
         }
         match answer {
             Some((false, reason)) => {
                 let mut s = Self::session_denial(name, &reason);
                 s.substituted = None;
-                return StageVerdict::Refuse(s);
+                return Judged::Refuse(s);
             }
             Some((true, reason)) if ev.verdict == Verdict::Ask && !def.kind.is_precheck() => {
                 let mut s = d;
                 s.verdict = Verdict::Allow;
                 s.layer = layer::SESSION;
                 s.reason = format!("`{name}` was allowed for this session: {reason}");
-                return StageVerdict::Admit(Some(s));
+                return Judged::Admit(Some(s));
             }
             _ => {}
         }
         match ev.verdict {
-            Verdict::Allow => StageVerdict::Admit(Some(d)),
-            Verdict::Deny => StageVerdict::Refuse(d),
+            Verdict::Allow => Judged::Admit(Some(d)),
+            Verdict::Deny => Judged::Refuse(d),
             Verdict::Ask if def.kind.is_precheck() => {
                 // `plan-apply-gate.md`: ask is not a decision for a data_source
                 // or interactive call; the precheck turns it into a deny and
@@ -799,9 +823,9 @@ impl AdmissionStage {
                     ev.decided_by.as_str(),
                     d.reason
                 );
-                StageVerdict::Refuse(d)
+                Judged::Refuse(d)
             }
-            Verdict::Ask => self.ask(name, &ev.input, d),
+            Verdict::Ask => Judged::Ask(d, ev.input),
         }
     }
 

@@ -22,6 +22,36 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
 
 use super::verify::{parse_arg, proposal_arg, value_arg};
 
+/// Where the Monte Carlo arguments come from: their JSON texts (the
+/// bindings) or the fields of one JSON value (the daemon, `api::call`).
+trait Args {
+    fn arg<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>>;
+}
+
+/// `(name, text)` pairs; a name not listed is absent.
+impl Args for [(&str, Option<&str>)] {
+    fn arg<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        parse_arg(name, self.iter().find(|(n, _)| *n == name).and_then(|(_, t)| *t))
+    }
+}
+
+impl Args for Value {
+    fn arg<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        value_arg(self, name)
+    }
+}
+
+/// The one reader of the Monte Carlo arguments, whatever their form.
+fn read_monte_carlo(args: &(impl Args + ?Sized)) -> Result<MonteCarloInput> {
+    Ok(MonteCarloInput {
+        initial_state: args.arg("initial_state")?.unwrap_or_default(),
+        success_rates: args.arg("tool_success_rates")?.unwrap_or_default(),
+        history: HashMap::new(),
+        goal: args.arg::<GoalCondition>("goal")?,
+        config: args.arg::<MonteCarloConfig>("config")?.unwrap_or_default(),
+    })
+}
+
 /// The Monte Carlo inputs from their JSON texts (`None` = absent).
 pub fn monte_carlo_input(
     initial_state_json: Option<&str>,
@@ -29,23 +59,14 @@ pub fn monte_carlo_input(
     goal_json: Option<&str>,
     config_json: Option<&str>,
 ) -> Result<MonteCarloInput> {
-    Ok(MonteCarloInput {
-        initial_state: parse_arg("initial_state", initial_state_json)?.unwrap_or_default(),
-        success_rates: parse_arg("tool_success_rates", tool_success_rates_json)?.unwrap_or_default(),
-        history: HashMap::new(),
-        goal: parse_arg::<GoalCondition>("goal", goal_json)?,
-        config: parse_arg::<MonteCarloConfig>("config", config_json)?.unwrap_or_default(),
-    })
-}
-
-fn monte_carlo_value_input(params: &Value) -> Result<MonteCarloInput> {
-    Ok(MonteCarloInput {
-        initial_state: value_arg(params, "initial_state")?.unwrap_or_default(),
-        success_rates: value_arg(params, "tool_success_rates")?.unwrap_or_default(),
-        history: HashMap::new(),
-        goal: value_arg(params, "goal")?,
-        config: value_arg(params, "config")?.unwrap_or_default(),
-    })
+    read_monte_carlo(
+        &[
+            ("initial_state", initial_state_json),
+            ("tool_success_rates", tool_success_rates_json),
+            ("goal", goal_json),
+            ("config", config_json),
+        ][..],
+    )
 }
 
 /// `simulate_monte_carlo(proposal, initial_state?, tool_success_rates?, goal?, config?)`
@@ -78,7 +99,7 @@ pub(crate) fn simulate_monte_carlo_with_history(
 /// tool_success_rates?, goal?, config?}`) with `history` from its event log.
 pub fn monte_carlo_call(params: &Value, history: HashMap<String, (u64, u64)>) -> Result<Value> {
     let p = proposal_arg(params, "proposal")?;
-    let mut input = monte_carlo_value_input(params)?;
+    let mut input = read_monte_carlo(params)?;
     input.history = history;
     Ok(to_value(&planning::simulate_monte_carlo(&p, &input)?))
 }

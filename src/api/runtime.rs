@@ -101,6 +101,11 @@ struct StoredPlan {
     asks: std::collections::HashMap<String, (String, String)>,
 }
 
+/// The id by which a plan's compensation ask of action `id` is decided.
+fn compensation_handle(id: &str) -> String {
+    format!("{id}#compensation")
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -552,17 +557,12 @@ impl CarRuntime {
 
     /// [`CarRuntime::set_permissions`] with the document already read.
     pub fn configure_admission(&self, config: AdmissionConfig) -> Result<()> {
-        self.install_admission(config, None)
+        self.install_admission(config)
     }
 
-    /// Builds and installs the stage of `config`; `keep_ledger` is a ledger
-    /// the host attached (`set_tier_ledger`), installed with it in the same
-    /// step so no proposal ever sees the stage without it.
-    fn install_admission(
-        &self,
-        mut config: AdmissionConfig,
-        keep_ledger: Option<Arc<crate::policy::JsonlLedger>>,
-    ) -> Result<()> {
+    /// Builds and installs the stage of `config` with the host's layers
+    /// (hooks, supervisor, the attached tier ledger) in one step.
+    fn install_admission(&self, mut config: AdmissionConfig) -> Result<()> {
         let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.rt.admission_stage();
         if config.tier.is_none() {
@@ -580,11 +580,8 @@ impl CarRuntime {
         };
         let host = self.host_layers.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let (config, mcp) = self.prepare_mcp(config)?;
-        let mut stage = AdmissionStage::build(config, &host, store.clone())?;
+        let stage = AdmissionStage::build(config, &host, store.clone())?;
         self.install_mcp(mcp)?;
-        if keep_ledger.is_some() {
-            stage = stage.with_ledger(keep_ledger);
-        }
         if let Some(store) = &store {
             self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).install(Some(store.clone()));
         }
@@ -810,7 +807,7 @@ impl CarRuntime {
             // A `tool` compensation passes admission when it runs: its own verdict.
             if let Some(crate::ir::Compensation::Tool { tool, parameters }) = &a.compensation {
                 let mut c = crate::ir::Action::tool_call(tool.clone());
-                c.id = format!("{}#compensation", a.id);
+                c.id = compensation_handle(&a.id);
                 c.parameters = parameters.clone();
                 let one = crate::ir::ActionProposal { actions: vec![c], ..empty.clone() };
                 if let Some((d, input)) = self.rt.plan(&one, session_id, tenant)?.pop() {
@@ -819,7 +816,21 @@ impl CarRuntime {
                     if d.verdict == crate::permission::Verdict::Ask
                         && let Some(input) = &input
                     {
-                        comp["approval_key"] = json!(crate::gate::approval_key(tool, &input_digest(input)?));
+                        let digest = input_digest(input)?;
+                        comp["approval_key"] = json!(crate::gate::approval_key(tool, &digest));
+                        // Decided like an item, by the handle `ID#compensation`.
+                        let handle = compensation_handle(&a.id);
+                        if proposal.actions.iter().any(|x| x.id == handle) {
+                            return Err(Error::invalid_argument(
+                                "actions",
+                                format!(
+                                    "action id `{handle}` is the handle of the compensation of `{}`; rename it",
+                                    a.id
+                                ),
+                            ));
+                        }
+                        comp["decide_as"] = json!(handle);
+                        asks.insert(handle, (tool.clone(), digest));
                     }
                     item["compensation"] = comp;
                 }
@@ -829,7 +840,9 @@ impl CarRuntime {
         Ok((items, asks, counts))
     }
 
-    /// Decides one `ask` item of a plan: `decision` is `allow` or `deny`
+    /// Decides one `ask` item of a plan (`action_id`; an action's `tool`
+    /// compensation that asks is decided as `ID#compensation`, the item's
+    /// `compensation.decide_as`): `decision` is `allow` or `deny`
     /// (anything else is a deny), `scope` is `once` (this action of this
     /// plan), `session` (every later call of the same tool in the plan's
     /// session, whatever its input, as `plan-apply-gate.md` scopes it: an
@@ -974,9 +987,7 @@ impl CarRuntime {
             previous
         };
         let current = self.rt.admission_stage();
-        // A ledger the host attached (`set_tier_ledger`) stays attached,
-        // installed in the same step as the rebuilt stage.
-        match self.install_admission(current.config().clone(), current.ledger().cloned()) {
+        match self.install_admission(current.config().clone()) {
             Ok(()) => Ok(()),
             Err(e) => {
                 *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
@@ -991,7 +1002,7 @@ impl CarRuntime {
     pub fn set_approvals_store(&self, store: Option<Arc<ApprovalStore>>) -> Result<()> {
         lock(&self.approvals).shared = store;
         let current = self.rt.admission_stage();
-        self.install_admission(current.config().clone(), current.ledger().cloned())
+        self.install_admission(current.config().clone())
     }
 
     fn approvals_store(&self) -> Result<Arc<ApprovalStore>> {
@@ -1090,11 +1101,11 @@ impl CarRuntime {
         Ok(t.as_str().to_string())
     }
 
-    /// Points the tier layer at an approvals ledger (the daemon's, shared).
-    pub fn set_tier_ledger(&self, ledger: Option<Arc<crate::policy::JsonlLedger>>) {
-        let _guard = self.configure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let current = self.rt.admission_stage();
-        let stage = current.with_tier(current.tier()).with_ledger(ledger);
-        self.rt.set_admission_stage(Arc::new(stage));
+    /// Points the tier layer at an approvals ledger (the daemon's, shared)
+    /// for every stage built from now on whose document names no
+    /// `ledger_path`: it stays attached across reconfigurations, installed
+    /// in the same step as each rebuilt stage.
+    pub fn set_tier_ledger(&self, ledger: Option<Arc<crate::policy::JsonlLedger>>) -> Result<()> {
+        self.update_host(|h| h.tier_ledger = ledger)
     }
 }

@@ -210,9 +210,42 @@ pub fn monte_carlo(a: &super::SimulateArgs) -> CliResult {
 pub fn optimize(plan: &Path) -> CliResult {
     // The typed proposal is printed as it is (no second parse of the text,
     // no round trip of the output through a JSON value).
-    let (_, proposal) = read_plan(plan)?;
-    println!("{}", pretty(&api::verify::optimize_proposal(proposal)));
+    let (text, proposal) = read_plan(plan)?;
+    let optimized = api::verify::optimize_proposal(proposal);
+    // The input's `id` and `timestamp` are kept; one the input lacks (the
+    // parser made one up) is left out, so the output of one input is always
+    // the same.
+    let (has_id, has_time) = top_level_keys(&text);
+    if has_id && has_time {
+        println!("{}", pretty(&optimized));
+    } else {
+        let mut v = serde_json::to_value(&optimized).map_err(|e| CliError::Runtime(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            if !has_id {
+                o.shift_remove("id");
+            }
+            if !has_time {
+                o.shift_remove("timestamp");
+            }
+        }
+        println!("{}", pretty(&v));
+    }
     Ok(0)
+}
+
+/// Whether the proposal text gives a top-level `id` and `timestamp`.
+fn top_level_keys(text: &str) -> (bool, bool) {
+    #[derive(serde::Deserialize)]
+    struct Top {
+        #[serde(default)]
+        id: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        timestamp: Option<serde::de::IgnoredAny>,
+    }
+    match serde_json::from_str::<Top>(text) {
+        Ok(t) => (t.id.is_some(), t.timestamp.is_some()),
+        Err(_) => (true, true),
+    }
 }
 
 /// `car policy check`.

@@ -3,6 +3,7 @@
 //! decides. Exit codes: 0 success, 1 an action failed or was denied (or the
 //! checked plan is invalid), 2 bad input (file, JSON path and reason).
 
+mod events;
 mod inspect;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -57,6 +58,22 @@ enum Command {
         after_help = "Examples:\n  car run examples/plans/release-notes.json --root examples/workspace --no-input\n  car run plan.json --root . --preset strict --yes --json > result.json\n  car run plan.json --state state.json      # load state, save it after the run\n\nExit codes: 0 every action succeeded, 1 an action failed or was denied, 2 bad input."
     )]
     Run(run::RunArgs),
+    /// Print what `car run` would do: the plan with verdicts and previews; nothing is asked or run.
+    #[command(
+        after_help = "Examples:\n  car plan examples/plans/deploy.json --root examples/workspace\n  car plan plan.json --format json > plan-verdicts.json\n\nExit codes: 0 nothing would be denied, 1 some action would be denied, 2 bad input."
+    )]
+    Plan(run::RunArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  car completions bash > ~/.local/share/bash-completion/completions/car\n  car completions zsh > ~/.zfunc/_car"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of `car`.
+    #[command(after_help = "Example:\n  car man > car.1 && man ./car.1")]
+    Man,
     /// Verify a plan statically: issues, execution levels, conflicts.
     #[command(
         after_help = "Examples:\n  car verify examples/plans/deploy.json\n  car verify plan.json --state state.json --max-actions 20 --format json\n  car verify plan.json --format mermaid > plan.mmd   # draw the DAG\n\nExit codes: 0 valid, 1 invalid, 2 bad input."
@@ -100,6 +117,12 @@ enum Command {
         after_help = "Example:\n  car mcp serve --config gateway.toml      # an MCP server on stdio; see docs/mcp.md"
     )]
     Mcp(McpCommand),
+    /// The audit log `car run` and `car-server` append to (`events.jsonl` under `$CAR_HOME`).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  car events export --out audit.jsonl      # the complete, verified records as JSONL\n  car events verify audit.jsonl            # check the hash chain of an export\n\nExit codes: 0 the chain is intact (a torn last record is reported and skipped), 1 it breaks (the line is named), 2 bad input."
+    )]
+    Events(EventsCommand),
     /// Start the daemon (car-server): JSON-RPC 2.0 over WebSocket. Same flags as `car-server`.
     #[cfg(feature = "server")]
     #[command(
@@ -140,6 +163,38 @@ struct VerifyArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// The same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+}
+
+/// A text-or-JSON result format.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TextOrJson {
+    /// Human-readable.
+    #[default]
+    Text,
+    /// JSON.
+    Json,
+}
+
+/// `--format text|json`, with `--json` as its alias: the one output flag of
+/// every command that prints a result.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct OutputFormat {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+    format: TextOrJson,
+    /// The same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+}
+
+impl OutputFormat {
+    /// True when JSON was asked for.
+    pub fn json(&self) -> bool {
+        self.json || self.format == TextOrJson::Json
+    }
 }
 
 #[derive(Args, Debug)]
@@ -188,9 +243,9 @@ enum PolicyCommand {
         /// The policy directory (default: the nearest `.car/policies` walking up from the current directory).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        /// `--format json` (or `--json`): print the result as JSON.
+        #[command(flatten)]
+        out: OutputFormat,
     },
     /// Load every `*.toml` of a policy directory and report errors and warnings.
     #[command(
@@ -199,9 +254,9 @@ enum PolicyCommand {
     Lint {
         /// The policy directory.
         dir: PathBuf,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        /// `--format json` (or `--json`): print the result as JSON.
+        #[command(flatten)]
+        out: OutputFormat,
     },
 }
 
@@ -222,15 +277,36 @@ enum McpCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum EventsCommand {
+    /// Write the audit log's complete, verified records as JSONL (stdout or --out).
+    Export {
+        /// The state directory (default: `$CAR_HOME`, else `~/.car`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Write to this file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Verify the hash chain of an audit log or an export of one.
+    Verify {
+        /// The JSONL file.
+        file: PathBuf,
+        /// `--format json` (or `--json`): print the report as JSON.
+        #[command(flatten)]
+        format: OutputFormat,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum SandboxCommand {
     /// Report what this machine can enforce (Landlock, namespaces, cgroups) and which presets work.
     #[command(
         after_help = "Exit codes: 0 every preset can be enforced, 1 some cannot (each missing feature is named)."
     )]
     Check {
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
+        /// `--format json` (or `--json`): print the report as JSON.
+        #[command(flatten)]
+        out: OutputFormat,
     },
 }
 
@@ -250,26 +326,55 @@ struct ShellMatchArgs {
     /// Show each segment's decision: the deciding rule and token, and why.
     #[arg(long)]
     explain: bool,
-    /// With --explain: print the explanation as JSON.
-    #[arg(long, requires = "explain")]
-    json: bool,
+    /// `--format json` (or `--json`): print the explanation as JSON (implies --explain).
+    #[command(flatten)]
+    out: OutputFormat,
+}
+
+/// `car man`: the man page, rendered from the same definitions as `--help`.
+fn man() -> CliResult {
+    use std::io::Write as _;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+        .render(&mut out)
+        .map_err(|e| CliError::Runtime(format!("cannot render the man page: {e}")))?;
+    std::io::stdout().write_all(&out).map_err(|e| CliError::Runtime(format!("cannot write the man page: {e}")))?;
+    Ok(0)
 }
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    // `car ... | head`: a closed pipe ends the program quietly.
+    car_sandbox_child::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
-        Command::Verify(a) => inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, a.format),
+        Command::Plan(a) => run::run(a.dry_run()),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "car", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => man(),
+        Command::Verify(a) => {
+            let format = if a.json { Format::Json } else { a.format };
+            inspect::verify(&a.plan, a.state.as_deref(), a.tools.as_deref(), a.max_actions, format)
+        }
         Command::Simulate(a) if a.monte_carlo.is_some() => inspect::monte_carlo(&a),
         Command::Simulate(a) => inspect::simulate(&a.plan, a.state.as_deref()),
         Command::Optimize(a) => inspect::optimize(&a.plan),
-        Command::Policy(PolicyCommand::Check { plan, dir, json }) => inspect::policy_check(&plan, dir.as_deref(), json),
-        Command::Policy(PolicyCommand::Lint { dir, json }) => inspect::policy_lint(&dir, json),
+        Command::Policy(PolicyCommand::Check { plan, dir, out }) => {
+            inspect::policy_check(&plan, dir.as_deref(), out.json())
+        }
+        Command::Policy(PolicyCommand::Lint { dir, out }) => inspect::policy_lint(&dir, out.json()),
         Command::Permission(PermissionCommand::Explain(a)) => permissions::explain(a),
-        Command::ShellMatch(a) if a.explain => shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.json),
+        Command::ShellMatch(a) if a.explain || a.out.json() => {
+            shell_match::explain(&a.command, &a.allow, &a.ask, &a.deny, a.out.json())
+        }
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
-        Command::Sandbox(SandboxCommand::Check { json }) => sandbox::check(json),
+        Command::Sandbox(SandboxCommand::Check { out }) => sandbox::check(out.json()),
+        Command::Events(EventsCommand::Export { dir, out }) => events::export(dir.as_deref(), out.as_deref()),
+        Command::Events(EventsCommand::Verify { file, format }) => events::verify(&file, format.json()),
         #[cfg(feature = "mcp")]
         Command::Mcp(McpCommand::Serve(a)) => mcp::serve(a),
         #[cfg(feature = "server")]

@@ -93,7 +93,7 @@ pub fn call(tool: &str, input: &Value) -> Action {
 impl Permissions {
     /// The chain's verdict for one call (the dry run) and the post-hook input.
     pub fn evaluate(&self, a: &Action) -> Option<(Decision, Value)> {
-        self.stage.preview(a)
+        self.stage.preview(a, None)
     }
 
     /// Which layer decided, in words: `deny-rule {"tool":"shell",...}`.
@@ -124,9 +124,9 @@ pub struct ExplainArgs {
     /// Where `.car/permissions.toml` is looked for, walking up (default: the current directory).
     #[arg(long, default_value = ".")]
     root: PathBuf,
-    /// Print the evaluation as JSON.
-    #[arg(long)]
-    json: bool,
+    /// `--format json` (or `--json`): print the evaluation as JSON.
+    #[command(flatten)]
+    out: super::OutputFormat,
 }
 
 /// `car permission explain`.
@@ -138,7 +138,7 @@ pub fn explain(a: ExplainArgs) -> CliResult {
     let Some((d, after)) = perms.evaluate(&call(&a.tool, &input)) else {
         return Err(CliError::Input("no permission chain is configured".to_string()));
     };
-    if a.json {
+    if a.out.json() {
         let mut v = serde_json::to_value(&d).unwrap_or(Value::Null);
         v["decided_by"] = Value::String(d.layer.to_string());
         v["input"] = after.clone();

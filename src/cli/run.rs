@@ -11,13 +11,14 @@
 //!    approves, `--no-input` denies, a terminal prompts (approve, deny,
 //!    approve this tool for the session), anything else denies (a
 //!    non-interactive run never waits).
-//! 4. Execute through `CarRuntime::execute_proposal` with the runtime's one
-//!    admission stage configured from the same document. The plan above is
-//!    that stage's own preview, and the answers reach it as an approver of
-//!    its `approval` layer: every ask the stage meets (also one the plan did
-//!    not show) is resolved from them, and denied when nobody decided it.
-//!    Nothing here decides on its own: a deny rule or a policy refuses the
-//!    action at admission whatever was answered.
+//! 4. Record each answer on the plan (`proposal_decide`, an action's
+//!    compensation by its handle `ID#compensation`), then run the plan
+//!    (`proposal_apply`) with the runtime's one admission stage configured
+//!    from the same document. The plan above is that stage's own preview; an
+//!    ask the stage meets that the plan did not show is denied by the one
+//!    approver attached here, which never approves. Nothing here decides on
+//!    its own: a deny rule or a policy refuses the action at admission
+//!    whatever was answered.
 
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
@@ -58,21 +59,33 @@ pub struct RunArgs {
     /// Never prompt: deny every action that asks.
     #[arg(long)]
     no_input: bool,
-    /// Print the full ProposalResult as JSON on stdout (the plan and progress go to stderr).
-    #[arg(long)]
-    json: bool,
+    /// `--format json` (or `--json`): print the full ProposalResult as JSON on stdout (the plan and progress go to stderr).
+    #[command(flatten)]
+    out: super::OutputFormat,
     /// Load the state from this JSON file (when it exists) and save it after the run.
     #[arg(long)]
     state: Option<PathBuf>,
     /// Do not run compensations when the proposal aborts.
     #[arg(long)]
     no_compensate: bool,
+    /// Print the plan (verdicts, previews, verification) and stop: nothing
+    /// is asked or run (`car plan` is the same). With `--format json` the
+    /// plan itself is printed as JSON. Exit 1 when some action would be denied.
+    #[arg(long)]
+    dry_run: bool,
     /// Rehearse the plan against stand-ins: a JSON array of ToolSchemas
     /// registered in place of any tool of the same name; a call of one runs
     /// nothing and returns `{"ok": true, "stub": true}` (or fails when its
     /// parameters hold `"fail": true`). Admission decides as for real tools.
     #[arg(long, value_name = "FILE")]
     stub_tools: Option<PathBuf>,
+    /// Append the run's events to `events.jsonl` in this directory (default:
+    /// `$CAR_HOME`, else `~/.car`); `car events export` / `verify` read it.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_event_log")]
+    events_dir: Option<PathBuf>,
+    /// Do not append the run's events to the audit log.
+    #[arg(long)]
+    no_event_log: bool,
 }
 
 /// Where human output goes: stdout, or stderr under `--json`.
@@ -314,22 +327,29 @@ fn prompt(id: &str, tool: &str, summary: &str) -> Answer {
         shown(summary),
         shown(tool)
     );
-    let _ = err.flush();
-    drop(err);
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(0) | Err(_) => Answer::No,
-        Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => Answer::Yes,
-            "a" | "always" | "s" | "session" => Answer::Session,
-            _ => Answer::No,
-        },
+    loop {
+        let _ = err.flush();
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            // End of input: nobody is there to approve.
+            Ok(0) | Err(_) => return Answer::No,
+            Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Answer::Yes,
+                "n" | "no" => return Answer::No,
+                "a" | "always" | "s" | "session" => return Answer::Session,
+                other => {
+                    // An answer that is none of them decides nothing: ask again.
+                    let _ = write!(err, "  `{}` is not an answer; type y, n or a: ", shown(other));
+                }
+            },
+        }
     }
 }
 
-/// The answers to the plan's asks: approval key → (approved, reason, for
-/// the rest of the run, the action id whose own ask it answers).
-type Answers = std::collections::HashMap<String, (bool, String, bool, Option<String>)>;
+/// The answers to the plan's asks, in plan order: (approved, reason, for
+/// the rest of the run, the plan handle it decides: an action id, or
+/// `ID#compensation`).
+type Answers = Vec<(bool, String, bool, String)>;
 
 /// Asks for every ask of the plan (an action's and its compensation's).
 fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) -> Answers {
@@ -340,22 +360,20 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
     for (act, item) in proposal.actions.iter().zip(items) {
         // `(label, what it does, why it asks, tool)`, `(approval key, own action)`.
         let mut asks: Vec<[String; 4]> = Vec::new();
-        let mut keys: Vec<(String, Option<String>)> = Vec::new();
-        if item.verdict == Verdict::Ask
-            && let Some(k) = &item.ask_key
-        {
+        let mut keys: Vec<String> = Vec::new();
+        if item.verdict == Verdict::Ask && item.ask_key.is_some() {
             asks.push([item.id.clone(), summary(act), item.why.clone(), item.tool.clone().unwrap_or_default()]);
-            keys.push((k.clone(), Some(item.id.clone())));
+            keys.push(item.id.clone());
         }
-        if let (Some((Verdict::Ask, why, Some(k))), Some(Compensation::Tool { tool, parameters })) =
+        if let (Some((Verdict::Ask, why, Some(_))), Some(Compensation::Tool { tool, parameters })) =
             (&item.compensation, &act.compensation)
         {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
             asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone(), tool.clone()]);
-            keys.push((k.clone(), None));
+            keys.push(format!("{}#compensation", item.id));
         }
-        for ([id, what, why, tool], (key, own)) in asks.into_iter().zip(keys) {
+        for ([id, what, why, tool], handle) in asks.into_iter().zip(keys) {
             let mut for_run = false;
             let (approved, reason) = if a.yes {
                 out.line(format!("  {id} approved by --yes"));
@@ -382,7 +400,7 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
                     Answer::No => (false, format!("denied by the user; decided by {why}")),
                 }
             };
-            answers.insert(key, (approved, reason, for_run, own));
+            answers.push((approved, reason, for_run, handle));
         }
     }
     answers
@@ -494,13 +512,37 @@ fn status_word(s: ActionStatus, denied: bool) -> &'static str {
     }
 }
 
+impl RunArgs {
+    /// The same arguments as a dry run (`car plan`).
+    pub(super) fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+}
+
 /// `car run`.
 pub fn run(a: RunArgs) -> CliResult {
     let (text, proposal) = read_plan(&a.plan)?;
     let root = Root::new(&a.root).map_err(|e| CliError::Input(format!("--root: {e}")))?;
-    let out = Out { err: a.json };
+    let out = Out { err: a.out.json() };
 
     let rt = CarRuntime::with_options(RuntimeOptions::default());
+    if !a.no_event_log {
+        let dir = super::events::state_dir(a.events_dir.as_deref())?;
+        let path = dir.join(car_runtime::store::file::EVENTS_FILE);
+        let (file, report) =
+            car_runtime::store::file::AuditFile::open(&path).map_err(|e| CliError::Runtime(e.to_string()))?;
+        if let Some(t) = &report.torn {
+            let moved = t.moved_to.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            eprintln!(
+                "warning: {}: line {} was a torn record ({} bytes): skipped, moved to {moved}",
+                path.display(),
+                t.line,
+                t.bytes
+            );
+        }
+        rt.runtime().events().attach_file(std::sync::Arc::new(file));
+    }
     for t in car_runtime::tools::builtin_tools() {
         let schema = serde_json::to_string(&t.schema).unwrap_or_default();
         rt.register_tool_schema(&schema).map_err(|e| CliError::Runtime(e.to_string()))?;
@@ -547,29 +589,33 @@ pub fn run(a: RunArgs) -> CliResult {
     let items = plan_items(&plan, &perms);
     print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
     print_verification(out, &rt, &text);
-    let answers = decide(&a, out, &proposal, &items);
-    // An action's own ask is decided on the plan (`once`, or `session` for
-    // "this tool for the rest of the run"); a compensation's ask, which is
-    // not a plan item, by the approver below when it comes.
-    for (approved, reason, for_run, own) in answers.values() {
-        if let Some(id) = own {
-            let scope = if *for_run { "session" } else { "once" };
-            rt.proposal_decide(&plan_id, id, if *approved { "allow" } else { "deny" }, scope, reason)
-                .map_err(|e| CliError::Runtime(e.to_string()))?;
+    if a.dry_run {
+        let counts = &plan["counts"];
+        out.line("");
+        out.line(format!(
+            "Dry run: nothing was asked or run ({} allow, {} ask, {} deny).",
+            counts["allow"], counts["ask"], counts["deny"]
+        ));
+        if a.out.json() {
+            println!("{}", pretty(&plan));
         }
+        return Ok(if counts["deny"].as_u64().unwrap_or(0) > 0 { 1 } else { 0 });
     }
-    let answers = Arc::new(answers);
+    let answers = decide(&a, out, &proposal, &items);
+    // Every answer is decided on the plan (`once`, or `session` for "this
+    // tool for the rest of the run"), a compensation's by its handle.
+    for (approved, reason, for_run, handle) in &answers {
+        let scope = if *for_run { "session" } else { "once" };
+        rt.proposal_decide(&plan_id, handle, if *approved { "allow" } else { "deny" }, scope, reason)
+            .map_err(|e| CliError::Runtime(e.to_string()))?;
+    }
 
-    // The approver of the stage's `approval` layer: the answers above, and a
-    // deny for an ask nobody answered.
+    // An ask the plan did not show (nobody was asked): denied at once, so a
+    // run never waits for an approval nobody will give.
     let resolver = rt.clone();
     rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
         if let ApprovalEvent::Pending(p) = ev {
-            let (ok, reason) = answers
-                .get(&p.key)
-                .map(|(ok, reason, _, _)| (*ok, reason.clone()))
-                .unwrap_or((false, "not approved before the run".to_string()));
-            let _ = resolver.approval_resolve(&p.key, if ok { "allow" } else { "deny" }, &reason);
+            let _ = resolver.approval_resolve(&p.key, "deny", "not approved before the run");
         }
     }));
 
@@ -667,7 +713,7 @@ pub fn run(a: RunArgs) -> CliResult {
     if let Some(f) = &a.state {
         out.line(format!("state saved to {}", f.display()));
     }
-    if a.json {
+    if a.out.json() {
         // The result plus every admission decision (the AdmissionDecided
         // events: verdict, layer, rule, tiers; no parameter values).
         let mut v = serde_json::to_value(&result).unwrap_or(Value::Null);

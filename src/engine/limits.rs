@@ -74,6 +74,30 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
+    /// Takes a slot of the window `key` (at most `max_calls` starts within
+    /// any trailing `interval`) when one is free: `None`. Otherwise nothing
+    /// is taken and the answer is how long until the oldest start leaves the
+    /// window.
+    pub fn try_take(&self, key: &str, max_calls: usize, interval: Duration) -> Result<Option<Duration>, String> {
+        let mut w = self.windows.lock().map_err(|_| "rate limiter lock poisoned".to_string())?;
+        let q = match w.get_mut(key) {
+            Some(q) => q,
+            None => w.entry(key.to_string()).or_default(),
+        };
+        let now = Instant::now();
+        while q.front().is_some_and(|t| now.duration_since(*t) >= interval) {
+            q.pop_front();
+        }
+        if q.len() < max_calls {
+            q.push_back(now);
+            return Ok(None);
+        }
+        Ok(Some(match q.front() {
+            Some(oldest) => (*oldest + interval).saturating_duration_since(now),
+            None => Duration::ZERO,
+        }))
+    }
+
     /// Waits until the tool may be called, then takes a slot. `max_calls = 0`
     /// is refused (it would wait forever).
     pub async fn acquire(&self, tool: &str, limit: &ToolRateLimit) -> Result<(), String> {
@@ -82,21 +106,9 @@ impl RateLimiter {
         }
         let interval = Duration::try_from_secs_f64(limit.interval_secs.max(0.0)).unwrap_or(Duration::MAX);
         loop {
-            let wait = {
-                let mut w = self.windows.lock().map_err(|_| "rate limiter lock poisoned".to_string())?;
-                let q = w.entry(tool.to_string()).or_default();
-                let now = Instant::now();
-                while q.front().is_some_and(|t| now.duration_since(*t) >= interval) {
-                    q.pop_front();
-                }
-                if q.len() < limit.max_calls as usize {
-                    q.push_back(now);
-                    return Ok(());
-                }
-                match q.front() {
-                    Some(oldest) => (*oldest + interval).saturating_duration_since(now),
-                    None => Duration::ZERO,
-                }
+            let wait = match self.try_take(tool, limit.max_calls as usize, interval)? {
+                None => return Ok(()),
+                Some(wait) => wait,
             };
             tokio::time::sleep(wait.max(Duration::from_micros(100))).await;
         }

@@ -26,7 +26,7 @@ use crate::ir::{
     Operator, Precondition, ProposalResult, Reversibility, ToolFailure, json_eq,
 };
 use crate::permission::Verdict;
-use crate::state::{Scope, Transaction};
+use crate::state::{CasOutcome, Expect, Scope, Transaction};
 
 /// The normalized class of a post-dispatch failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,9 @@ enum ErrorClass {
     SandboxTimeout,
     SandboxLimit,
     SandboxUnavailable,
+    /// A `read_version` assumption did not hold: the key moved since the
+    /// action read it. Never retried.
+    Conflict,
 }
 
 impl ErrorClass {
@@ -52,6 +55,7 @@ impl ErrorClass {
             ErrorClass::SandboxTimeout => "sandbox_timeout",
             ErrorClass::SandboxLimit => "sandbox_limit",
             ErrorClass::SandboxUnavailable => "sandbox_unavailable",
+            ErrorClass::Conflict => "conflict",
         }
     }
 }
@@ -314,8 +318,14 @@ impl Runtime {
                 let a = &proposal.actions[i];
                 cancelled_tools.push(json!({"action_id": a.id, "tool": a.tool, "handle": handle}));
             }
-            let keys = self.inner.state.rollback(&ctx.tx);
-            self.inner.events.record(EventKind::StateRolledBack, Some(&pid), None, json!({"keys": keys}));
+            let rb = self.inner.state.rollback_report(&ctx.tx);
+            let mut data = json!({"keys": rb.restored});
+            if !rb.not_restored.is_empty() {
+                // Keys another writer moved since this proposal wrote them:
+                // left as that writer set them.
+                data["not_restored"] = json!(rb.not_restored);
+            }
+            self.inner.events.record(EventKind::StateRolledBack, Some(&pid), None, data);
             for r in results.iter_mut().filter(|r| r.status == ActionStatus::Succeeded) {
                 r.rolled_back = true;
                 r.state_changes.clear();
@@ -361,6 +371,9 @@ impl Runtime {
             completed["cancelled_tools"] = Value::Array(cancelled_tools);
         }
         self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
+        // The proposal answers once its completion event is durable in the
+        // audit log a daemon attached (a database sink writes in batches).
+        self.inner.events.sink_durable().await;
         Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
     }
 
@@ -478,7 +491,7 @@ impl Runtime {
                 if let Some((true, d)) = tier_d {
                     return (d, None);
                 }
-                match stage.preview(a) {
+                match stage.preview(a, session) {
                     Some((mut d, input)) => {
                         if let Some((_, t)) = &tier_d {
                             d.required_tier = t.required_tier;
@@ -657,7 +670,14 @@ impl Runtime {
 
         // The breaker, over every decision above in action order.
         if !stage.is_empty() {
-            let refused: Vec<bool> = refusals.iter().map(Option::is_some).collect();
+            let refused: Vec<Option<bool>> = refusals
+                .iter()
+                .map(|r| match r {
+                    None => Some(false),
+                    Some(d) if layer::is_deciding(d.layer) => Some(true),
+                    Some(_) => None,
+                })
+                .collect();
             for (i, d) in stage.breaker_decisions(ctx.session_id.as_deref(), &refused).into_iter().enumerate() {
                 if let Some(d) = d {
                     permission_refused[i] = true;
@@ -936,7 +956,11 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
         }
         let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
         events.append(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev));
-        match attempt_action(ctx, i, a, attempt, Some(&ctx.tx)).await {
+        let attempted = match read_version_conflict(ctx, a) {
+            Some(f) => Err(f),
+            None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx)).await,
+        };
+        match attempted {
             Ok(done) => {
                 let duration = ms(t0.elapsed());
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
@@ -960,7 +984,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 return Outcome { result: r, abort: false };
             }
             Err(f) => {
-                if !f.terminal && attempt < max_attempts {
+                if !f.terminal && f.class != ErrorClass::Conflict && attempt < max_attempts {
                     ctx.retries.fetch_add(1, Ordering::Relaxed);
                     let mut ev = action_event(ctx, i, ActionPhase::Retrying, attempt + 1);
                     ev.error = Some(f.message);
@@ -991,6 +1015,27 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
             }
         }
     }
+}
+
+/// The first `read_version` assumption of `a` whose key moved since: its
+/// version is no longer the one the action read. `None` when every one holds
+/// (or the action carries none).
+fn read_version_conflict(ctx: &Ctx, a: &Action) -> Option<Fail> {
+    for s in &a.assumptions {
+        let Some(read) = s.read_version else { continue };
+        let current = ctx.scope.physical(&s.key).map_or(0, |p| ctx.rt.inner.state.version_physical(&p));
+        if current != read {
+            return Some(conflict_fail(&s.key, read, current));
+        }
+    }
+    None
+}
+
+fn conflict_fail(key: &str, read: u64, current: u64) -> Fail {
+    Fail::new(
+        format!("conflict: state key '{key}' moved since it was read (read_version {read}, current version {current})"),
+        ErrorClass::Conflict,
+    )
 }
 
 /// The wait before retry `attempt + 1`: exponential from `base_ms`, capped
@@ -1029,8 +1074,10 @@ fn mutation_wire(value: Option<&Value>) -> Map<String, Value> {
 
 /// Writes one key through the proposal's transaction (when given), logs it
 /// and records the mutation.
+#[allow(clippy::too_many_arguments)]
 fn write_state(
     ctx: &Ctx,
+    a: &Action,
     i: usize,
     effect: Option<usize>,
     key: &str,
@@ -1042,12 +1089,18 @@ fn write_state(
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
     })?;
     let wire = Value::Object(mutation_wire(value.as_ref()));
-    let version = ctx
-        .rt
-        .inner
-        .state
-        .write_physical(&phys, value, tx)
-        .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?;
+    let state = &ctx.rt.inner.state;
+    let read = a.assumptions.iter().find(|s| s.key == key).and_then(|s| s.read_version);
+    let version = match read {
+        // The action read this key at a version: the write is a
+        // compare-and-set against it, checked and written under one lock.
+        Some(read) => match state.compare_and_set_physical(&phys, value, Expect::Version(read), tx) {
+            Ok(CasOutcome::Written { version }) => version,
+            Ok(CasOutcome::Conflict { current }) => return Err(conflict_fail(key, read, current)),
+            Err(e) => return Err(Fail::new(e.to_string(), ErrorClass::Unknown)),
+        },
+        None => state.write_physical(&phys, value, tx).map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?,
+    };
 
     let data = EventData::ActionState {
         proposal: ctx.proposal.clone(),
@@ -1073,7 +1126,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Some(a.param("value").cloned().unwrap_or(Value::Null))
             };
             let mut changes = Map::with_capacity(1);
-            write_state(ctx, i, None, key, value, tx, &mut changes)?;
+            write_state(ctx, a, i, None, key, value, tx, &mut changes)?;
             let mut out = String::with_capacity(9 + key.len());
             out.push_str("written: ");
             out.push_str(key);
@@ -1242,7 +1295,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
 
     let mut changes = Map::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
-        write_state(ctx, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
+        write_state(ctx, a, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }

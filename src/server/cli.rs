@@ -28,6 +28,10 @@ usage: car-server [options]
   --dashboard PORT|disabled
                          the dashboard's HTTP port (CAR_DASHBOARD; default the
                          WebSocket port + 1, on CAR_DASHBOARD_BIND, default 127.0.0.1)
+  --store URL            the shared store (CAR_STORE_URL): postgres://... keeps the
+                         audit log in PostgreSQL (feature `postgres`; migrations at
+                         start, a newer schema refuses to start); default: the file
+                         $CAR_HOME/events.jsonl
   --require-auth         deprecated no-op (auth is on by default)
   --version, --help
 
@@ -50,6 +54,7 @@ struct Args {
     allow_self_approval: bool,
     max_frame_bytes: Option<usize>,
     dashboard: Option<String>,
+    store: Option<String>,
 }
 
 fn env(k: &str) -> Option<String> {
@@ -68,6 +73,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         allow_self_approval: false,
         max_frame_bytes: None,
         dashboard: None,
+        store: None,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -91,6 +97,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
                 a.max_frame_bytes =
                     Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
             }
+            "--store" => a.store = Some(value("--store")?),
             "--require-auth" => {
                 eprintln!("car-server: --require-auth is deprecated and has no effect: auth is on by default")
             }
@@ -239,6 +246,21 @@ fn run(args: Vec<String>) -> Result<(), String> {
     config.approvals_dir = Some(paths.state_root.clone());
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
+    let store_url = args.store.clone().or_else(|| env("CAR_STORE_URL"));
+    if store_url.is_none() {
+        let events_path = paths.state_root.join(crate::store::file::EVENTS_FILE);
+        let (audit, report) = crate::store::file::AuditFile::open(&events_path).map_err(|e| e.to_string())?;
+        if let Some(t) = &report.torn {
+            let moved = t.moved_to.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            eprintln!(
+                "car-server: {}: line {} was a torn record ({} bytes, a write cut short): skipped, moved to {moved}",
+                events_path.display(),
+                t.line,
+                t.bytes
+            );
+        }
+        config.event_log = Some(std::sync::Arc::new(audit));
+    }
     let no_auth = args.no_auth || env("CAR_NO_AUTH").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -256,6 +278,9 @@ fn run(args: Vec<String>) -> Result<(), String> {
             }
         })?;
         let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+        if let Some(url) = &store_url {
+            config.event_log = Some(open_store(url).await?);
+        }
 
         // Auth: the token, and whether this daemon publishes it.
         let mut published: Option<(PathBuf, String)> = None;
@@ -338,6 +363,28 @@ fn run(args: Vec<String>) -> Result<(), String> {
         eprintln!("car-server: shut down");
         Ok(())
     })
+}
+
+/// Connects the shared store of `--store` / `CAR_STORE_URL` (migrations
+/// applied; a newer schema refuses to start) and returns the daemon's event
+/// sink. The writer id (one hash chain per daemon) is `CAR_STORE_WRITER`,
+/// else a fresh one.
+#[cfg(feature = "postgres")]
+async fn open_store(url: &str) -> Result<std::sync::Arc<dyn crate::events::EventSink>, String> {
+    use crate::store::postgres::{PgBackends, PgEventSink};
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(format!("--store / CAR_STORE_URL: `{url}` is not a postgres:// URL"));
+    }
+    let schema = env("CAR_STORE_SCHEMA").unwrap_or_else(|| "public".to_string());
+    let writer = env("CAR_STORE_WRITER").unwrap_or_else(|| format!("car-server-{}", uuid::Uuid::new_v4()));
+    let pg = PgBackends::connect(url, &schema, &writer).await.map_err(|e| format!("--store: {e}"))?;
+    eprintln!("car-server: store: PostgreSQL (schema `{schema}`, event writer `{writer}`)");
+    Ok(PgEventSink::spawn(pg))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_store(_url: &str) -> Result<std::sync::Arc<dyn crate::events::EventSink>, String> {
+    Err("--store / CAR_STORE_URL: this car-server was built without the `postgres` feature".to_string())
 }
 
 async fn shutdown_signal() {

@@ -24,7 +24,6 @@ use super::rpc::{self, AUTH_REQUIRED, Frame, HANDSHAKE_REQUIRED, RpcError};
 use super::supervision::Supervisors;
 use super::{Config, Daemon, UnauthSlot};
 use crate::api::runtime::CarRuntime;
-use crate::policy::JsonlLedger;
 
 /// What the outcome of a server-initiated request carries back.
 pub(crate) type CallbackOutcome = Result<Value, Value>;
@@ -131,9 +130,6 @@ pub(crate) struct Conn {
     pub(crate) rt: CarRuntime,
     /// The daemon-wide supervision registry.
     pub(crate) supervisors: Arc<Supervisors>,
-    /// The daemon's approvals ledger (`Config::ledger_path`), shared by
-    /// every connection for its read cache.
-    pub(crate) ledger: Option<Arc<JsonlLedger>>,
     /// The daemon's ask approvals (its one store), when it has a state root.
     pub(crate) approvals: Option<Arc<super::approvals::Approvals>>,
     /// What every connection shares (the failed-auth table).
@@ -544,7 +540,10 @@ impl Conn {
         // The session's tier layer: on from the start (`sandbox_edit`),
         // reading the daemon's one approvals ledger (websocket-methods.md).
         let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
-        rt.set_tier_ledger(daemon.ledger.clone());
+        rt.set_tier_ledger(daemon.ledger.clone()).map_err(|e| format!("connection refused: tier ledger: {e}"))?;
+        if let Some(audit) = &config.event_log {
+            rt.runtime().events().attach_sink(audit.clone());
+        }
         if let Some(dir) = &config.policy_dir
             && dir.is_dir()
             && let Err(e) = rt.load_policies(&dir.to_string_lossy())
@@ -559,7 +558,6 @@ impl Conn {
                 return Err(bad("`ledger_path` and `approvals_dir` are the daemon's own (`$CAR_HOME`)".to_string()));
             }
             rt.configure_admission(doc).map_err(|e| bad(e.to_string()))?;
-            rt.set_tier_ledger(daemon.ledger.clone());
         }
         let protected_policies = rt
             .list_policies(None)
@@ -573,7 +571,6 @@ impl Conn {
         let conn = Conn {
             rt,
             supervisors: daemon.supervisors.clone(),
-            ledger: daemon.ledger.clone(),
             approvals: daemon.approvals.clone(),
             session_id: format!("sess-{}", uuid::Uuid::new_v4()),
             peer,

@@ -571,7 +571,6 @@ fn configure_admission(conn: &Conn, config: &Value) -> Result<(), RpcError> {
     conn.rt
         .set_permissions(Some(&config.to_string()), None)
         .map_err(|e| RpcError::invalid_params(format!("config: {e}")))?;
-    conn.rt.set_tier_ledger(conn.ledger.clone());
     Ok(())
 }
 

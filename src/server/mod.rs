@@ -92,6 +92,11 @@ pub struct Config {
     /// (`$CAR_HOME/approvals.jsonl`) and its `always` rules; `None`: no
     /// store, an ask is refused.
     pub approvals_dir: Option<PathBuf>,
+    /// The daemon's audit log: `$CAR_HOME/events.jsonl`
+    /// (`crate::store::file`), or the events table of `--store
+    /// postgres://...`. Every event of every connection is recorded in it,
+    /// one hash chain per daemon. `None`: events stay in memory.
+    pub event_log: Option<std::sync::Arc<dyn crate::events::EventSink>>,
 }
 
 impl Default for Config {
@@ -121,6 +126,7 @@ impl Default for Config {
             ledger_key_path: None,
             supervision_timeout: Duration::from_secs(60),
             approvals_dir: None,
+            event_log: None,
         }
     }
 }

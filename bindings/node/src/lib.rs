@@ -12,9 +12,26 @@ mod runtime;
 /// error code of the facade.
 pub(crate) type Result<T> = napi::Result<T, String>;
 
-/// A facade error as a JS `Error` with `.code` = the stable error code.
+/// A facade error as a JS `Error` with `.code` = the stable error code and,
+/// as its `cause`, the structured record (`car_error_cause`) from which the
+/// `lib.js` shim builds the exported `CarError` subclass.
 pub(crate) fn to_js_err(e: car_runtime::Error) -> napi::Error<String> {
-    napi::Error::new(e.code().to_string(), e.to_string())
+    let mut err = napi::Error::new(e.code().to_string(), e.to_string());
+    err.set_cause(car_error_cause(&e));
+    err
+}
+
+/// The structured error record `{"car_error": {code, family, message,
+/// details}}` (the facade's `Error::to_json`), carried as the `cause` of the
+/// JS error: napi's async machinery carries only a `Status`, so the stable
+/// code, family and details travel here, never in the message.
+pub(crate) fn car_error_cause(e: &car_runtime::Error) -> napi::Error {
+    napi::Error::new(napi::Status::GenericFailure, car_error_record(e))
+}
+
+/// `{"car_error": {code, family, message, details}}` as JSON text.
+pub(crate) fn car_error_record(e: &car_runtime::Error) -> String {
+    serde_json::json!({ "car_error": e.to_json() }).to_string()
 }
 
 /// A `*Json` argument: JSON text, or a plain JS value serialised.

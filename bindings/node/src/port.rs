@@ -77,7 +77,8 @@ pub struct Step {
     pub calls: Option<String>,
     /// The ProposalResult JSON text, once done.
     pub result: Option<String>,
-    /// The failure, as `[code] message`, once done.
+    /// The failure, as the structured record `{"car_error": {code, family,
+    /// message, details}}` (JSON text), once done.
     pub error: Option<String>,
     /// A detached call whose stream was cancelled or dropped.
     pub cancel: Option<u32>,
@@ -236,7 +237,7 @@ fn tokio_handle() -> tokio::runtime::Handle {
 }
 
 fn js_err(message: impl Into<String>) -> napi::Error<String> {
-    napi::Error::new("invalid_state".to_string(), message.into())
+    crate::to_js_err(car_runtime::Error::runtime("invalid_state", message))
 }
 
 /// Installs the dispatcher of this JS environment (called once by `lib.js`).
@@ -368,7 +369,7 @@ fn done(id: u32, r: Outcome) -> Step {
     let mut step = Step { port: id, ..Step::default() };
     match r {
         Ok(text) => step.result = Some(text),
-        Err(e) => step.error = Some(format!("[{}] {}", e.code(), e)),
+        Err(e) => step.error = Some(crate::car_error_record(&e)),
     }
     step
 }

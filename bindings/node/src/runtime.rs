@@ -18,10 +18,13 @@ use serde_json::Value;
 use crate::{Result, to_js_err};
 
 /// Errors of async methods: napi's async machinery only carries a `Status`,
-/// so the stable code travels as a `[code] ` message prefix that the
-/// `index.js` shim moves onto `.code`.
+/// so the stable code, family and details travel as the structured record in
+/// the error's `cause` (`car_error_cause`), which the `lib.js` shim turns
+/// into a `CarError` subclass.
 fn aerr(e: car_runtime::Error) -> napi::Error {
-    napi::Error::new(napi::Status::GenericFailure, format!("[{}] {}", e.code(), e))
+    let mut err = napi::Error::new(napi::Status::GenericFailure, e.to_string());
+    err.set_cause(crate::car_error_cause(&e));
+    err
 }
 
 /// An approver callback `(eventJson) => void`, weak: it does not keep the
@@ -85,7 +88,11 @@ impl JsCarRuntime {
     /// approvals store under `approvalsDir` (or the document's). A malformed
     /// document rejects naming the bad key and changes nothing.
     #[napi]
-    pub async fn set_permissions(&self, config_json: Option<Value>, approvals_dir: Option<String>) -> napi::Result<()> {
+    pub async fn set_permissions(
+        &self,
+        #[napi(ts_arg_type = "string | object")] config_json: Option<Value>,
+        approvals_dir: Option<String>,
+    ) -> napi::Result<()> {
         let config = config_json.filter(|v| !v.is_null()).map(text);
         self.core.set_permissions(config.as_deref(), approvals_dir.as_deref()).map_err(aerr)
     }
@@ -101,9 +108,9 @@ impl JsCarRuntime {
     #[napi]
     pub fn proposal_plan(
         &self,
-        proposal_json: Value,
+        #[napi(ts_arg_type = "string | import('./types').ActionProposal")] proposal_json: Value,
         session_id: Option<String>,
-        scope_json: Option<Value>,
+        #[napi(ts_arg_type = "string | object")] scope_json: Option<Value>,
     ) -> napi::Result<String> {
         let scope = scope_json.filter(|v| !v.is_null()).map(text);
         self.core.proposal_plan(&text(proposal_json), session_id.as_deref(), scope.as_deref()).map_err(aerr)
@@ -221,7 +228,10 @@ impl JsCarRuntime {
 
     /// Registers a ToolSchema (JSON text or object); parameters are validated before dispatch.
     #[napi]
-    pub async fn register_tool_schema(&self, schema_json: Value) -> napi::Result<()> {
+    pub async fn register_tool_schema(
+        &self,
+        #[napi(ts_arg_type = "string | import('./types').ToolSchema")] schema_json: Value,
+    ) -> napi::Result<()> {
         self.core.register_tool_schema(&text(schema_json)).map_err(aerr)
     }
 
@@ -326,7 +336,10 @@ impl JsCarRuntime {
 
     /// Verifies a proposal against this runtime's state and tool schemas.
     #[napi]
-    pub async fn verify_proposal(&self, proposal_json: Value) -> napi::Result<String> {
+    pub async fn verify_proposal(
+        &self,
+        #[napi(ts_arg_type = "string | import('./types').ActionProposal")] proposal_json: Value,
+    ) -> napi::Result<String> {
         self.core.verify_proposal(&text(proposal_json)).map_err(aerr)
     }
 
@@ -356,7 +369,7 @@ impl JsCarRuntime {
     #[napi]
     pub async fn simulate_monte_carlo(
         &self,
-        proposal_json: Value,
+        #[napi(ts_arg_type = "string | import('./types').ActionProposal")] proposal_json: Value,
         initial_state_json: Option<Value>,
         tool_success_rates_json: Option<Value>,
         goal_json: Option<Value>,

@@ -1,8 +1,6 @@
 //! The Python binding: a thin translation onto `car_runtime::api`.
 //! No logic lives here; every function forwards to the JSON facade.
 
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
@@ -11,29 +9,32 @@ use serde_json::{Map, Value};
 
 mod runtime;
 
-create_exception!(_native, CarError, PyException, "Base of every car-runtime error; carries `.code` and `.message`.");
-create_exception!(_native, CarInputError, CarError, "Bad input document or argument.");
-create_exception!(_native, CarConfigError, CarError, "A configuration problem (policy file, tool definition, preset).");
-create_exception!(_native, CarNotFoundError, CarError, "A lookup of something that does not exist.");
-create_exception!(_native, CarRuntimeError, CarError, "A failure while executing.");
-create_exception!(_native, TerminalToolError, PyException, "Raised by a tool: stop retries, abort and roll back.");
+/// The exception classes live in Python (`car_runtime/_errors.py`): they
+/// belong to the `car_runtime` module, pickle, and carry `.details` as a dict.
+fn errors_attr<'py>(py: Python<'py>, cell: &'static PyOnceLock<Py<PyAny>>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    cell.get_or_try_init(py, || py.import("car_runtime._errors")?.getattr(name).map(Bound::unbind))
+        .map(|f| f.bind(py).clone())
+}
 
-/// Converts a facade error into the matching Python exception with `.code`,
-/// `.message`, `.family` and `.details` (JSON text).
+/// `car_runtime.TerminalToolError`, the class a tool raises to fail terminally.
+pub(crate) fn terminal_tool_error(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    errors_attr(py, &CLASS, "TerminalToolError")
+}
+
+/// Converts a facade error into the matching `car_runtime` exception
+/// (`CarInputError`, `CarConfigError`, `CarNotFoundError`, `CarRuntimeError`)
+/// with `.code`, `.message`, `.family` and `.details` (a dict).
 pub(crate) fn to_py_err(py: Python<'_>, e: car_runtime::Error) -> PyErr {
+    static MAKE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let message = e.to_string();
-    let err = match e.family() {
-        "input" => CarInputError::new_err(message.clone()),
-        "config" => CarConfigError::new_err(message.clone()),
-        "not_found" => CarNotFoundError::new_err(message.clone()),
-        _ => CarRuntimeError::new_err(message.clone()),
-    };
-    let value = err.value(py);
-    let _ = value.setattr("code", e.code());
-    let _ = value.setattr("message", message);
-    let _ = value.setattr("family", e.family());
-    let _ = value.setattr("details", e.details().to_string());
-    err
+    let made = errors_attr(py, &MAKE, "make")
+        .and_then(|make| make.call1((message.as_str(), e.code(), e.family(), e.details().to_string())));
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        // The package's Python half is missing: still an error, never a success.
+        Err(err) => err,
+    }
 }
 
 /// A `*_json` argument: JSON text as it is, or a dict/list/other value serialised.
@@ -205,14 +206,20 @@ fn simulate_monte_carlo(
     goal_json: Option<&Bound<'_, PyAny>>,
     config_json: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    let p = params!(py;
-        "proposal" => Some(parse(py, "proposal_json", proposal_json)?),
-        "initial_state" => initial_state_json.map(|o| parse(py, "initial_state_json", o)).transpose()?,
-        "tool_success_rates" => tool_success_rates_json.map(|o| parse(py, "tool_success_rates_json", o)).transpose()?,
-        "goal" => goal_json.map(|o| parse(py, "goal_json", o)).transpose()?,
-        "config" => config_json.map(|o| parse(py, "config_json", o)).transpose()?,
-    );
-    call(py, "simulate_monte_carlo", p).map(text)
+    let p = text_arg(py, proposal_json)?;
+    let (s, r) = (opt_text(py, initial_state_json)?, opt_text(py, tool_success_rates_json)?);
+    let (g, c) = (opt_text(py, goal_json)?, opt_text(py, config_json)?);
+    facade(
+        py,
+        &[
+            ("proposal_json", Some(&p)),
+            ("initial_state_json", s.as_deref()),
+            ("tool_success_rates_json", r.as_deref()),
+            ("goal_json", g.as_deref()),
+            ("config_json", c.as_deref()),
+        ],
+        || car_runtime::api::planning::simulate_monte_carlo(&p, s.as_deref(), r.as_deref(), g.as_deref(), c.as_deref()),
+    )
 }
 
 /// Candidates scored and sorted best first, as JSON text.
@@ -380,7 +387,7 @@ fn approvals_pending(py: Python<'_>, state_dir: String) -> PyResult<String> {
 
 /// Resolves an approval; anything but an explicit `allow` is a deny.
 #[pyfunction]
-#[pyo3(signature = (state_dir, key, decision, reason=String::new()))]
+#[pyo3(signature = (state_dir, key, decision, reason=String::new()), text_signature = "(state_dir, key, decision, reason='')")]
 fn approval_resolve(
     py: Python<'_>,
     state_dir: String,
@@ -418,13 +425,6 @@ fn client_version() -> String {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    m.add("CarError", py.get_type::<CarError>())?;
-    m.add("CarInputError", py.get_type::<CarInputError>())?;
-    m.add("CarConfigError", py.get_type::<CarConfigError>())?;
-    m.add("CarNotFoundError", py.get_type::<CarNotFoundError>())?;
-    m.add("CarRuntimeError", py.get_type::<CarRuntimeError>())?;
-    m.add("TerminalToolError", py.get_type::<TerminalToolError>())?;
     m.add_class::<runtime::PyCarRuntime>()?;
     m.add_function(wrap_pyfunction!(runtime::register_tool_handler, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::unregister_tool_handler, m)?)?;

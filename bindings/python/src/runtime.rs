@@ -20,7 +20,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use serde_json::Value;
 
-use crate::{TerminalToolError, json_text, to_py_err};
+use crate::{json_text, terminal_tool_error, to_py_err};
 
 /// The tokio runtime every `CarRuntime` of the process shares.
 pub(crate) fn tokio_rt() -> &'static tokio::runtime::Runtime {
@@ -46,6 +46,28 @@ struct ToolFn {
     interrupted: AtomicBool,
     /// The exception a signal handler raised while the thread waited.
     signal: Mutex<Option<PyErr>>,
+    /// The event loop of an `*_async` call (`car_runtime._aio`): an
+    /// awaitable a tool returns is awaited there.
+    caller_loop: Option<Py<PyAny>>,
+}
+
+/// `car_runtime._aio.<name>`.
+fn aio(py: Python<'_>, cell: &'static PyOnceLock<Py<PyAny>>, name: &str) -> PyResult<Py<PyAny>> {
+    cell.get_or_try_init(py, || py.import("car_runtime._aio")?.getattr(name).map(Bound::unbind))
+        .map(|f| f.clone_ref(py))
+}
+
+/// True for the answers a tool gives most (text, None, containers, numbers),
+/// which are never awaitable: no `inspect.isawaitable` call for them.
+fn plainly_not_awaitable(obj: &Bound<'_, PyAny>) -> bool {
+    use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList};
+    obj.is_none()
+        || obj.is_exact_instance_of::<PyString>()
+        || obj.is_exact_instance_of::<PyDict>()
+        || obj.is_exact_instance_of::<PyList>()
+        || obj.is_exact_instance_of::<PyInt>()
+        || obj.is_exact_instance_of::<PyFloat>()
+        || obj.is_exact_instance_of::<PyBool>()
 }
 
 const INTERRUPTED: &str = "interrupted (KeyboardInterrupt)";
@@ -69,6 +91,16 @@ impl ToolFn {
         } else {
             self.f.call1(py, (call_json(call),))
         };
+        // An `async def` tool (any awaitable answer) is awaited: on the
+        // caller's loop under an `*_async` call, else on a loop of its own.
+        let res = res.and_then(|obj| {
+            if plainly_not_awaitable(obj.bind(py)) {
+                return Ok(obj);
+            }
+            static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+            let caller_loop = self.caller_loop.as_ref().map_or_else(|| py.None(), |l| l.clone_ref(py));
+            aio(py, &RESOLVE, "resolve")?.call1(py, (obj, caller_loop))
+        });
         match res {
             Ok(obj) => {
                 let obj = obj.bind(py);
@@ -89,7 +121,9 @@ impl ToolFn {
                 self.interrupted.store(true, Ordering::SeqCst);
                 Err(ToolFailure::terminal(INTERRUPTED))
             }
-            Err(e) if e.is_instance_of::<TerminalToolError>(py) => Err(ToolFailure::terminal(e.value(py).to_string())),
+            Err(e) if terminal_tool_error(py).is_ok_and(|t| e.value(py).is_instance(&t).unwrap_or(false)) => {
+                Err(ToolFailure::terminal(e.value(py).to_string()))
+            }
             Err(e) => {
                 let name = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
                 Err(ToolFailure::ordinary(format!("{name}: {}", e.value(py))))
@@ -168,7 +202,16 @@ fn run_with(
     scope_json: Option<String>,
 ) -> PyResult<String> {
     let two_args = takes_two_args(py, &tool_fn)?;
-    let tool = Arc::new(ToolFn { f: tool_fn, two_args, interrupted: AtomicBool::new(false), signal: Mutex::new(None) });
+    static CALLER_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let caller_loop = aio(py, &CALLER_LOOP, "caller_loop")?.call0(py)?;
+    let caller_loop = if caller_loop.is_none(py) { None } else { Some(caller_loop) };
+    let tool = Arc::new(ToolFn {
+        f: tool_fn,
+        two_args,
+        interrupted: AtomicBool::new(false),
+        signal: Mutex::new(None),
+        caller_loop,
+    });
     let spilled = tool.clone();
     let pump =
         CallPump::with_spill(Arc::new(move |c: PumpedCall| Python::attach(|py| spilled.serve(py, c))), SPILL_AFTER);
@@ -208,54 +251,21 @@ fn run_with(
     out.map_err(|e| to_py_err(py, e))
 }
 
-/// Runs an awaitable a hook returned to completion: with `asyncio.run` when
-/// no event loop runs on this thread, else (the caller is a coroutine blocked
-/// in `execute_proposal`, so its loop cannot run anything) on a private loop
-/// in a thread of its own.
-const HOOK_HELPERS: &std::ffi::CStr = c"
-import asyncio, inspect, threading
-
-async def _await(a):
-    return await a
-
-def finish(r):
-    if not inspect.isawaitable(r):
-        return r
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_await(r))
-    box = {}
-    def target():
-        try:
-            box['value'] = asyncio.run(_await(r))
-        except BaseException as e:
-            box['error'] = e
-    t = threading.Thread(target=target, name='car-runtime-hook', daemon=True)
-    t.start()
-    t.join()
-    if 'error' in box:
-        raise box['error']
-    return box['value']
-";
-
 /// Calls a Python hook (or `can_use_tool`) with `(tool_name, input_dict)`
 /// and renders its answer as JSON (`None` becomes null, a string stays a
 /// string, anything else goes through `json.dumps`); `None` when it raised
 /// or the answer is not JSON, which the caller turns into a deny.
 fn hook_answer(f: &Py<PyAny>, tool: &str, input: &Value) -> Option<Value> {
-    static FINISH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     Python::attach(|py| -> PyResult<Value> {
-        let finish = FINISH.get_or_try_init(py, || {
-            PyModule::from_code(py, HOOK_HELPERS, c"car_runtime_hooks.py", c"car_runtime_hooks")?
-                .getattr("finish")
-                .map(Bound::unbind)
-        })?;
+        // An awaitable answer runs to completion with `asyncio.run`, or on a
+        // private loop when a loop runs on this thread (`car_runtime._aio`).
+        let resolve = aio(py, &RESOLVE, "resolve")?;
         let loads = LOADS.get_or_try_init(py, || py.import("json")?.getattr("loads").map(Bound::unbind))?;
         let arg = loads.call1(py, (input.to_string(),))?;
         let r = f.call1(py, (tool, arg))?;
-        let r = finish.call1(py, (r,))?;
+        let r = resolve.call1(py, (r, py.None()))?;
         let r = r.bind(py);
         if r.is_none() {
             return Ok(Value::Null);
@@ -274,7 +284,8 @@ fn opt_text(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Str
 }
 
 /// One in-process runtime: its own state, tools, policies and event log.
-#[pyclass(name = "CarRuntime", module = "car_runtime")]
+/// Subclassed in `car_runtime/__init__.py` (the `*_obj` and `*_async` methods).
+#[pyclass(subclass, name = "NativeCarRuntime", module = "car_runtime._native")]
 pub struct PyCarRuntime {
     core: Core,
 }
@@ -403,7 +414,7 @@ impl PyCarRuntime {
     /// Resolves an approval: anything but an explicit `allow` is a deny; a
     /// waiting action learns it at once. Returns the resolution in force
     /// (JSON text, with `applied`).
-    #[pyo3(signature = (key, decision, reason=String::new()))]
+    #[pyo3(signature = (key, decision, reason=String::new()), text_signature = "($self, key, decision, reason='')")]
     fn approval_resolve(&self, py: Python<'_>, key: String, decision: String, reason: String) -> PyResult<String> {
         let core = self.core.clone();
         py.detach(move || core.approval_resolve(&key, &decision, &reason)).map_err(|e| to_py_err(py, e))
@@ -551,7 +562,10 @@ impl PyCarRuntime {
     /// `scope` `once` or `session` (`always` raises
     /// `always_scope_unavailable`). Needs an approvals store
     /// (`set_permissions(..., approvals_dir)`).
-    #[pyo3(signature = (plan_id, action_id, decision, scope="once".to_string(), reason=String::new()))]
+    #[pyo3(
+        signature = (plan_id, action_id, decision, scope="once".to_string(), reason=String::new()),
+        text_signature = "($self, plan_id, action_id, decision, scope='once', reason='')"
+    )]
     fn proposal_decide(
         &self,
         py: Python<'_>,
@@ -688,9 +702,10 @@ impl PyCarRuntime {
 
 /// Sets the handler `CarRuntime.submit_proposal` uses.
 #[pyfunction]
-pub fn register_tool_handler(f: Py<PyAny>) {
+#[pyo3(signature = (r#fn))]
+pub fn register_tool_handler(r#fn: Py<PyAny>) {
     if let Ok(mut h) = HANDLER.lock() {
-        *h = Some(f);
+        *h = Some(r#fn);
     }
 }
 

@@ -258,3 +258,15 @@ pub fn landlock_abi() -> i32 {
     };
     if v < 0 { 0 } else { v as i32 }
 }
+
+/// Restores the default action of `SIGPIPE` (terminate quietly) for a
+/// command-line program, as C programs have it: Rust starts with it
+/// ignored, so `car ... | head` would otherwise panic on the closed pipe
+/// instead of stopping.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler
+    // code; it is called once at start-up, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

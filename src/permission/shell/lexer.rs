@@ -107,6 +107,9 @@ pub(crate) struct Segment<'a> {
     /// Something in it the matcher cannot fully resolve (a keyword whose
     /// words hold an expansion, arithmetic over names, ...).
     pub uncertain: bool,
+    /// The target word of every redirection, in order (here-doc delimiters
+    /// and here-strings included).
+    pub targets: Vec<Word<'a>>,
 }
 
 impl<'a> Segment<'a> {
@@ -119,6 +122,7 @@ impl<'a> Segment<'a> {
             writes: false,
             redirected: false,
             uncertain: false,
+            targets: Vec::new(),
         }
     }
 
@@ -133,7 +137,9 @@ impl<'a> Segment<'a> {
 
     /// The same segment owning all its text.
     fn into_owned<'b>(self) -> Segment<'b> {
-        let words = self.words.into_iter().map(|w| Word { text: Cow::Owned(w.text.into_owned()), ..w }).collect();
+        let own = |w: Word<'a>| Word { text: Cow::Owned(w.text.into_owned()), ..w };
+        let words = self.words.into_iter().map(own).collect();
+        let targets = self.targets.into_iter().map(own).collect();
         Segment {
             kind: self.kind,
             words,
@@ -142,6 +148,7 @@ impl<'a> Segment<'a> {
             writes: self.writes,
             redirected: self.redirected,
             uncertain: self.uncertain,
+            targets,
         }
     }
 }
@@ -957,6 +964,7 @@ impl<'a> Parser<'a> {
             Redir::DupOut => seg.writes |= !(fd_dup || dev_null),
             Redir::DupIn => seg.writes |= !fd_dup,
         }
+        seg.targets.push(target);
         Ok(())
     }
 

@@ -17,7 +17,10 @@
 
 mod lexer;
 mod matcher;
+mod protected;
 mod wrappers;
+
+pub(crate) use protected::protected_word;
 
 pub use matcher::{
     ShellDecision, ShellExplanation, ShellOutcome, ShellPattern, ShellRuleSpec, ShellRules, ShellTable,

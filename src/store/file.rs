@@ -1,0 +1,346 @@
+//! The embedded audit log on disk: every event an [`crate::events::EventLog`]
+//! records, appended to one JSONL file (`events.jsonl` under `$CAR_HOME` for
+//! `car-server` and `car run`), hash-chained across restarts.
+//!
+//! - One record a line: `{id, kind, timestamp, proposal_id, action_id, data,
+//!   prev_hash?, hash}` with the file's own sequence (`id` from 1) and chain
+//!   (`hash` is the SHA-256 of the JCS form of the record without `hash`;
+//!   `prev_hash` is the previous record's hash, absent on the first), so the
+//!   chain is one per file whatever writes to it (every connection of a
+//!   daemon appends to the daemon's file).
+//! - On open the file is read and verified; appends continue its chain. A
+//!   torn last record (bytes after the last newline: a write cut short) is
+//!   reported, moved aside to `<file>.torn-<unix seconds>` and cut from the
+//!   file, never merged with the next record. A record that does not parse or
+//!   breaks the chain anywhere else refuses the open, naming the line.
+//! - Each record is written with one `write` as it happens; the file is
+//!   synced to disk at every `ProposalCompleted`, so a proposal answers only
+//!   after its completion event is durable.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{Map, Value};
+
+use crate::events::{Event, EventKind};
+use crate::{Error, Result};
+
+/// The file name of the audit log under a state directory.
+pub const EVENTS_FILE: &str = "events.jsonl";
+
+/// A torn last record found when a file was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornRecord {
+    /// Its 1-based line number.
+    pub line: usize,
+    /// How many bytes it had.
+    pub bytes: usize,
+    /// Where it was moved (when the file was opened for appending).
+    pub moved_to: Option<PathBuf>,
+}
+
+/// What reading (or verifying) an audit file found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FileReport {
+    /// Complete records that verify.
+    pub records: usize,
+    /// The first record (1-based line) that does not verify, when any.
+    pub tampered_at: Option<usize>,
+    /// Why it does not.
+    pub problem: Option<String>,
+    /// A torn last record, skipped.
+    pub torn: Option<TornRecord>,
+    /// The hash of the last record that verifies.
+    pub head: Option<String>,
+}
+
+impl FileReport {
+    /// True when every complete record verifies.
+    pub fn intact(&self) -> bool {
+        self.tampered_at.is_none()
+    }
+
+    /// `{records, verified, tampered_at?, problem?, torn_line?, head?}`.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("records".into(), Value::from(self.records));
+        m.insert("verified".into(), Value::Bool(self.intact()));
+        if let Some(t) = self.tampered_at {
+            m.insert("tampered_at".into(), Value::from(t));
+        }
+        if let Some(p) = &self.problem {
+            m.insert("problem".into(), Value::String(p.clone()));
+        }
+        if let Some(t) = &self.torn {
+            m.insert("torn_line".into(), Value::from(t.line));
+        }
+        if let Some(h) = &self.head {
+            m.insert("head".into(), Value::String(h.clone()));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The hash of a record: SHA-256 of the JCS form of everything but `hash`.
+fn record_hash(record: &Map<String, Value>) -> String {
+    let mut content = record.clone();
+    content.remove("hash");
+    crate::canonical::sha256_hex(&crate::canonical::canonical_object(&content))
+}
+
+/// Reads records from `reader`, verifying the chain: each complete line is
+/// one record whose hash matches, whose `id` is one more than the previous
+/// record's (1 first) and whose `prev_hash` is the previous record's hash
+/// (absent first). Stops at the first record that does not. `each` sees
+/// every verified record with its raw line.
+pub fn verify_reader(mut reader: impl BufRead, mut each: impl FnMut(&Map<String, Value>, &str)) -> Result<FileReport> {
+    let mut report = FileReport::default();
+    let mut prev: Option<String> = None;
+    let mut line_no = 0usize;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::runtime("event_file_io_error", format!("cannot read the event file: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        if buf.last() != Some(&b'\n') {
+            // Bytes after the last newline: a write cut short.
+            report.torn = Some(TornRecord { line: line_no, bytes: buf.len(), moved_to: None });
+            break;
+        }
+        let text = String::from_utf8_lossy(&buf[..buf.len() - 1]).into_owned();
+        let fail = |report: &mut FileReport, why: String| {
+            report.tampered_at = Some(line_no);
+            report.problem = Some(why);
+        };
+        let rec = match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => {
+                fail(&mut report, format!("line {line_no} is not a JSON object"));
+                break;
+            }
+            Err(e) => {
+                fail(&mut report, format!("line {line_no} is not a record: {e}"));
+                break;
+            }
+        };
+        let want_id = report.records as u64 + 1;
+        if rec.get("id").and_then(Value::as_u64) != Some(want_id) {
+            fail(&mut report, format!("line {line_no}: id is not {want_id} (a record was removed or inserted)"));
+            break;
+        }
+        if rec.get("prev_hash").and_then(Value::as_str) != prev.as_deref() {
+            fail(&mut report, format!("line {line_no}: prev_hash does not link to the previous record"));
+            break;
+        }
+        let Some(hash) = rec.get("hash").and_then(Value::as_str) else {
+            fail(&mut report, format!("line {line_no}: no hash"));
+            break;
+        };
+        if record_hash(&rec) != hash {
+            fail(&mut report, format!("line {line_no}: hash does not match the record (altered)"));
+            break;
+        }
+        prev = Some(hash.to_string());
+        report.records += 1;
+        each(&rec, &text);
+    }
+    report.head = prev;
+    Ok(report)
+}
+
+/// Verifies an audit file (or an export of one) without changing it.
+pub fn verify_file(path: &Path) -> Result<FileReport> {
+    let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    verify_reader(std::io::BufReader::new(f), |_, _| {})
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::runtime("event_file_io_error", format!("event file `{}`: {e}", path.display()))
+}
+
+struct Inner {
+    file: std::fs::File,
+    next_id: u64,
+    last_hash: Option<String>,
+    /// The first write error; later records are not written (the log on
+    /// disk would have a hole) and [`AuditFile::sync`] reports it.
+    failed: Option<String>,
+    /// The file's length after this process's last read or write.
+    len: u64,
+}
+
+/// An append-only, hash-chained audit file shared by event logs.
+pub struct AuditFile {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for AuditFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditFile").field("path", &self.path).finish()
+    }
+}
+
+impl AuditFile {
+    /// Opens (creating) the audit file at `path` and continues its chain.
+    /// Returns the report of what it held (a torn last record is moved
+    /// aside and named there); a broken chain refuses the open.
+    pub fn open(path: impl Into<PathBuf>) -> Result<(AuditFile, FileReport)> {
+        let path = path.into();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io_err(&path, e))?;
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io_err(&path, e))?;
+        // Read and repair under the lock appends take.
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io_err(&path, std::io::Error::from(e)))?;
+        let read = Self::read_for_append(&path);
+        let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::Unlock);
+        let (report, len) = read?;
+        let inner =
+            Inner { file, next_id: report.records as u64 + 1, last_hash: report.head.clone(), failed: None, len };
+        Ok((AuditFile { path, inner: Mutex::new(inner) }, report))
+    }
+
+    /// Verifies the file, moves a torn last record aside and cuts it off;
+    /// returns the report and the length of the complete records.
+    fn read_for_append(path: &Path) -> Result<(FileReport, u64)> {
+        let mut good_len = 0u64;
+        let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+        let mut report = verify_reader(std::io::BufReader::new(f), |_, text| good_len += text.len() as u64 + 1)?;
+        if let (Some(line), Some(why)) = (report.tampered_at, &report.problem) {
+            return Err(Error::runtime(
+                "event_file_tampered",
+                format!(
+                    "event file `{}` fails verification at line {line}: {why}; refusing to append to a broken chain",
+                    path.display()
+                ),
+            ));
+        }
+        if let Some(torn) = report.torn.as_mut() {
+            let data = std::fs::read(path).map_err(|e| io_err(path, e))?;
+            let stamp =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let aside = PathBuf::from(format!("{}.torn-{stamp}", path.display()));
+            let tail = data.get(good_len as usize..).unwrap_or_default();
+            std::fs::write(&aside, tail).map_err(|e| io_err(&aside, e))?;
+            let f = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| io_err(path, e))?;
+            f.set_len(good_len).map_err(|e| io_err(path, e))?;
+            f.sync_all().map_err(|e| io_err(path, e))?;
+            torn.moved_to = Some(aside);
+        }
+        Ok((report, good_len))
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `event` as the file's next record (its own id and chain link);
+    /// syncs the file when the event is a `ProposalCompleted`. Other
+    /// processes may append to the same file (two `car run`s of one
+    /// `$CAR_HOME`): each append holds an exclusive `flock` and first folds
+    /// in (and verifies) the records appended since this process's last
+    /// one, so the chain stays one.
+    pub fn record(&self, event: &Event) {
+        let Ok(mut inner) = self.inner.lock() else { return };
+        if inner.failed.is_some() {
+            return;
+        }
+        let mut rec = event.to_json();
+        let Value::Object(m) = &mut rec else { return };
+        m.remove("hash");
+        m.remove("prev_hash");
+        let locked = rustix::fs::flock(&inner.file, rustix::fs::FlockOperation::LockExclusive);
+        let outcome = locked.map_err(std::io::Error::from).and_then(|()| {
+            let cur = inner.file.metadata()?.len();
+            if cur != inner.len {
+                self.catch_up(&mut inner, cur)?;
+            }
+            m.insert("id".into(), Value::from(inner.next_id));
+            if let Some(p) = &inner.last_hash {
+                m.insert("prev_hash".into(), Value::String(p.clone()));
+            }
+            let hash = record_hash(m);
+            m.insert("hash".into(), Value::String(hash.clone()));
+            let mut line = serde_json::to_string(&*m).map_err(std::io::Error::other)?;
+            line.push('\n');
+            inner.file.write_all(line.as_bytes())?;
+            if event.kind == EventKind::ProposalCompleted {
+                inner.file.sync_data()?;
+            }
+            inner.len += line.len() as u64;
+            inner.next_id += 1;
+            inner.last_hash = Some(hash);
+            Ok(())
+        });
+        let _ = rustix::fs::flock(&inner.file, rustix::fs::FlockOperation::Unlock);
+        if let Err(e) = outcome {
+            eprintln!("car: event file `{}`: write failed, no further events recorded: {e}", self.path.display());
+            inner.failed = Some(e.to_string());
+        }
+    }
+
+    /// Folds in the records another process appended after `inner.len`,
+    /// verifying each links to the chain.
+    fn catch_up(&self, inner: &mut Inner, cur: u64) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&self.path)?;
+        f.seek(SeekFrom::Start(inner.len))?;
+        let mut buf = Vec::with_capacity(usize::try_from(cur.saturating_sub(inner.len)).unwrap_or(0));
+        f.take(cur.saturating_sub(inner.len)).read_to_end(&mut buf)?;
+        if buf.last().is_some_and(|b| *b != b'\n') {
+            return Err(std::io::Error::other("another writer left a torn record; reopen the file to skip it"));
+        }
+        for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let bad = || std::io::Error::other("a record another writer appended does not continue the chain");
+            let Ok(Value::Object(rec)) = serde_json::from_slice::<Value>(line) else { return Err(bad()) };
+            let hash = rec.get("hash").and_then(Value::as_str).ok_or_else(bad)?;
+            if rec.get("id").and_then(Value::as_u64) != Some(inner.next_id)
+                || rec.get("prev_hash").and_then(Value::as_str) != inner.last_hash.as_deref()
+                || record_hash(&rec) != hash
+            {
+                return Err(bad());
+            }
+            inner.next_id += 1;
+            inner.last_hash = Some(hash.to_string());
+        }
+        inner.len = cur;
+        Ok(())
+    }
+
+    /// Syncs the file to disk; reports an earlier write failure.
+    pub fn sync(&self) -> Result<()> {
+        let inner = self.inner.lock().map_err(|_| Error::runtime("event_file_io_error", "event file lock poisoned"))?;
+        if let Some(e) = &inner.failed {
+            return Err(io_err(&self.path, format!("an earlier write failed: {e}")));
+        }
+        inner.file.sync_data().map_err(|e| io_err(&self.path, e))
+    }
+}
+
+/// Copies the complete, verified records of `path` to `out` as JSONL (a torn
+/// last record is skipped and reported). Stops at the first record that
+/// does not verify (the report names it).
+pub fn export(path: &Path, out: &mut dyn Write) -> Result<FileReport> {
+    let f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    let mut werr: Option<std::io::Error> = None;
+    let report = verify_reader(std::io::BufReader::new(f), |_, text| {
+        if werr.is_none()
+            && let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.write_all(b"\n"))
+        {
+            werr = Some(e);
+        }
+    })?;
+    if let Some(e) = werr {
+        return Err(Error::runtime("event_file_io_error", format!("cannot write the export: {e}")));
+    }
+    Ok(report)
+}

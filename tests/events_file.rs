@@ -1,0 +1,189 @@
+//! The audit file: every event of the logs attached to it, hash-chained
+//! across restarts; a torn last record is reported and skipped (moved
+//! aside), never merged; `car events export` and `car events verify`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use car_runtime::events::{EventKind, EventLog};
+use car_runtime::store::file::{AuditFile, EVENTS_FILE, verify_file};
+use serde_json::{Value, json};
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(tag: &str) -> TempDir {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let p = std::env::temp_dir().join(format!(
+        "car-evfile-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&p).unwrap();
+    TempDir(p)
+}
+
+fn write_events(path: &Path, n: usize) {
+    let (file, report) = AuditFile::open(path).unwrap();
+    assert!(report.intact());
+    let file = Arc::new(file);
+    // Two logs (two connections of one daemon) share one file and chain.
+    let a = EventLog::new();
+    let b = EventLog::new();
+    a.attach_file(file.clone());
+    b.attach_file(file.clone());
+    for i in 0..n {
+        let log = if i % 2 == 0 { &a } else { &b };
+        log.record(EventKind::StateChanged, None, None, json!({"n": i}));
+    }
+    a.record(EventKind::ProposalCompleted, None, None, json!({"aborted": false}));
+    file.sync().unwrap();
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn the_chain_continues_across_restarts() {
+    let d = temp_dir("restart");
+    let path = d.0.join(EVENTS_FILE);
+    write_events(&path, 3);
+    write_events(&path, 2);
+    let recs = lines(&path);
+    assert_eq!(recs.len(), 7);
+    let ids: Vec<u64> = recs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, (1..=7).collect::<Vec<_>>());
+    assert!(recs[0].get("prev_hash").is_none());
+    for w in recs.windows(2) {
+        assert_eq!(w[1]["prev_hash"], w[0]["hash"]);
+    }
+    let r = verify_file(&path).unwrap();
+    assert!(r.intact());
+    assert_eq!(r.records, 7);
+    assert_eq!(r.head.as_deref(), recs[6]["hash"].as_str());
+}
+
+#[test]
+fn a_torn_last_record_is_reported_moved_aside_and_not_merged() {
+    let d = temp_dir("torn");
+    let path = d.0.join(EVENTS_FILE);
+    write_events(&path, 2);
+    // A write cut short: half a record, no newline.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(br#"{"id":4,"kind":"StateCh"#);
+    std::fs::write(&path, &bytes).unwrap();
+    let r = verify_file(&path).unwrap();
+    assert!(r.intact());
+    assert_eq!(r.records, 3);
+    assert_eq!(r.torn.as_ref().map(|t| t.line), Some(4));
+    // Reopening for appends moves the fragment aside and continues the chain.
+    let (file, report) = AuditFile::open(&path).unwrap();
+    let torn = report.torn.expect("reported");
+    let aside = torn.moved_to.expect("moved aside");
+    assert_eq!(std::fs::read(&aside).unwrap(), br#"{"id":4,"kind":"StateCh"#);
+    let log = EventLog::new();
+    log.attach_file(Arc::new(file));
+    log.record(EventKind::ProposalCompleted, None, None, json!({}));
+    let recs = lines(&path);
+    assert_eq!(recs.len(), 4);
+    assert_eq!(recs[3]["id"], json!(4));
+    assert_eq!(recs[3]["kind"], json!("ProposalCompleted"));
+    assert!(verify_file(&path).unwrap().intact());
+}
+
+#[test]
+fn tampering_is_caught_and_refuses_appends() {
+    let d = temp_dir("tamper");
+    let path = d.0.join(EVENTS_FILE);
+    write_events(&path, 4);
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Altered payload.
+    let altered = text.replacen(r#""n":2"#, r#""n":7"#, 1);
+    std::fs::write(&path, &altered).unwrap();
+    let r = verify_file(&path).unwrap();
+    assert_eq!(r.tampered_at, Some(3));
+    assert_eq!(r.records, 2);
+    let err = AuditFile::open(&path).unwrap_err();
+    assert_eq!(err.code(), "event_file_tampered");
+    // The refused open changed nothing.
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), altered);
+    // A removed record.
+    let mut ls: Vec<&str> = text.lines().collect();
+    ls.remove(1);
+    std::fs::write(&path, ls.join("\n") + "\n").unwrap();
+    assert_eq!(verify_file(&path).unwrap().tampered_at, Some(2));
+    // A removed head.
+    let ls: Vec<&str> = text.lines().skip(1).collect();
+    std::fs::write(&path, ls.join("\n") + "\n").unwrap();
+    assert_eq!(verify_file(&path).unwrap().tampered_at, Some(1));
+}
+
+fn car() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_car"))
+}
+
+#[test]
+fn car_run_appends_and_car_events_exports_and_verifies() {
+    let d = temp_dir("cli");
+    let plan = d.0.join("plan.json");
+    std::fs::write(
+        &plan,
+        json!({"id": "p1", "actions": [
+            {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 1}}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let home = d.0.join("home");
+    for _ in 0..2 {
+        let out = car()
+            .args(["run", plan.to_str().unwrap(), "--root", d.0.to_str().unwrap(), "--no-input"])
+            .env("CAR_HOME", &home)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let log = home.join(EVENTS_FILE);
+    let recs = lines(&log);
+    assert_eq!(recs.iter().filter(|r| r["kind"] == json!("ProposalCompleted")).count(), 2);
+
+    let export = d.0.join("audit.jsonl");
+    let out =
+        car().args(["events", "export", "--out", export.to_str().unwrap()]).env("CAR_HOME", &home).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&export).unwrap(), std::fs::read_to_string(&log).unwrap());
+
+    let out = car().args(["events", "verify", export.to_str().unwrap(), "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verified"], json!(true));
+    assert_eq!(report["records"], json!(recs.len()));
+
+    // Tampered: exit 1, the line named.
+    let text = std::fs::read_to_string(&export).unwrap().replacen("\"k\"", "\"K\"", 1);
+    std::fs::write(&export, text).unwrap();
+    let out = car().args(["events", "verify", export.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A missing file is bad input.
+    let out = car().args(["events", "verify", d.0.join("nope.jsonl").to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    // --no-event-log appends nothing.
+    let before = std::fs::read_to_string(&log).unwrap();
+    let out = car()
+        .args(["run", plan.to_str().unwrap(), "--root", d.0.to_str().unwrap(), "--no-input", "--no-event-log"])
+        .env("CAR_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), before);
+}

@@ -1,0 +1,451 @@
+//! One conformance suite for the store backends, run against the embedded
+//! stores and against PostgreSQL (feature `postgres`, a schema per test so
+//! the tests run in parallel).
+//!
+//! PostgreSQL: `CAR_TEST_PG_URL` (`scripts/test` starts a throwaway
+//! cluster and sets it). Without it the PostgreSQL cases are skipped with a
+//! message, except under `CI=true`, where a missing database fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use car_runtime::approval::store::{ApprovalDecision, ApprovalStore, ResolvedBy, Ticket};
+use car_runtime::events::{ChainVerification, EventKind, EventQuery, RetentionPolicy};
+use car_runtime::store::{Backends, CasOutcome, Expect, NewEvent};
+use serde_json::json;
+
+/// A backend under test and what tampers with it.
+struct Under {
+    b: Backends,
+    /// Keeps an approver attached (the embedded store refuses requests
+    /// with none).
+    _approver: tokio::sync::broadcast::Receiver<car_runtime::approval::store::ApprovalEvent>,
+    kind: Kind,
+    _dir: Option<TempDir>,
+}
+
+enum Kind {
+    Embedded,
+    #[cfg(feature = "postgres")]
+    Pg {
+        url: String,
+        schema: String,
+        pg: car_runtime::store::postgres::PgBackends,
+    },
+}
+
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(tag: &str) -> TempDir {
+    let p = std::env::temp_dir().join(format!("car-store-{tag}-{}", uuid_like()));
+    std::fs::create_dir_all(&p).unwrap();
+    TempDir(p)
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn embedded() -> Under {
+    let dir = temp_dir("emb");
+    let b = Backends::embedded(&dir.0).unwrap();
+    let approver = b.approvals.subscribe();
+    Under { b, _approver: approver, kind: Kind::Embedded, _dir: Some(dir) }
+}
+
+#[cfg(feature = "postgres")]
+fn pg_url() -> Option<String> {
+    match std::env::var("CAR_TEST_PG_URL").ok().filter(|u| !u.is_empty()) {
+        Some(u) => Some(u),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true and CAR_TEST_PG_URL is not set: the PostgreSQL conformance suite must run in CI")
+        }
+        None => {
+            eprintln!("skipped: CAR_TEST_PG_URL is not set (scripts/test starts a throwaway PostgreSQL)");
+            None
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres(test: &str) -> Option<Under> {
+    use car_runtime::store::postgres::PgBackends;
+    let url = pg_url()?;
+    let schema = format!("t_{test}_{}", uuid_like());
+    PgBackends::drop_schema(&url, &schema).await.unwrap();
+    let pg = PgBackends::connect(&url, &schema, "writer-a").await.unwrap();
+    let b = pg.backends();
+    let approver = b.approvals.subscribe();
+    Some(Under { b, _approver: approver, kind: Kind::Pg { url, schema, pg }, _dir: None })
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for Under {
+    fn drop(&mut self) {
+        if let Kind::Pg { url, schema, .. } = &self.kind {
+            let (url, schema) = (url.clone(), schema.clone());
+            // A runtime of its own: the test's is shutting down.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let _ = rt.block_on(car_runtime::store::postgres::PgBackends::drop_schema(&url, &schema));
+            })
+            .join();
+        }
+    }
+}
+
+/// Generates one test per backend for a conformance case.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod embedded_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::embedded()).await;
+                }
+            )*
+        }
+        #[cfg(feature = "postgres")]
+        mod postgres_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(u) = super::postgres(stringify!($name)).await else { return };
+                    super::$name(&u).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    cas,
+    tenancy,
+    rollback_restores_only_unmoved_keys,
+    first_closing_wins,
+    deadline_closes_as_a_deny,
+    consume_once,
+    rate_windows,
+    events_chain_query_and_retention,
+    tamper_detection,
+);
+
+async fn cas(u: &Under) {
+    let s = &u.b.state;
+    assert_eq!(s.put(None, "k", Some(json!(1)), Expect::Absent).await.unwrap(), CasOutcome::Written { version: 1 });
+    assert_eq!(s.put(None, "k", Some(json!(2)), Expect::Absent).await.unwrap(), CasOutcome::Conflict { current: 1 });
+    assert_eq!(
+        s.put(None, "k", Some(json!(2)), Expect::Version(0)).await.unwrap(),
+        CasOutcome::Conflict { current: 1 }
+    );
+    assert_eq!(
+        s.put(None, "k", Some(json!(2)), Expect::Version(7)).await.unwrap(),
+        CasOutcome::Conflict { current: 1 }
+    );
+    // Nothing was written by the conflicts.
+    assert_eq!(s.get(None, "k").await.unwrap().value, Some(json!(1)));
+    assert_eq!(s.put(None, "k", Some(json!(2)), Expect::Version(1)).await.unwrap(), CasOutcome::Written { version: 2 });
+    assert_eq!(s.put(None, "k", Some(json!(3)), Expect::Any).await.unwrap(), CasOutcome::Written { version: 3 });
+    // A delete keeps the version; the key is absent again.
+    assert_eq!(s.put(None, "k", None, Expect::Version(3)).await.unwrap(), CasOutcome::Written { version: 4 });
+    let got = s.get(None, "k").await.unwrap();
+    assert_eq!((got.value, got.version), (None, 4));
+    assert!(s.keys(None).await.unwrap().is_empty());
+    assert_eq!(s.put(None, "k", Some(json!(null)), Expect::Absent).await.unwrap(), CasOutcome::Written { version: 5 });
+    // JSON null is a value.
+    assert_eq!(s.get(None, "k").await.unwrap().value, Some(json!(null)));
+    assert_eq!(s.keys(None).await.unwrap(), ["k"]);
+    // Version 0 expects a key never written.
+    assert_eq!(
+        s.put(None, "fresh", Some(json!("x")), Expect::Version(0)).await.unwrap(),
+        CasOutcome::Written { version: 1 }
+    );
+
+    // Racing writers with the same expected version: exactly one wins.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let st = u.b.state.clone();
+        tasks
+            .push(tokio::spawn(async move { st.put(None, "race", Some(json!(i)), Expect::Version(0)).await.unwrap() }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        if matches!(t.await.unwrap(), CasOutcome::Written { .. }) {
+            wins += 1;
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+async fn tenancy(u: &Under) {
+    let s = &u.b.state;
+    s.put(Some("acme"), "k", Some(json!("a")), Expect::Any).await.unwrap();
+    assert_eq!(s.get(Some("acme"), "k").await.unwrap().value, Some(json!("a")));
+    assert_eq!(s.get(Some("globex"), "k").await.unwrap().value, None);
+    assert_eq!(s.get(None, "k").await.unwrap().value, None);
+    assert!(s.put(None, "tenant:acme:k", Some(json!(1)), Expect::Any).await.is_err());
+    assert!(s.put(Some("a:b"), "k", Some(json!(1)), Expect::Any).await.is_err());
+    assert_eq!(s.keys(Some("acme")).await.unwrap(), ["k"]);
+    assert!(s.keys(Some("globex")).await.unwrap().is_empty());
+    assert!(s.keys(None).await.unwrap().is_empty());
+
+    // One tenant's approval never applies to another tenant's identical call.
+    let a = &u.b.approvals;
+    let Ticket::Pending(p) = a.request(Some("acme"), "deploy", "d1", None).await.unwrap() else { panic!("pending") };
+    assert!(a.resolve(&p.key, ApprovalDecision::Allow, "ok").await.unwrap().applied);
+    match a.request(Some("globex"), "deploy", "d1", None).await.unwrap() {
+        Ticket::Pending(q) => assert_ne!(q.key, p.key),
+        Ticket::Resolved(r) => panic!("globex got acme's approval: {r:?}"),
+    }
+    match a.request(None, "deploy", "d1", None).await.unwrap() {
+        Ticket::Pending(q) => assert_ne!(q.key, p.key),
+        Ticket::Resolved(r) => panic!("the unscoped call got acme's approval: {r:?}"),
+    }
+    assert!(matches!(a.request(Some("acme"), "deploy", "d1", None).await.unwrap(), Ticket::Resolved(_)));
+
+    // Rate windows are per tenant.
+    let r = &u.b.rates;
+    let w = Duration::from_secs(60);
+    assert_eq!(r.try_acquire(Some("acme"), "tool", 1, w).await.unwrap(), None);
+    assert!(r.try_acquire(Some("acme"), "tool", 1, w).await.unwrap().is_some());
+    assert_eq!(r.try_acquire(Some("globex"), "tool", 1, w).await.unwrap(), None);
+    assert_eq!(r.try_acquire(None, "tool", 1, w).await.unwrap(), None);
+}
+
+/// A rollback written as the engine does it: restore a key only when it is
+/// still at the version this writer left it (a compare-and-set), and
+/// report the keys another writer moved.
+async fn rollback_restores_only_unmoved_keys(u: &Under) {
+    let s = &u.b.state;
+    for k in ["mine", "theirs"] {
+        s.put(None, k, Some(json!("orig")), Expect::Any).await.unwrap();
+    }
+    let mut left = Vec::new();
+    for k in ["mine", "theirs"] {
+        let before = s.get(None, k).await.unwrap();
+        let CasOutcome::Written { version } =
+            s.put(None, k, Some(json!("tx")), Expect::Version(before.version)).await.unwrap()
+        else {
+            panic!("write")
+        };
+        left.push((k, before.value, version));
+    }
+    // Another writer moves one key.
+    s.put(None, "theirs", Some(json!("other")), Expect::Any).await.unwrap();
+    let mut not_restored = Vec::new();
+    for (k, prior, version) in left {
+        match s.put(None, k, prior, Expect::Version(version)).await.unwrap() {
+            CasOutcome::Written { .. } => {}
+            CasOutcome::Conflict { .. } => not_restored.push(k),
+        }
+    }
+    assert_eq!(not_restored, ["theirs"]);
+    assert_eq!(s.get(None, "mine").await.unwrap().value, Some(json!("orig")));
+    assert_eq!(s.get(None, "theirs").await.unwrap().value, Some(json!("other")));
+}
+
+async fn first_closing_wins(u: &Under) {
+    let a = &u.b.approvals;
+    for round in 0..5 {
+        let digest = format!("race{round}");
+        let Ticket::Pending(p) = a.request(None, "tool", &digest, None).await.unwrap() else { panic!("pending") };
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let ap = u.b.approvals.clone();
+            let key = p.key.clone();
+            let d = if i % 2 == 0 { ApprovalDecision::Allow } else { ApprovalDecision::Deny };
+            tasks.push(tokio::spawn(async move { ap.resolve(&key, d, &format!("r{i}")).await.unwrap() }));
+        }
+        let mut outcomes = Vec::new();
+        for t in tasks {
+            outcomes.push(t.await.unwrap());
+        }
+        let applied: Vec<_> = outcomes.iter().filter(|o| o.applied).collect();
+        assert_eq!(applied.len(), 1, "exactly one resolution closes the approval: {outcomes:?}");
+        // Every caller is told the same resolution in force.
+        for o in &outcomes {
+            assert_eq!(o.resolution.decision, applied[0].resolution.decision);
+            assert_eq!(o.resolution.reason, applied[0].resolution.reason);
+        }
+        let r = a.wait(&p.key, None).await.unwrap();
+        assert_eq!(r.decision, applied[0].resolution.decision);
+    }
+    // A waiter is woken by a resolution made through another handle.
+    let Ticket::Pending(p) = a.request(None, "tool", "wake", None).await.unwrap() else { panic!("pending") };
+    let other = second_handle(u).await;
+    let key = p.key.clone();
+    let resolver = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        other.resolve(&key, ApprovalDecision::Allow, "from the other host").await.unwrap()
+    });
+    let r = a.wait(&p.key, None).await.unwrap();
+    assert_eq!(r.decision, ApprovalDecision::Allow);
+    assert!(resolver.await.unwrap().applied);
+}
+
+/// Another handle on the same approvals: another store of the same
+/// directory (embedded) or another pool and listener, as a second host
+/// (PostgreSQL).
+async fn second_handle(u: &Under) -> Arc<dyn car_runtime::store::ApprovalBackend> {
+    match &u.kind {
+        Kind::Embedded => {
+            let dir = u._dir.as_ref().unwrap().0.clone();
+            let s = ApprovalStore::open(&dir).unwrap();
+            Arc::new(s)
+        }
+        #[cfg(feature = "postgres")]
+        Kind::Pg { url, schema, .. } => {
+            let b = car_runtime::store::postgres::PgBackends::connect(url, schema, "writer-b").await.unwrap();
+            b.backends().approvals
+        }
+    }
+}
+
+async fn deadline_closes_as_a_deny(u: &Under) {
+    let a = &u.b.approvals;
+    let deadline = chrono::Utc::now() + chrono::Duration::milliseconds(150);
+    let Ticket::Pending(p) = a.request(None, "tool", "late", Some(deadline)).await.unwrap() else { panic!("pending") };
+    let r = a.wait(&p.key, None).await.unwrap();
+    assert_eq!((r.decision, r.by), (ApprovalDecision::Deny, ResolvedBy::Timeout));
+    // A resolution after the deadline is not applied.
+    let o = a.resolve(&p.key, ApprovalDecision::Allow, "too late").await.unwrap_or_else(|e| {
+        // Used up already (embedded keeps it; either way it is not applied).
+        panic!("resolve after the deadline: {e}")
+    });
+    assert!(!o.applied);
+    assert_eq!(o.resolution.by, ResolvedBy::Timeout);
+
+    // The deadline given to wait applies to an approval that has none.
+    let Ticket::Pending(p) = a.request(None, "tool", "late2", None).await.unwrap() else { panic!("pending") };
+    let r = a.wait(&p.key, Some(chrono::Utc::now() + chrono::Duration::milliseconds(100))).await.unwrap();
+    assert_eq!(r.decision, ApprovalDecision::Deny);
+    assert!(a.pending().await.unwrap().iter().all(|q| q.key != p.key));
+}
+
+async fn consume_once(u: &Under) {
+    let a = &u.b.approvals;
+    let Ticket::Pending(p) = a.request(None, "tool", "once", None).await.unwrap() else { panic!("pending") };
+    assert_eq!(a.pending().await.unwrap().iter().filter(|q| q.key == p.key).count(), 1);
+    assert!(a.resolve(&p.key, ApprovalDecision::Allow, "yes").await.unwrap().applied);
+    assert!(a.pending().await.unwrap().iter().all(|q| q.key != p.key));
+    assert_eq!(a.wait(&p.key, None).await.unwrap().decision, ApprovalDecision::Allow);
+    // Used up: a second wait finds nothing; the next request asks afresh.
+    assert!(a.wait(&p.key, None).await.is_err());
+    assert!(matches!(a.request(None, "tool", "once", None).await.unwrap(), Ticket::Pending(_)));
+}
+
+async fn rate_windows(u: &Under) {
+    let r = &u.b.rates;
+    let w = Duration::from_secs(60);
+    for _ in 0..3 {
+        assert_eq!(r.try_acquire(None, "t", 3, w).await.unwrap(), None);
+    }
+    let wait = r.try_acquire(None, "t", 3, w).await.unwrap().expect("the window is full");
+    assert!(wait > Duration::ZERO && wait <= w, "{wait:?}");
+    assert_eq!(r.try_acquire(None, "other", 3, w).await.unwrap(), None);
+    // A short window frees its slots; `acquire` waits for one.
+    let short = Duration::from_millis(100);
+    assert_eq!(r.try_acquire(None, "s", 1, short).await.unwrap(), None);
+    r.acquire(None, "s", 1, short).await.unwrap();
+    assert!(r.acquire(None, "z", 0, short).await.is_err());
+    // Racing callers never take more than the window allows.
+    let mut tasks = Vec::new();
+    for _ in 0..12 {
+        let rr = u.b.rates.clone();
+        tasks.push(tokio::spawn(async move { rr.try_acquire(None, "burst", 5, w).await.unwrap().is_none() }));
+    }
+    let mut granted = 0;
+    for t in tasks {
+        granted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(granted, 5);
+}
+
+async fn events_chain_query_and_retention(u: &Under) {
+    let e = &u.b.events;
+    assert_eq!(e.chain_head().await.unwrap(), None);
+    let batch: Vec<NewEvent> = (0..5)
+        .map(|i| NewEvent {
+            kind: if i % 2 == 0 { EventKind::StateChanged } else { EventKind::ActionSucceeded },
+            proposal_id: Some(format!("p{}", i % 2)),
+            action_id: Some(format!("a{i}")),
+            data: json!({"n": i}),
+        })
+        .collect();
+    let ids = e.append(batch).await.unwrap();
+    assert_eq!(ids.len(), 5);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    e.append(vec![NewEvent::new(EventKind::ProposalCompleted, json!({"aborted": false}))]).await.unwrap();
+    let head = e.chain_head().await.unwrap().expect("a chain head");
+    assert_eq!(e.verify().await.unwrap(), ChainVerification::Verified(6));
+    let q = EventQuery { kinds: vec!["StateChanged".into()], ..EventQuery::default() };
+    let got = e.query(&q).await.unwrap();
+    assert_eq!(got.len(), 3);
+    // Newest first.
+    assert!(got.windows(2).all(|w| w[0].id > w[1].id));
+    let q = EventQuery { proposal_id: Some("p1".into()), ..EventQuery::default() };
+    assert_eq!(e.query(&q).await.unwrap().len(), 2);
+    let mut m = serde_json::Map::new();
+    m.insert("n".into(), json!(4));
+    let q = EventQuery { data_matches: m, ..EventQuery::default() };
+    let got = e.query(&q).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].action_id.as_deref(), Some("a4"));
+    assert_eq!(e.query(&EventQuery { limit: 2, ..EventQuery::default() }).await.unwrap().len(), 2);
+    assert!(e.query(&EventQuery { kinds: vec!["Nope".into()], ..EventQuery::default() }).await.is_err());
+    let all = e.query(&EventQuery::default()).await.unwrap();
+    assert_eq!(all[0].hash.as_deref(), Some(head.hash.as_str()));
+    // Retention keeps the newest; what is left still verifies.
+    let removed = e.apply_retention(&RetentionPolicy { max_events: Some(2), max_age_secs: None }).await.unwrap();
+    assert_eq!(removed, 4);
+    assert_eq!(e.query(&EventQuery::default()).await.unwrap().len(), 2);
+    assert_eq!(e.verify().await.unwrap(), ChainVerification::Verified(2));
+    // The chain continues from its head.
+    e.append(vec![NewEvent::new(EventKind::StateChanged, json!({"n": 9}))]).await.unwrap();
+    assert_eq!(e.verify().await.unwrap(), ChainVerification::Verified(3));
+}
+
+async fn tamper_detection(u: &Under) {
+    let e = &u.b.events;
+    let batch: Vec<NewEvent> = (0..4).map(|i| NewEvent::new(EventKind::StateChanged, json!({"n": i}))).collect();
+    e.append(batch).await.unwrap();
+    assert_eq!(e.verify().await.unwrap(), ChainVerification::Verified(4));
+    match &u.kind {
+        Kind::Embedded => {
+            // Alter a copy of the log and verify it.
+            let q = e.query(&EventQuery::default()).await.unwrap();
+            let mut evs: Vec<_> = q.into_iter().rev().collect();
+            evs[2].data = car_runtime::events::EventData::Value(json!({"n": 99}));
+            assert_eq!(car_runtime::events::verify_chain(&evs), ChainVerification::TamperedAt(2));
+            let mut evs: Vec<_> = e.query(&EventQuery::default()).await.unwrap().into_iter().rev().collect();
+            evs.remove(1);
+            assert_eq!(car_runtime::events::verify_chain(&evs), ChainVerification::TamperedAt(1));
+        }
+        #[cfg(feature = "postgres")]
+        Kind::Pg { pg, url, schema } => {
+            // The application role cannot update or delete events.
+            assert!(pg.execute_raw("UPDATE car_events SET kind = 'X'").await.is_err());
+            assert!(pg.execute_raw("DELETE FROM car_events").await.is_err());
+            // With the trigger bypassed (an owner), an altered row is caught.
+            pg.execute_raw(
+                "ALTER TABLE car_events DISABLE TRIGGER car_events_append_only; \
+                 UPDATE car_events SET body = replace(body, '\"n\":2', '\"n\":99') WHERE seq = 3; \
+                 ALTER TABLE car_events ENABLE TRIGGER car_events_append_only;",
+            )
+            .await
+            .unwrap();
+            assert_eq!(e.verify().await.unwrap(), ChainVerification::TamperedAt(2));
+            // A newer schema than the binary knows refuses to start.
+            pg.execute_raw("UPDATE car_schema SET version = 99").await.unwrap();
+            let err = car_runtime::store::postgres::PgBackends::connect(url, schema, "w").await.unwrap_err();
+            assert_eq!(err.code(), "store_schema_newer", "{err}");
+        }
+    }
+}
