@@ -512,6 +512,11 @@ impl AdmissionStage {
         self.approvals.as_ref()
     }
 
+    /// How long an approval is waited for (`approval_timeout_ms`).
+    pub fn approval_timeout(&self) -> chrono::Duration {
+        self.approval_timeout
+    }
+
     /// True when no layer of this stage is configured (admission costs
     /// nothing beyond the engine's own checks).
     pub fn is_empty(&self) -> bool {
@@ -845,6 +850,25 @@ impl AdmissionStage {
             d.reason = reason;
             StageVerdict::Refuse(d)
         };
+        // An `always` decision on this tool answers its asks (and only its
+        // asks: a deny of an earlier layer never reaches here). A rules file
+        // that cannot be read refuses (fail closed).
+        match crate::approval::rules::always_rule(&crate::approval::rules::rules_path_of(store.path()), name) {
+            Ok(None) => {}
+            Ok(Some(rule)) => {
+                let mut d = asked.clone();
+                d.layer = layer::APPROVAL;
+                d.rule = Some(json!({"name": rule.name, "scope": "always"}));
+                d.reason = rule.reason;
+                if rule.decision == crate::gate::Decision::Allow {
+                    d.verdict = Verdict::Allow;
+                    return StageVerdict::Admit(Some(d));
+                }
+                d.verdict = Verdict::Deny;
+                return StageVerdict::Refuse(d);
+            }
+            Err(e) => return refuse(format!("refused: the `always` rules cannot be read: {e}")),
+        }
         let digest = match input_digest(input) {
             Ok(d) => d,
             Err(e) => return refuse(e.to_string()),

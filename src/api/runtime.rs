@@ -52,6 +52,9 @@ pub struct CarRuntime {
 #[derive(Default)]
 struct Approvals {
     store: Option<Arc<ApprovalStore>>,
+    /// The host's store (`set_approvals_store`, the daemon's one store),
+    /// used when the document names no `approvals_dir`.
+    shared: Option<Arc<ApprovalStore>>,
     /// `(facade id, callback, id of its registration on the store)`.
     approvers: Vec<(u64, ApprovalCallback, Option<u64>)>,
     next_id: u64,
@@ -566,7 +569,7 @@ impl CarRuntime {
             config.tier = current.tier();
         }
         let store = match &config.approvals_dir {
-            None => None,
+            None => lock(&self.approvals).shared.clone(),
             Some(dir) => {
                 let open = self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).store.clone();
                 match open.filter(|s| s.path() == Path::new(dir).join(crate::gate::APPROVALS_FILE)) {
@@ -729,7 +732,39 @@ impl CarRuntime {
             Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
             _ => ExecScope::default(),
         };
-        let decisions = self.rt.plan(&proposal, session_id, scope.tenant_id.as_deref())?;
+        let (items, asks, counts) = self.plan_items(&proposal, session_id, scope.tenant_id.as_deref())?;
+        let plan_id = format!("plan-{}", uuid::Uuid::new_v4());
+        let out = json!({
+            "plan_id": plan_id,
+            "proposal_id": proposal.id,
+            "items": items,
+            "counts": {"allow": counts[0], "ask": counts[1], "deny": counts[2]},
+        });
+        lock(&self.plans).insert(
+            plan_id,
+            StoredPlan {
+                proposal,
+                session_id: session_id.map(str::to_string),
+                scope_json: scope_json.map(str::to_string),
+                asks,
+            },
+        );
+        Ok(to_text(&out))
+    }
+
+    /// The items of [`CarRuntime::proposal_plan`] for a parsed proposal
+    /// (what admission decides per action now; nothing runs, is recorded or
+    /// is asked), with the ask items' `(tool, input digest)` by action id and
+    /// the counts of allow, ask and deny. The daemon shows these to its
+    /// approvers.
+    #[allow(clippy::type_complexity)]
+    pub fn plan_items(
+        &self,
+        proposal: &crate::ir::ActionProposal,
+        session_id: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Result<(Vec<Value>, std::collections::HashMap<String, (String, String)>, [u64; 3])> {
+        let decisions = self.rt.plan(proposal, session_id, tenant)?;
         let stage = self.rt.admission_stage();
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut asks = std::collections::HashMap::new();
@@ -750,9 +785,11 @@ impl CarRuntime {
             item["type"] = json!(a.action_type.as_str());
             if let Some(tool) = &a.tool {
                 item["tool"] = json!(tool);
-                if let Some(r) = stage.definition(tool).risk {
+                let def = stage.definition(tool);
+                if let Some(r) = def.risk {
                     item["risk"] = serde_json::to_value(r).unwrap_or(Value::Null);
                 }
+                item["kind"] = json!(def.kind.as_str());
                 if d.verdict == crate::permission::Verdict::Ask
                     && let Some(input) = &input
                 {
@@ -773,7 +810,7 @@ impl CarRuntime {
                 c.id = compensation_handle(&a.id);
                 c.parameters = parameters.clone();
                 let one = crate::ir::ActionProposal { actions: vec![c], ..empty.clone() };
-                if let Some((d, input)) = self.rt.plan(&one, session_id, scope.tenant_id.as_deref())?.pop() {
+                if let Some((d, input)) = self.rt.plan(&one, session_id, tenant)?.pop() {
                     let mut comp = serde_json::to_value(&d).unwrap_or_else(|_| json!({}));
                     comp["tool"] = json!(tool);
                     if d.verdict == crate::permission::Verdict::Ask
@@ -800,23 +837,7 @@ impl CarRuntime {
             }
             items.push(item);
         }
-        let plan_id = format!("plan-{}", uuid::Uuid::new_v4());
-        let out = json!({
-            "plan_id": plan_id,
-            "proposal_id": proposal.id,
-            "items": items,
-            "counts": {"allow": counts[0], "ask": counts[1], "deny": counts[2]},
-        });
-        lock(&self.plans).insert(
-            plan_id,
-            StoredPlan {
-                proposal,
-                session_id: session_id.map(str::to_string),
-                scope_json: scope_json.map(str::to_string),
-                asks,
-            },
-        );
-        Ok(to_text(&out))
+        Ok((items, asks, counts))
     }
 
     /// Decides one `ask` item of a plan (`action_id`; an action's `tool`
@@ -826,8 +847,10 @@ impl CarRuntime {
     /// plan), `session` (every later call of the same tool in the plan's
     /// session, whatever its input, as `plan-apply-gate.md` scopes it: an
     /// allow answers that tool's asks, a deny refuses every call the chain
-    /// would not deny itself) or `always` (refused with
-    /// `always_scope_unavailable`: there is no shared rule store yet). The
+    /// would not deny itself) or `always` (a rule in the approvals
+    /// directory, `approval::rules`, that answers the tool's asks in every
+    /// runtime reading that directory; refused with
+    /// `always_scope_unavailable` without an approvals store). The
     /// decision resolves the item's approval in the approvals store, so the
     /// admission stage applies it when the plan runs; it never lifts a deny.
     /// JSON text `{plan_id, action_id, approval_key, decision, scope}`.
@@ -858,10 +881,17 @@ impl CarRuntime {
                 self.rt.admission_stage().session_state().remember(session.as_deref(), &tool, allow, reason);
             }
             "always" => {
-                return Err(Error::runtime(
-                    "always_scope_unavailable",
-                    "an `always` decision needs a shared rule store, which this runtime does not have; decide with `once` or `session`",
-                ));
+                // A rule every runtime reading this approvals directory
+                // applies (`approval::rules`); without a store there is
+                // nowhere to keep it: refused, never downgraded.
+                let store = self.rt.admission_stage().approvals().cloned().ok_or_else(|| {
+                    Error::runtime(
+                        "always_scope_unavailable",
+                        "an `always` decision needs the approvals store (set_permissions with an `approvals_dir`); decide with `once` or `session`",
+                    )
+                })?;
+                let path = crate::approval::rules::rules_path_of(store.path());
+                crate::approval::rules::persist_always(&path, &tool, allow, "the host", reason)?;
             }
             other => {
                 return Err(Error::invalid_argument(
@@ -964,6 +994,15 @@ impl CarRuntime {
                 Err(e)
             }
         }
+    }
+
+    /// Gives this runtime the host's approvals store (the daemon's one
+    /// store, shared by its sessions): used whenever the admission document
+    /// names no `approvals_dir`. The stage in force is rebuilt with it.
+    pub fn set_approvals_store(&self, store: Option<Arc<ApprovalStore>>) -> Result<()> {
+        lock(&self.approvals).shared = store;
+        let current = self.rt.admission_stage();
+        self.install_admission(current.config().clone())
     }
 
     fn approvals_store(&self) -> Result<Arc<ApprovalStore>> {

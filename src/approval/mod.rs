@@ -11,11 +11,17 @@
 //!   ([`ledger::TIER_LEDGER_FILE`]) under a daemon's `CAR_HOME`, optionally
 //!   authenticated (HMAC) with a [`ledger::LedgerKey`].
 //!
+//! - [`rules`]: `always`-scoped decisions, persisted as rules next to the
+//!   store's file ([`rules::ALWAYS_RULES_FILE`]) that every front end's
+//!   `approval` layer reads.
+//!
 //! Both digest their inputs over the one canonical JSON form
 //! ([`crate::canonical`]).
 
 pub mod ledger;
+pub mod rules;
 pub mod store;
+pub mod view;
 
 pub use ledger::{
     ApprovalLedger, ApprovalRecord, ApprovalVerdict, JsonlLedger, LEDGER_KEY_ENV, LatestRecords, LedgerContents,

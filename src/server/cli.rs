@@ -25,6 +25,9 @@ usage: car-server [options]
                          proposals (CAR_ALLOW_SELF_APPROVAL=1; off by default)
   --max-frame-bytes N    text frames longer than N are refused (CAR_MAX_FRAME_BYTES,
                          default 16777216)
+  --dashboard PORT|disabled
+                         the dashboard's HTTP port (CAR_DASHBOARD; default the
+                         WebSocket port + 1, on CAR_DASHBOARD_BIND, default 127.0.0.1)
   --store URL            the shared store (CAR_STORE_URL): postgres://... keeps the
                          audit log in PostgreSQL (feature `postgres`; migrations at
                          start, a newer schema refuses to start); default: the file
@@ -53,6 +56,7 @@ struct Args {
     agent_tokens: Vec<String>,
     allow_self_approval: bool,
     max_frame_bytes: Option<usize>,
+    dashboard: Option<String>,
     store: Option<String>,
 }
 
@@ -72,6 +76,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         agent_tokens: Vec::new(),
         allow_self_approval: false,
         max_frame_bytes: None,
+        dashboard: None,
         store: None,
     };
     let mut it = args.into_iter();
@@ -92,6 +97,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
             "--host-token" => a.host_token = Some(value("--host-token")?),
             "--agent-token" => a.agent_tokens.push(value("--agent-token")?),
             "--allow-self-approval" => a.allow_self_approval = true,
+            "--dashboard" => a.dashboard = Some(value("--dashboard")?),
             "--max-frame-bytes" => {
                 a.max_frame_bytes =
                     Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
@@ -112,6 +118,28 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         }
     }
     Ok(Some(a))
+}
+
+/// Where the dashboard listens: `disabled`, a port, or (unset) the
+/// WebSocket port + 1 (0 when that is 0), on `CAR_DASHBOARD_BIND` (default
+/// 127.0.0.1).
+fn dashboard_addr(setting: Option<String>, ws_port: u16) -> Result<Option<String>, String> {
+    let port = match setting.as_deref().map(str::trim) {
+        Some("disabled" | "off" | "none") => return Ok(None),
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|e| format!("--dashboard / CAR_DASHBOARD: `{p}` is not a port or `disabled`: {e}"))?,
+        None if ws_port == 0 => 0,
+        None => ws_port
+            .checked_add(1)
+            .ok_or("the dashboard's default port (the WebSocket port + 1) is out of range; set --dashboard")?,
+    };
+    let bind = env("CAR_DASHBOARD_BIND").unwrap_or_else(|| "127.0.0.1".into());
+    Ok(Some(if bind.contains(':') && !bind.starts_with('[') {
+        format!("[{bind}]:{port}")
+    } else {
+        format!("{bind}:{port}")
+    }))
 }
 
 fn env_num(name: &str) -> Result<Option<u64>, String> {
@@ -220,6 +248,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     config.admission_path = Some(paths.state_root.join("permissions.toml"));
     crate::approval::ledger::migrate_legacy_ledger(&paths.state_root).map_err(|e| e.to_string())?;
     config.ledger_path = Some(paths.state_root.join(crate::approval::TIER_LEDGER_FILE));
+    config.approvals_dir = Some(paths.state_root.clone());
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
     let store_url = args.store.clone().or_else(|| env("CAR_STORE_URL"));
@@ -317,8 +346,19 @@ fn run(args: Vec<String>) -> Result<(), String> {
             );
         }
 
+        let dashboard = match dashboard_addr(args.dashboard.or_else(|| env("CAR_DASHBOARD")), local.port())? {
+            None => None,
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+                    format!("cannot serve the dashboard on {addr}: {e} (choose another with --dashboard PORT, or --dashboard disabled)")
+                })?;
+                let at = l.local_addr().map_err(|e| e.to_string())?;
+                eprintln!("car-server: dashboard on http://{at}/ (sign in with the daemon token)");
+                Some(l)
+            }
+        };
         let mcp = mcp_listener(args.mcp_bind.or_else(|| env("CAR_MCP_BIND")), &local, args.port).await?;
-        server::serve_all(listener, mcp, config, shutdown_signal()).await;
+        server::serve_all(listener, dashboard, mcp, config, shutdown_signal()).await;
 
         if let Some((file, token)) = published {
             // Remove the file only if it still holds our token.

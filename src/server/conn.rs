@@ -130,6 +130,8 @@ pub(crate) struct Conn {
     pub(crate) rt: CarRuntime,
     /// The daemon-wide supervision registry.
     pub(crate) supervisors: Arc<Supervisors>,
+    /// The daemon's ask approvals (its one store), when it has a state root.
+    pub(crate) approvals: Option<Arc<super::approvals::Approvals>>,
     /// What every connection shares (the failed-auth table).
     daemon: Arc<Daemon>,
     /// This connection's session id, stamped on `tools.execute`.
@@ -202,6 +204,18 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
 }
 
 impl Conn {
+    /// What every connection of the daemon shares.
+    pub(crate) fn daemon(&self) -> &Arc<Daemon> {
+        &self.daemon
+    }
+
+    /// Ends this connection's `host.subscribe` (disconnect, re-auth).
+    pub(crate) fn unsubscribe_approver(&self) {
+        if let Some(a) = &self.approvals {
+            a.unsubscribe(&self.session_id);
+        }
+    }
+
     /// The outbound queue (for daemon-wide notifications).
     pub(crate) fn outbox(&self) -> Outbox {
         self.out.clone()
@@ -263,6 +277,11 @@ impl Conn {
         if authed && let Ok(mut s) = self.slot.lock() {
             s.release();
         }
+        self.daemon.activity.relabel(
+            &self.session_id,
+            self.principal(),
+            self.role().map_or("unauthenticated", Role::as_str).to_string(),
+        );
         if let Err(e) = self.sync_admission_identity() {
             // Fail closed: a stage that cannot take the new identity halts
             // the session rather than run with the old one.
@@ -519,6 +538,8 @@ pub(crate) async fn serve_connection(
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     conn.supervisors.unsubscribe(&conn.session_id);
+    conn.unsubscribe_approver();
+    conn.daemon.activity.close(&conn.session_id);
     if let Some(f) = conn.stream_forwarder.lock().ok().and_then(|mut f| f.take()) {
         f.abort();
     }
@@ -575,6 +596,7 @@ impl Conn {
         let conn = Conn {
             rt,
             supervisors: daemon.supervisors.clone(),
+            approvals: daemon.approvals.clone(),
             session_id: format!("sess-{}", uuid::Uuid::new_v4()),
             peer,
             out,
@@ -589,7 +611,21 @@ impl Conn {
             daemon: daemon.clone(),
             config,
         };
+        if let Some(a) = &conn.approvals {
+            conn.rt
+                .set_approvals_store(Some(a.store()))
+                .map_err(|e| format!("connection refused: the approvals store: {e}"))?;
+        }
         conn.sync_admission_identity()?;
+        daemon.activity.open(
+            &conn.session_id,
+            super::activity::Session {
+                rt: conn.rt.clone(),
+                principal: conn.principal(),
+                role: conn.role().map_or("unauthenticated", Role::as_str).to_string(),
+                since: chrono::Utc::now(),
+            },
+        );
         Ok(conn)
     }
 
@@ -860,6 +896,7 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
         conn.set_identity(None);
         if before.is_some() {
             conn.supervisors.unsubscribe(&conn.session_id);
+            conn.unsubscribe_approver();
         }
         AuthFailure { error, close }
     };
@@ -884,6 +921,7 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
     if before.as_ref().is_some_and(|b| *b != identity) {
         // A subscription made under another identity does not carry over.
         conn.supervisors.unsubscribe(&conn.session_id);
+        conn.unsubscribe_approver();
     }
     let mut reply = json!({"ok": true, "auth_enabled": true});
     match identity.role {
@@ -951,6 +989,8 @@ pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Durati
         collect(m, &conn, &mut sent);
     }
     conn.supervisors.unsubscribe(&conn.session_id);
+    conn.unsubscribe_approver();
+    conn.daemon.activity.close(&conn.session_id);
     sent
 }
 

@@ -126,6 +126,11 @@ pub const OPERATOR: &str = "operator";
 /// supervision, a session's admission document.
 const DECIDING: &[&str] = &[
     "admission.configure",
+    "host.approval",
+    "host.approvals",
+    "host.resolve_approval",
+    "host.subscribe",
+    "host.unsubscribe",
     "permission.approve",
     "permission.reject",
     "permission.set_tier",
@@ -187,6 +192,15 @@ pub const METHODS: &[MethodSpec] = &[
     m("events.query", "{kinds?, action_id?, proposal_id?, since?, until?, data_matches?, limit?}", "{count, events}"),
     m("events.retention", "{policy?: {max_events?, max_age_secs?}}", "{policy, removed?}"),
     m("events.stats", "{}", "{kind: count}"),
+    m("host.approval", "{approval_id}", "{approval, history}"),
+    m("host.approvals", "{}", "{count, approvals}"),
+    m(
+        "host.resolve_approval",
+        "{approval_id, resolution: approve | deny, scope?: once | session | always, reason?}",
+        "{approval_id, decision, status, applied, scope, reviewer}",
+    ),
+    m("host.subscribe", "{}", "{subscribed: true, events, approvers}"),
+    m("host.unsubscribe", "{}", "{subscribed: false, was_subscribed}"),
     m(
         "permission.approve",
         "{fingerprint, required_tier, reason?, evidence?} | {action, reason?, evidence?}",
@@ -255,6 +269,11 @@ const SERVER_TO_CLIENT: &[(&str, &str, &str)] = &[
     ("tools.execute", "request", "{action_id, tool, parameters, timeout_ms, attempt, request_id, session_id?}"),
     ("tools.cancel", "notification", "{request_id, action_id, reason}"),
     ("tools.stream.event", "notification", "{handle, chunk}"),
+    (
+        "host.event",
+        "notification",
+        "{type: approval.requested, approval} | {type: approval.resolved, approval_id, status, decision, reviewer?, scope?, reason?, at}",
+    ),
     (
         "supervision.intent",
         "notification",

@@ -317,10 +317,33 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             };
             conn.supervisors.decide(&me, p)
         }
+        "host.subscribe" => {
+            obj(p)?;
+            Ok(approvals_of(conn)?.subscribe(&conn.session_id, conn.outbox()))
+        }
+        "host.unsubscribe" => {
+            let was = approvals_of(conn)?.unsubscribe(&conn.session_id);
+            Ok(json!({"subscribed": false, "was_subscribed": was}))
+        }
+        "host.approvals" => approvals_of(conn)?.pending(),
+        "host.approval" => approvals_of(conn)?.get(req_str(p, "approval_id")?),
+        "host.resolve_approval" => {
+            let d = super::approvals::DecisionRequest::parse(p)?;
+            let (principal, reviewer) = (conn.principal(), conn.reviewer());
+            approvals_of(conn)?.resolve(&super::approvals::Reviewer { principal: &principal, reviewer: &reviewer }, &d)
+        }
         "permission.approve" => record_approval(conn, p, true),
         "permission.reject" => record_approval(conn, p, false),
         other => Err(RpcError::unknown_method(other)),
     }
+}
+
+/// The daemon's approvals, or a clear error when it runs without a store.
+fn approvals_of(conn: &Conn) -> Result<&Arc<super::approvals::Approvals>, RpcError> {
+    conn.approvals.as_ref().ok_or_else(|| {
+        RpcError::internal("approvals_not_configured: this daemon has no approvals store (no state root)")
+            .with_data(json!({"code": "approvals_not_configured"}))
+    })
 }
 
 /// `permission.evaluate` against the session's tier and the approvals ledger.
@@ -564,8 +587,67 @@ async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcE
     // The tier (with this connection's own approvals discounted) and
     // supervision are layers of the connection's admission stage
     // (`Conn::sync_admission_identity`), so every path that runs a proposal
-    // passes them.
+    // passes them. While someone can approve, a tier escalation waits for an
+    // approval first (recorded on the ledger, so the stage then admits it).
+    if let Some(a) = conn.approvals.as_ref().filter(|a| a.attached()) {
+        let stage = conn.rt.runtime().admission_stage();
+        if stage.tier_decisions(&proposal.actions).iter().any(|(refused, _)| *refused) {
+            return escalations(conn, a, sub, stage.approval_timeout()).await;
+        }
+    }
     Ok(None)
+}
+
+/// The escalated actions of a submission the tier layer refuses, each
+/// waiting for its approval: `None` when every one was approved (the stage
+/// decides again), else the `-32003` refusal. An operation the ledger
+/// rejected, or a ledger that cannot be read, is left to the stage.
+async fn escalations(
+    conn: &Arc<Conn>,
+    a: &Arc<super::approvals::Approvals>,
+    sub: &Submission,
+    timeout: chrono::Duration,
+) -> Result<Option<Value>, RpcError> {
+    let proposal = serde_json::to_value(&sub.proposal).map_err(|e| RpcError::internal(e.to_string()))?;
+    let decisions = evaluate(conn, &json!({ "proposal": proposal }))?;
+    let rows: Vec<Value> = decisions.get("decisions").and_then(Value::as_array).cloned().unwrap_or_default();
+    if rows.iter().any(|r| r["decision"] == "deny") {
+        return Ok(None);
+    }
+    let wanted: Vec<&Value> = rows.iter().filter(|r| r["decision"] == "needs_approval").collect();
+    if wanted.is_empty() {
+        return Ok(None);
+    }
+    let deadline = chrono::Utc::now() + timeout;
+    let answers = conn.rt.runtime().admission_stage().session_state().clone();
+    let principal = conn.principal();
+    let waits = wanted
+        .iter()
+        .map(|row| a.escalation(&sub.proposal, row, (&principal, &conn.session_id), answers.clone(), deadline));
+    let mut refused = Vec::new();
+    for (row, outcome) in wanted.iter().zip(futures::future::join_all(waits).await) {
+        let (key, r) = outcome?;
+        if r.decision != crate::approval::ApprovalDecision::Allow {
+            let status = if r.by == crate::approval::ResolvedBy::Timeout { "timed_out" } else { "denied" };
+            refused.push((json!({"approval_id": key, "action_id": row["action_id"], "status": status}), r.reason));
+        }
+    }
+    let Some((first, why)) = refused.first() else { return Ok(None) };
+    let reason = format!(
+        "permission tier escalated: action `{}` needed approval `{}`, which was {}: {why}",
+        first["action_id"].as_str().unwrap_or_default(),
+        first["approval_id"].as_str().unwrap_or_default(),
+        if first["status"] == "timed_out" { "not given in time" } else { "denied" },
+    );
+    let result = reject_all(&sub.proposal, &reason)?;
+    let timed_out = refused.iter().all(|(r, _)| r["status"] == "timed_out");
+    Err(RpcError::new(super::approvals::APPROVAL_DENIED, format!("Approval denied or timed out: {reason}")).with_data(
+        json!({
+            "code": if timed_out { "approval_timeout" } else { "approval_denied" },
+            "approvals": refused.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
+            "result": result,
+        }),
+    ))
 }
 
 /// Executes an admitted submission (its proposal parsed once, at
@@ -573,13 +655,82 @@ async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcE
 async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
     let Submission { proposal, session, scope, .. } = sub;
     let session = session.as_deref();
+    // The asks' plan items, for the approvers' notification (only while
+    // someone can approve: otherwise an ask is refused at once).
+    let expected = match &conn.approvals {
+        Some(a) if a.attached() => match conn.rt.plan_items(&proposal, session, None) {
+            Ok((items, asks, _)) if !asks.is_empty() => {
+                let answers = conn.rt.runtime().admission_stage().session_state().clone();
+                let keys = a.expect(&proposal, &items, (&conn.principal(), &conn.session_id), answers, session);
+                keys.into_iter()
+                    .zip(items.iter().filter(|i| i.get("approval_key").is_some()))
+                    .map(|(k, i)| (k, i["action_id"].as_str().unwrap_or_default().to_string()))
+                    .collect()
+            }
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
-    let out =
-        conn.rt.execute_parsed(proposal, executor, session, scope.as_deref()).await.map_err(in_param("proposal"))?;
+    let started = chrono::Utc::now();
+    let summary = (conn.daemon().activity.clone(), proposal.clone());
+    let out = conn.rt.execute_parsed(proposal, executor, session, scope.as_deref()).await;
+    summary.0.submitted(
+        &conn.session_id,
+        &conn.principal(),
+        &summary.1,
+        started,
+        out.as_ref().map_err(|e| e.to_string()),
+        &expected.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+    );
+    let refused = approval_refusals(conn, &expected, out.as_ref().ok());
+    if let Some(a) = &conn.approvals {
+        a.done(&expected.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), &conn.session_id);
+    }
+    let out = out.map_err(in_param("proposal"))?;
     if out.results.iter().any(|r| r.terminal) {
         conn.halted.store(true, Ordering::SeqCst);
     }
-    serde_json::to_value(&out).map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))
+    let value =
+        serde_json::to_value(&out).map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))?;
+    match refused {
+        None => Ok(value),
+        Some((message, code, approvals)) => Err(RpcError::new(super::approvals::APPROVAL_DENIED, message)
+            .with_data(json!({"code": code, "approvals": approvals, "result": value}))),
+    }
+}
+
+/// When an action of the submission was refused because its approval was
+/// denied or timed out: the `-32003` message, code and the approvals
+/// (`[{approval_id, action_id, status}]`). The result travels in the
+/// error's data, every action's own result naming its approval.
+fn approval_refusals(
+    conn: &Conn,
+    expected: &[(String, String)],
+    out: Option<&crate::ir::ProposalResult>,
+) -> Option<(String, &'static str, Vec<Value>)> {
+    let (a, out) = (conn.approvals.as_ref()?, out?);
+    let mut hit = Vec::new();
+    for (key, action_id) in expected {
+        let status = a.status(key).unwrap_or("unknown");
+        let rejected = out.results.iter().any(|r| {
+            r.action_id == *action_id
+                && r.status == crate::ir::ActionStatus::Rejected
+                && r.error.as_deref().is_some_and(|e| e.contains(&format!("approval `{key}`")))
+        });
+        if rejected && matches!(status, "denied" | "timed_out") {
+            hit.push(json!({"approval_id": key, "action_id": action_id, "status": status}));
+        }
+    }
+    let first = hit.first()?;
+    let timed_out = hit.iter().all(|h| h["status"] == "timed_out");
+    let message = format!(
+        "Approval denied or timed out: action `{}` needed approval `{}`, which was {}",
+        first["action_id"].as_str().unwrap_or_default(),
+        first["approval_id"].as_str().unwrap_or_default(),
+        if first["status"] == "timed_out" { "not given in time" } else { "denied" },
+    );
+    Some((message, if timed_out { "approval_timeout" } else { "approval_denied" }, hit))
 }
 
 #[cfg(test)]

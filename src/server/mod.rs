@@ -3,9 +3,12 @@
 //! Each connection is its own session (a [`crate::api::runtime::CarRuntime`]);
 //! every method is a thin call into the JSON facade. See `docs/server.md`.
 
+mod activity;
+mod approvals;
 pub mod auth;
 pub mod cli;
 mod conn;
+pub mod dashboard;
 mod executor;
 pub mod handshake;
 mod mcp_endpoint;
@@ -86,6 +89,10 @@ pub struct Config {
     /// How long a proposal parked for supervision waits for a verdict
     /// before it is refused (fail closed).
     pub supervision_timeout: Duration,
+    /// The directory of the daemon's one ask-approvals store
+    /// (`$CAR_HOME/approvals.jsonl`) and its `always` rules; `None`: no
+    /// store, an ask is refused.
+    pub approvals_dir: Option<PathBuf>,
     /// The daemon's audit log: `$CAR_HOME/events.jsonl`
     /// (`crate::store::file`), or the events table of `--store
     /// postgres://...`. Every event of every connection is recorded in it,
@@ -119,6 +126,7 @@ impl Default for Config {
             ledger_path: None,
             ledger_key_path: None,
             supervision_timeout: Duration::from_secs(60),
+            approvals_dir: None,
             event_log: None,
         }
     }
@@ -169,6 +177,10 @@ pub(crate) struct Daemon {
     pub(crate) throttle: throttle::AuthThrottle,
     /// Connections accepted and not yet authenticated.
     pub(crate) unauthenticated: Arc<AtomicUsize>,
+    /// The ask approvals (the one store), when configured.
+    pub(crate) approvals: Option<Arc<approvals::Approvals>>,
+    /// The live sessions and recent submissions (the dashboard's view).
+    pub(crate) activity: Arc<activity::Activity>,
 }
 
 impl Daemon {
@@ -188,6 +200,23 @@ impl Daemon {
             }),
             throttle: throttle::AuthThrottle::new(config.auth_max_failures, config.auth_failure_window),
             unauthenticated: Arc::new(AtomicUsize::new(0)),
+            activity: Arc::new(activity::Activity::default()),
+            approvals: config.approvals_dir.as_ref().and_then(|d| {
+                let ledger = config.ledger_path.as_ref().map(|l| {
+                    (
+                        l.to_string_lossy().into_owned(),
+                        config.ledger_key_path.as_ref().map(|k| k.to_string_lossy().into_owned()),
+                    )
+                });
+                match approvals::Approvals::open(d, config.allow_self_approval, ledger) {
+                    Ok(a) => Some(a),
+                    // Fail closed: without the store every ask is refused.
+                    Err(e) => {
+                        eprintln!("car-server: approvals store disabled: {e}");
+                        None
+                    }
+                }
+            }),
         }
     }
 }
@@ -227,18 +256,39 @@ impl Drop for UnauthSlot {
 /// Accepts connections until `shutdown` resolves; each connection runs on
 /// its own task and a failing connection never affects the others.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: impl Future<Output = ()>) {
-    serve_all(listener, None, config, shutdown).await;
+    serve_all(listener, None, None, config, shutdown).await;
 }
 
-/// [`serve`], plus the MCP endpoint (`POST /mcp`, `GET /mcp/health`) on
-/// `mcp` when given; both stop when `shutdown` resolves.
+/// [`serve`], plus the dashboard (`src/server/dashboard/`) on `dashboard`
+/// and the MCP endpoint (`POST /mcp`, `GET /mcp/health`) on `mcp` when
+/// given; all stop when `shutdown` resolves. Without an approvals store
+/// (`Config::approvals_dir`) there is no dashboard.
 pub async fn serve_all(
     listener: TcpListener,
+    dashboard: Option<TcpListener>,
     mcp: Option<TcpListener>,
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) {
     let daemon = Arc::new(Daemon::new(&config));
+    let dashboard_task = match (dashboard, &daemon.approvals) {
+        (Some(l), Some(a)) => match l.local_addr() {
+            Ok(local) => {
+                let creds = dashboard::Credentials { operator: config.token.clone(), host: config.host_token.clone() };
+                let d = Arc::new(dashboard::Dashboard::new(a.clone(), daemon.clone(), creds, local));
+                Some(tokio::spawn(dashboard::serve(l, d, std::future::pending())))
+            }
+            Err(e) => {
+                eprintln!("car-server: dashboard disabled: {e}");
+                None
+            }
+        },
+        (Some(_), None) => {
+            eprintln!("car-server: dashboard disabled: the daemon has no approvals store");
+            None
+        }
+        (None, _) => None,
+    };
     let config = Arc::new(config);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let endpoint = mcp.map(|l| {
@@ -254,6 +304,9 @@ pub async fn serve_all(
     serve_ws(listener, config, daemon, shutdown).await;
     if let Some(e) = endpoint {
         let _ = e.await;
+    }
+    if let Some(t) = dashboard_task {
+        t.abort();
     }
 }
 

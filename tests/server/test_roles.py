@@ -33,6 +33,10 @@ DECIDING = {
     "supervision.unsubscribe": lambda: {},
     "supervision.pending": lambda: {},
     "supervision.decide": lambda: {"intent_id": "intent-x", "decision": {"kind": "allow"}},
+    "host.approvals": lambda: {},
+    "host.approval": lambda: {"approval_id": "echo:x"},
+    "host.resolve_approval": lambda: {"approval_id": "echo:x", "resolution": "approve"},
+    "host.unsubscribe": lambda: {},
 }
 
 
