@@ -31,7 +31,12 @@ test('plan, decide, apply', async () => {
   const items = Object.fromEntries(plan.items.map((i) => [i.action_id, i]));
   assert.strictEqual(items.a.verdict, 'ask');
   assert.strictEqual(items.l.layer, 'deny-rule');
-  assert.throws(() => rt.proposalDecide(plan.plan_id, 'a', 'allow', 'always'), (e) => e.code === 'always_scope_unavailable');
+  // `always` needs an approvals store to keep its rule: without one it is refused.
+  const bare = new CarRuntime();
+  await bare.registerTool('migrate');
+  await bare.setPermissions({ ask: [{ tool: 'migrate' }], preset: 'open' });
+  const barePlan = JSON.parse(bare.proposalPlan({ actions: [proposal.actions[0]] }));
+  assert.throws(() => bare.proposalDecide(barePlan.plan_id, 'a', 'allow', 'always'), (e) => e.code === 'always_scope_unavailable');
   rt.proposalDecide(plan.plan_id, 'a', 'allow', 'once', 'reviewed');
   rt.proposalDecide(plan.plan_id, 'b', 'deny');
   const out = JSON.parse(await rt.proposalApply(plan.plan_id, tool));

@@ -39,8 +39,14 @@ def test_plan_decide_apply(tmp_path):
     assert (items["l"]["verdict"], items["l"]["layer"]) == ("deny", "deny-rule")
     with pytest.raises(car_runtime.CarError):
         rt.proposal_decide(plan["plan_id"], "l", "allow")
+    # `always` needs an approvals store to keep its rule: without one it is
+    # refused, never downgraded.
+    bare = car_runtime.CarRuntime()
+    bare.register_tool("migrate")
+    bare.set_permissions({"ask": [{"tool": "migrate"}], "preset": "open"})
+    bare_plan = json.loads(bare.proposal_plan({"actions": [proposal["actions"][0]]}))
     with pytest.raises(car_runtime.CarError) as e:
-        rt.proposal_decide(plan["plan_id"], "a", "allow", "always")
+        bare.proposal_decide(bare_plan["plan_id"], "a", "allow", "always")
     assert e.value.code == "always_scope_unavailable"
     rt.proposal_decide(plan["plan_id"], "a", "allow", "once", "reviewed")
     rt.proposal_decide(plan["plan_id"], "b", "deny", "once", "no")
