@@ -346,16 +346,28 @@ fn run(args: Vec<String>) -> Result<(), String> {
             );
         }
 
-        let dashboard = match dashboard_addr(args.dashboard.or_else(|| env("CAR_DASHBOARD")), local.port())? {
+        let dashboard_setting = args.dashboard.or_else(|| env("CAR_DASHBOARD"));
+        let chosen = dashboard_setting.is_some();
+        let dashboard = match dashboard_addr(dashboard_setting, local.port())? {
             None => None,
-            Some(addr) => {
-                let l = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
-                    format!("cannot serve the dashboard on {addr}: {e} (choose another with --dashboard PORT, or --dashboard disabled)")
-                })?;
-                let at = l.local_addr().map_err(|e| e.to_string())?;
-                eprintln!("car-server: dashboard on http://{at}/ (sign in with the daemon token)");
-                Some(l)
-            }
+            Some(addr) => match tokio::net::TcpListener::bind(&addr).await {
+                Ok(l) => {
+                    let at = l.local_addr().map_err(|e| e.to_string())?;
+                    eprintln!("car-server: dashboard on http://{at}/ (sign in with the daemon token)");
+                    Some(l)
+                }
+                // A port the operator chose must be served; the default
+                // (the WebSocket port + 1) may be taken by another program.
+                Err(e) if !chosen => {
+                    eprintln!("car-server: dashboard not served: {addr}: {e} (choose a port with --dashboard PORT)");
+                    None
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "cannot serve the dashboard on {addr}: {e} (choose another with --dashboard PORT, or --dashboard disabled)"
+                    ));
+                }
+            },
         };
         let mcp = mcp_listener(args.mcp_bind.or_else(|| env("CAR_MCP_BIND")), &local, args.port).await?;
         server::serve_all(listener, dashboard, mcp, config, shutdown_signal()).await;
@@ -412,9 +424,21 @@ async fn mcp_listener(
             ws.port().checked_add(2).ok_or("--port: no port + 2 for the MCP endpoint; set --mcp-bind")?,
         ),
     };
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        format!("cannot listen on {addr} for the MCP endpoint: {e} (choose another with --mcp-bind, or `--mcp-bind disabled`)")
-    })?;
+    let chosen = bind.is_some();
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        // The default address (the WebSocket port + 2) may be taken by
+        // another program; an address the operator chose must be served.
+        Err(e) if !chosen => {
+            eprintln!("car-server: MCP endpoint not served: {addr}: {e} (choose an address with --mcp-bind)");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(format!(
+                "cannot listen on {addr} for the MCP endpoint: {e} (choose another with --mcp-bind, or `--mcp-bind disabled`)"
+            ));
+        }
+    };
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("car-server: MCP endpoint on http://{local}/mcp (health: http://{local}/mcp/health)");
     Ok(Some(listener))
