@@ -188,6 +188,39 @@ pub struct StateStore {
     slots: RwLock<HashMap<Arc<str>, Slot>>,
 }
 
+/// Writes `value` to the slot of `phys` (created when missing), recording
+/// the prior value in `tx`'s undo log the first time the transaction touches
+/// it; the new version. The caller holds the write lock.
+fn write_slot(
+    slots: &mut HashMap<Arc<str>, Slot>,
+    phys: &str,
+    value: Option<Value>,
+    tx: Option<&Transaction>,
+) -> Result<u64> {
+    // One hash on the common path (the key exists); no key allocation.
+    let slot = match slots.get_mut(phys) {
+        Some(slot) => slot,
+        None => {
+            let key: Arc<str> = Arc::from(phys);
+            slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0, writer: 0 })
+        }
+    };
+    // The undo log is locked before anything changes (a poisoned log
+    // refuses the write). Checked and written under one lock.
+    let mut undo = match tx.filter(|t| slot.tx_mark != t.id) {
+        Some(t) => Some((t.id, t.undo.lock().map_err(|_| poisoned())?)),
+        None => None,
+    };
+    let prior = std::mem::replace(&mut slot.value, value);
+    if let Some((id, undo)) = undo.as_mut() {
+        undo.push((slot.key.clone(), prior));
+        slot.tx_mark = *id;
+    }
+    slot.writer = tx.map_or(0, |t| t.id);
+    slot.version += 1;
+    Ok(slot.version)
+}
+
 fn poisoned() -> Error {
     Error::runtime("state_poisoned", "the state store lock was poisoned by a panic")
 }
@@ -248,28 +281,7 @@ impl StateStore {
     /// value in `tx` the first time the transaction touches it.
     pub fn write_physical(&self, phys: &str, value: Option<Value>, tx: Option<&Transaction>) -> Result<u64> {
         let mut slots = self.slots.write().map_err(|_| poisoned())?;
-        // One hash on the common path (the key exists); no key allocation.
-        let slot = match slots.get_mut(phys) {
-            Some(slot) => slot,
-            None => {
-                let key: Arc<str> = Arc::from(phys);
-                slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0, writer: 0 })
-            }
-        };
-        // The undo log is locked before anything changes (a poisoned log
-        // refuses the write). Checked and written under one lock.
-        let mut undo = match tx.filter(|t| slot.tx_mark != t.id) {
-            Some(t) => Some((t.id, t.undo.lock().map_err(|_| poisoned())?)),
-            None => None,
-        };
-        let prior = std::mem::replace(&mut slot.value, value);
-        if let Some((id, undo)) = undo.as_mut() {
-            undo.push((slot.key.clone(), prior));
-            slot.tx_mark = *id;
-        }
-        slot.writer = tx.map_or(0, |t| t.id);
-        slot.version += 1;
-        Ok(slot.version)
+        write_slot(&mut slots, phys, value, tx)
     }
 
     /// Compare-and-set of a physical key: writes (`Some`) or deletes
@@ -283,40 +295,12 @@ impl StateStore {
         expect: Expect,
         tx: Option<&Transaction>,
     ) -> Result<CasOutcome> {
-        self.write_physical_expecting(phys, value, tx, expect)
-    }
-
-    fn write_physical_expecting(
-        &self,
-        phys: &str,
-        value: Option<Value>,
-        tx: Option<&Transaction>,
-        expect: Expect,
-    ) -> Result<CasOutcome> {
         let mut slots = self.slots.write().map_err(|_| poisoned())?;
         let (held, version) = slots.get(phys).map_or((false, 0), |s| (s.value.is_some(), s.version));
         if !expect.holds(held, version) {
             return Ok(CasOutcome::Conflict { current: version });
         }
-        let slot = match slots.get_mut(phys) {
-            Some(slot) => slot,
-            None => {
-                let key: Arc<str> = Arc::from(phys);
-                slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0, writer: 0 })
-            }
-        };
-        let mut undo = match tx.filter(|t| slot.tx_mark != t.id) {
-            Some(t) => Some((t.id, t.undo.lock().map_err(|_| poisoned())?)),
-            None => None,
-        };
-        let prior = std::mem::replace(&mut slot.value, value);
-        if let Some((id, undo)) = undo.as_mut() {
-            undo.push((slot.key.clone(), prior));
-            slot.tx_mark = *id;
-        }
-        slot.writer = tx.map_or(0, |t| t.id);
-        slot.version += 1;
-        Ok(CasOutcome::Written { version: slot.version })
+        Ok(CasOutcome::Written { version: write_slot(&mut slots, phys, value, tx)? })
     }
 
     /// `(value, version)` of a physical key under one lock (version 0: never

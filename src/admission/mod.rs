@@ -310,8 +310,11 @@ impl Default for AdmissionStage {
 /// find more. A command that only reads them is refused too (fail closed:
 /// the matcher cannot tell a read from a write).
 fn names_protected_path(cmd: &str) -> Option<String> {
-    let names: Vec<&str> = std::iter::once(".car").chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect();
-    if let Some(w) = crate::permission::shell::protected_word(cmd, &names) {
+    static NAMES: std::sync::LazyLock<Vec<&str>> = std::sync::LazyLock::new(|| {
+        std::iter::once(".car").chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect()
+    });
+    let names = &NAMES[..];
+    if let Some(w) = crate::permission::shell::protected_word(cmd, names) {
         return Some(w);
     }
     let is_sep = |c: char| c.is_whitespace() || "'\"`=;&|<>(){}$,".contains(c);

@@ -124,6 +124,8 @@ struct PlanItem {
     ask_key: Option<String>,
     /// The compensation's own verdict, when it has a `tool` compensation.
     compensation: Option<Previewed>,
+    /// The plan's handle for deciding the compensation's ask (`decide_as`).
+    compensation_handle: Option<String>,
 }
 
 /// A planned call: `(verdict, why, the approval key of an ask)`.
@@ -210,6 +212,7 @@ fn plan_items(plan: &Value, perms: &Permissions) -> Vec<PlanItem> {
                 policy,
                 ask_key,
                 compensation: d.get("compensation").map(|c| previewed(perms, c)),
+                compensation_handle: d["compensation"]["decide_as"].as_str().map(str::to_string),
             }
         })
         .collect()
@@ -365,13 +368,13 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
             asks.push([item.id.clone(), summary(act), item.why.clone(), item.tool.clone().unwrap_or_default()]);
             keys.push(item.id.clone());
         }
-        if let (Some((Verdict::Ask, why, Some(_))), Some(Compensation::Tool { tool, parameters })) =
-            (&item.compensation, &act.compensation)
+        if let (Some((Verdict::Ask, why, _)), Some(handle), Some(Compensation::Tool { tool, parameters })) =
+            (&item.compensation, &item.compensation_handle, &act.compensation)
         {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone();
             asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone(), tool.clone()]);
-            keys.push(format!("{}#compensation", item.id));
+            keys.push(handle.clone());
         }
         for ([id, what, why, tool], handle) in asks.into_iter().zip(keys) {
             let mut for_run = false;

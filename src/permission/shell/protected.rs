@@ -49,10 +49,9 @@ fn names_one(w: &Word<'_>, names: &[&str]) -> bool {
     // Components: path separators, and the `=`, `:` and `,` of options and
     // lists (`--output=.car/x`, `PATH=a:.car`).
     w.text.split(|&b| b"/\\=:, \t\n".contains(&b)).any(|part| {
-        let part = part.to_ascii_lowercase();
         names.iter().any(|n| {
-            let n = n.to_ascii_lowercase();
-            part == n.as_bytes() || (pattern && could_expand_to(&part, n.as_bytes()))
+            part.eq_ignore_ascii_case(n.as_bytes())
+                || (pattern && could_expand_to(&part.to_ascii_lowercase(), n.to_ascii_lowercase().as_bytes()))
         })
     })
 }
