@@ -4,8 +4,7 @@
 //! as `--yes` (approve) or `--no-input` (deny). `car run --json` reports the
 //! admission decisions beside the result.
 
-mod cli_common;
-
+use crate::cli_common;
 use cli_common::{car_in, tmp};
 use serde_json::{Value, json};
 

@@ -3,8 +3,7 @@
 //! the human output of `car run`, `car verify`, `car shell-match --explain`
 //! and `car permission explain`, so no plan line can be forged.
 
-mod cli_common;
-
+use crate::cli_common;
 use cli_common::{car, examples};
 use proptest::prelude::*;
 use serde_json::json;

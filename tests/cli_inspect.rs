@@ -2,8 +2,7 @@
 //! simulate, optimize, policy check / lint, permission explain, shell-match,
 //! and `--help` everywhere.
 
-mod cli_common;
-
+use crate::cli_common;
 use cli_common::{car, examples};
 use serde_json::Value;
 

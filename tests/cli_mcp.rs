@@ -2,8 +2,7 @@
 //! section of `.car/permissions.toml`), against `examples/mcp_upstream.rs`.
 #![cfg(feature = "mcp")]
 
-mod cli_common;
-
+use crate::cli_common;
 use cli_common::{car_in, tmp};
 
 fn upstream() -> String {

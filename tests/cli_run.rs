@@ -2,8 +2,7 @@
 //! asks under `--no-input`, path escapes, malformed inputs, state files,
 //! `--json`, and an interactive approval through a pseudo terminal.
 
-mod cli_common;
-
+use crate::cli_common;
 use std::path::Path;
 
 use cli_common::{car, examples, repo};

@@ -2,8 +2,7 @@
 //! (`--yes`) still cannot write outside the root, change `.car/`, see the
 //! host's environment or leave a process behind; `car sandbox check`.
 
-mod cli_common;
-
+use crate::cli_common;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
