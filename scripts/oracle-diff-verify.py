@@ -10,7 +10,7 @@ Run it with a Python that has the original `car_runtime` (0.58.0) installed:
 
 It generates small random proposals over a few keys and tools, asks the
 oracle, then asks this crate through `tests/verify_oracle_bridge.rs` (an
-ignored test run with `cargo test --test verify_oracle_bridge -- --ignored`),
+ignored test run with `cargo test --test integration -- --ignored verify_oracle_bridge::`),
 and prints the mismatches grouped by method and field with examples. Each
 mismatch class is either fixed or recorded in docs/compatibility.md under
 "## Verification". `--explicit-deps` also generates `dependencies`, which the
@@ -183,7 +183,7 @@ def ours(cases):
                 f.write(json.dumps({"method": method, "params": params}) + "\n")
         env = dict(os.environ, CAR_DIFF_IN=inp, CAR_DIFF_OUT=out)
         subprocess.run(
-            ["cargo", "test", "-q", "--test", "verify_oracle_bridge", "--", "--ignored"],
+            ["cargo", "test", "-q", "--test", "integration", "--", "--ignored", "verify_oracle_bridge::"],
             cwd=ROOT,
             env=env,
             check=True,

@@ -203,7 +203,7 @@ fn the_marker_check_sees_a_real_touch() {
     assert!(dir.path().join("marker").exists());
 }
 
-/// Prints the doc table (`cargo test --test shell_constructs -- --ignored --nocapture`).
+/// Prints the doc table (`cargo test --test integration -- --ignored --nocapture shell_constructs::`).
 #[test]
 #[ignore]
 fn print_doc_table() {

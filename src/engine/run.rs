@@ -690,9 +690,11 @@ impl Runtime {
         let mut abort = false;
         let record_all = !stage.is_empty();
         ctx.refused = refusals.iter().map(Option::is_some).collect();
-        for (i, refusal) in refusals.into_iter().enumerate() {
+        for (i, refusal) in refusals.iter_mut().enumerate() {
             let a = &actions[i];
-            let Some(d) = refusal else {
+            // By reference: moving every (large) slot out costs a memcpy
+            // per action, and most slots are empty.
+            if refusal.is_none() {
                 if record_all && let Some(d) = allowed[i].take() {
                     self.inner.events.append(
                         EventKind::AdmissionDecided,
@@ -702,7 +704,8 @@ impl Runtime {
                     );
                 }
                 continue;
-            };
+            }
+            let Some(d) = refusal.take() else { continue };
             self.inner.events.append(
                 EventKind::AdmissionDecided,
                 Some(&ctx.pid),
@@ -1194,35 +1197,42 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Invokes the executor once, with the per-attempt timeout, catching panics.
-async fn invoke(ctx: &Ctx, call: ToolCall) -> Result<Value, Fail> {
-    let tool = call.tool.clone();
+///
+/// Not an `async fn` taking the call: the executor gets the [`ToolCall`]
+/// before the first await, so the call (some 200 bytes) is not part of every
+/// action's future, which stays small enough for the allocator's fast path.
+fn invoke(ctx: &Ctx, call: ToolCall) -> impl Future<Output = Result<Value, Fail>> {
     let timeout = call.timeout_ms;
     ctx.tool_calls.fetch_add(1, Ordering::Relaxed);
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.executor.execute(call))) {
-        Ok(f) => AssertUnwindSafe(f).catch_unwind(),
-        Err(p) => {
-            return Err(Fail::new(
+    let tool = call.tool.clone();
+    let started = std::panic::catch_unwind(AssertUnwindSafe(|| ctx.executor.execute(call)))
+        .map(|f| AssertUnwindSafe(f).catch_unwind())
+        .map_err(|p| panic_message(&*p));
+    async move {
+        let fut = match started {
+            Ok(f) => f,
+            Err(p) => {
+                return Err(Fail::new(format!("tool '{tool}' executor panicked: {p}"), ErrorClass::ToolError));
+            }
+        };
+        let res = match timeout {
+            // Boxed: the timer is large and most calls have no timeout.
+            Some(t) => match Box::pin(tokio::time::timeout(Duration::from_millis(t), fut)).await {
+                Ok(r) => r,
+                Err(_) => return Err(Fail::new(format!("tool '{tool}' timed out after {t} ms"), ErrorClass::Timeout)),
+            },
+            None => fut.await,
+        };
+        match res {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(f)) => {
+                let class = classify(&f);
+                Err(Fail { terminal: f.is_terminal(), message: f.message, class })
+            }
+            Err(p) => Err(Fail::new(
                 format!("tool '{tool}' executor panicked: {}", panic_message(&*p)),
                 ErrorClass::ToolError,
-            ));
-        }
-    };
-    let res = match timeout {
-        // Boxed: the timer is large and most calls have no timeout.
-        Some(t) => match Box::pin(tokio::time::timeout(Duration::from_millis(t), fut)).await {
-            Ok(r) => r,
-            Err(_) => return Err(Fail::new(format!("tool '{tool}' timed out after {t} ms"), ErrorClass::Timeout)),
-        },
-        None => fut.await,
-    };
-    match res {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(f)) => {
-            let class = classify(&f);
-            Err(Fail { terminal: f.is_terminal(), message: f.message, class })
-        }
-        Err(p) => {
-            Err(Fail::new(format!("tool '{tool}' executor panicked: {}", panic_message(&*p)), ErrorClass::ToolError))
+            )),
         }
     }
 }
