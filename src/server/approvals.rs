@@ -297,7 +297,7 @@ impl Approvals {
 
     /// Registers the ask items of a submission before it runs, so the
     /// notification carries the plan item. Returns the approval ids.
-    pub(crate) fn expect(
+    fn expect(
         &self,
         proposal: &ActionProposal,
         items: &[Value],
@@ -385,6 +385,35 @@ impl Approvals {
             };
             let k = st.order.remove(pos);
             st.entries.remove(&k);
+        }
+    }
+
+    /// Before a submission runs on `rt` (any door: a WebSocket connection,
+    /// an MCP endpoint session): the plan items of its asks, so that the
+    /// approvers see each request with its action, parameters and layer.
+    /// Only while someone can approve (otherwise an ask is refused at once).
+    /// Returns `(approval key, action id)` per ask; hand the keys to
+    /// [`Approvals::done`] when the submission ends.
+    pub(crate) fn expect_asks(
+        &self,
+        rt: &crate::api::runtime::CarRuntime,
+        proposal: &ActionProposal,
+        submitter: (&str, &str),
+        policy_session: Option<&str>,
+    ) -> Vec<(String, String)> {
+        if !self.attached() {
+            return Vec::new();
+        }
+        match rt.plan_items(proposal, policy_session, None) {
+            Ok((items, asks, _)) if !asks.is_empty() => {
+                let answers = rt.runtime().admission_stage().session_state().clone();
+                let keys = self.expect(proposal, &items, submitter, answers, policy_session);
+                keys.into_iter()
+                    .zip(items.iter().filter(|i| i.get("approval_key").is_some()))
+                    .map(|(k, i)| (k, i["action_id"].as_str().unwrap_or_default().to_string()))
+                    .collect()
+            }
+            _ => Vec::new(),
         }
     }
 

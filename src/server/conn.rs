@@ -159,8 +159,8 @@ pub(crate) struct Conn {
 /// A session's runtime as the daemon configures it for every client (a
 /// WebSocket connection, an MCP endpoint session): the tier layer on
 /// (`sandbox_edit`) over the daemon's approvals ledger, the policy
-/// directory and the operator's admission document loaded. An error
-/// refuses the session.
+/// directory and the operator's admission document loaded, asks waiting on
+/// the daemon's one approvals store. An error refuses the session.
 ///
 /// `definitions` are admission definitions (`{name, risk, ...}`) of tools
 /// the session serves itself, added to the operator's document unless it
@@ -199,6 +199,12 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
         d.tools
             .extend(definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned());
         rt.configure_admission(d).map_err(|e| format!("connection refused: admission document `{source}`: {e}"))?;
+    }
+    // The daemon's one ask-approvals store: an ask of any session (a
+    // WebSocket connection or an MCP endpoint session) waits for an approver
+    // (`host.resolve_approval`, the dashboard) instead of being refused.
+    if let Some(a) = &daemon.approvals {
+        rt.set_approvals_store(Some(a.store())).map_err(|e| format!("connection refused: the approvals store: {e}"))?;
     }
     Ok(rt)
 }
@@ -611,11 +617,6 @@ impl Conn {
             daemon: daemon.clone(),
             config,
         };
-        if let Some(a) = &conn.approvals {
-            conn.rt
-                .set_approvals_store(Some(a.store()))
-                .map_err(|e| format!("connection refused: the approvals store: {e}"))?;
-        }
         conn.sync_admission_identity()?;
         daemon.activity.open(
             &conn.session_id,

@@ -98,6 +98,10 @@ fn tools() -> Vec<(&'static str, &'static str, Value)> {
 #[derive(Clone)]
 pub(crate) struct Endpoint {
     rt: CarRuntime,
+    /// This session's name as a submitter of approvals (`mcp-<uuid>`).
+    id: String,
+    /// The daemon's ask approvals, when it has them.
+    approvals: Option<Arc<super::approvals::Approvals>>,
     session: Option<String>,
     policy_dir: Option<PathBuf>,
     token: Option<String>,
@@ -135,7 +139,14 @@ impl Endpoint {
             rt.register_tool_schema(&s.to_string()).map_err(|e| format!("cannot register `{name}`: {e}"))?;
         }
         let session = rt.open_session().ok();
-        Ok(Endpoint { rt, session, policy_dir: config.policy_dir.clone(), token: config.token.clone() })
+        Ok(Endpoint {
+            rt,
+            id: format!("mcp-{}", uuid::Uuid::new_v4()),
+            approvals: daemon.approvals.clone(),
+            session,
+            policy_dir: config.policy_dir.clone(),
+            token: config.token.clone(),
+        })
     }
 
     /// Runs one of the stateless tools (inside the admitted action).
@@ -184,6 +195,23 @@ impl Endpoint {
             .is_some_and(|t| super::auth::tokens_equal(expected, t.trim()))
     }
 
+    /// Runs a proposal in this session: its asks wait on the daemon's
+    /// approvals, shown to the approvers as a WebSocket submission's are.
+    async fn execute(&self, proposal: &Value, exec: Arc<dyn crate::engine::ToolExecutor>) -> crate::Result<Value> {
+        let proposal = crate::ir::parse_proposal(&proposal.to_string())?;
+        let session = self.session.as_deref();
+        let expected = match &self.approvals {
+            Some(a) => a.expect_asks(&self.rt, &proposal, (&self.id, &self.id), session),
+            None => Vec::new(),
+        };
+        let out = self.rt.execute_parsed(proposal, exec, session, None).await;
+        if let Some(a) = &self.approvals {
+            a.done(&expected.into_iter().map(|(k, _)| k).collect::<Vec<_>>(), &self.id);
+        }
+        // A ProposalResult is plain data (string keys only): it always serialises.
+        Ok(serde_json::to_value(out?).unwrap_or_default())
+    }
+
     /// One `tools/call`.
     async fn call(&self, name: &str, arguments: Value, ctx: &RequestContext<RoleServer>) -> Result<Value, ErrorData> {
         if !tools().iter().any(|(n, _, _)| *n == name) {
@@ -204,12 +232,10 @@ impl Endpoint {
             let Some(proposal) = arguments.get("proposal").filter(|p| p.is_object()) else {
                 return Ok(error_result("submit_proposal: `proposal` is required and must be an object".into()));
             };
-            return Ok(
-                match self.rt.execute_proposal(&proposal.to_string(), refuse, self.session.as_deref(), None).await {
-                    Ok(text) => object_result(serde_json::from_str(&text).unwrap_or_default()),
-                    Err(e) => error_result(format!("submit_proposal refused: {e}")),
-                },
-            );
+            return Ok(match self.execute(proposal, refuse).await {
+                Ok(out) => object_result(out),
+                Err(e) => error_result(format!("submit_proposal refused: {e}")),
+            });
         }
         let proposal = json!({
             "id": uuid::Uuid::new_v4().to_string(),
@@ -218,8 +244,8 @@ impl Endpoint {
         });
         let me = self.clone();
         let exec = Arc::new(FnExecutor(move |c: ToolCall| me.run(&c)));
-        let out = match self.rt.execute_proposal(&proposal.to_string(), exec, self.session.as_deref(), None).await {
-            Ok(text) => serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        let out = match self.execute(&proposal, exec).await {
+            Ok(out) => out,
             Err(e) => return Ok(error_result(format!("{name}: refused: {e}"))),
         };
         let r = out["results"].as_array().and_then(|r| r.first()).cloned().unwrap_or_default();

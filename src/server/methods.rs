@@ -658,18 +658,8 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
     // The asks' plan items, for the approvers' notification (only while
     // someone can approve: otherwise an ask is refused at once).
     let expected = match &conn.approvals {
-        Some(a) if a.attached() => match conn.rt.plan_items(&proposal, session, None) {
-            Ok((items, asks, _)) if !asks.is_empty() => {
-                let answers = conn.rt.runtime().admission_stage().session_state().clone();
-                let keys = a.expect(&proposal, &items, (&conn.principal(), &conn.session_id), answers, session);
-                keys.into_iter()
-                    .zip(items.iter().filter(|i| i.get("approval_key").is_some()))
-                    .map(|(k, i)| (k, i["action_id"].as_str().unwrap_or_default().to_string()))
-                    .collect()
-            }
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
+        Some(a) => a.expect_asks(&conn.rt, &proposal, (&conn.principal(), &conn.session_id), session),
+        None => Vec::new(),
     };
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
     let started = chrono::Utc::now();

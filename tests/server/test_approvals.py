@@ -341,3 +341,77 @@ def test_a_tier_escalation_waits_for_an_approval_recorded_on_the_ledger(daemon):
         await a.close()
 
     run(go())
+
+
+# --- the MCP endpoint's asks wait on the same store ---------------------------------
+
+
+def mcp_url(d, timeout=20):
+    """The daemon's MCP endpoint, read from its log (printed after `listening`)."""
+    import re
+    import time
+    end = time.time() + timeout
+    while time.time() < end:
+        m = re.search(r"MCP endpoint on (http://\S+/mcp) ", d.text())
+        if m:
+            return m.group(1)
+        time.sleep(0.05)
+    raise AssertionError("no MCP endpoint in the log: " + d.text())
+
+
+async def requested_tool(c, tool, timeout=20):
+    """The next approval.requested notification for a call of `tool`."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        for n in c.notifications:
+            p = n["params"]
+            if n["method"] == "host.event" and p["type"] == "approval.requested" and p["approval"].get("tool") == tool:
+                c.notifications.remove(n)
+                return n
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no approval.requested for {tool}: {c.notifications}")
+
+
+@pytest.mark.parametrize("resolution", ["approve", "deny"])
+def test_an_ask_of_the_mcp_endpoint_waits_for_an_approver_on_the_websocket(resolution):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    home = __import__("tempfile").mkdtemp(prefix="car-home-")
+    with open(os.path.join(home, "permissions.toml"), "w") as f:
+        f.write('[[ask]]\ntool = "simulate"\n')
+    d = Daemon(env={"CAR_AUTH_TOKEN": OP}, home=home)
+    try:
+        url = mcp_url(d)
+
+        async def go():
+            a = await approver(d.url)
+            streams = streamable_http_client(url)
+            async with streams as transport:
+                async with ClientSession(transport[0], transport[1]) as mcp:
+                    await mcp.initialize()
+                    write = {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 1}}
+                    args = {"proposal": proposal([write], "mcp-ask")}
+                    call = asyncio.create_task(mcp.call_tool("simulate", args))
+                    item = (await requested_tool(a, "simulate"))["params"]["approval"]
+                    # The request as a WebSocket submission's: its action, input and layer.
+                    assert item["status"] == "pending" and item["layer"] == "ask-rule", item
+                    assert item["action_id"] == "mcp-call" and item["submitted_by"].startswith("mcp-"), item
+                    assert item["parameters"]["proposal"]["id"] == "mcp-ask", item
+                    assert not call.done(), "the MCP call waits while the approval is pending"
+                    await a.call("host.resolve_approval",
+                                 {"approval_id": item["approval_id"], "resolution": resolution, "reason": "test"})
+                    r = await asyncio.wait_for(call, 20)
+                    text = r.content[0].text
+                    if resolution == "approve":
+                        assert not r.is_error, text
+                        assert json.loads(text) == {"k": 1}, text  # the state the proposal leaves
+                    else:
+                        assert r.is_error and "approval" in text, text
+            await a.close()
+
+        run(go())
+    finally:
+        d.__exit__(None, None, None)
+        shutil.rmtree(home, ignore_errors=True)
