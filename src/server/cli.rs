@@ -34,6 +34,10 @@ usage: car-server [options]
                          $CAR_HOME/events.jsonl
   --mcp-bind ADDR        the MCP endpoint's address (CAR_MCP_BIND; default the bind
                          address at port + 2, a free port with --port 0; `disabled`)
+  --webhook URL          POST every approval event, signed, to URL (repeatable;
+                         CAR_WEBHOOKS=URL,URL2); needs CAR_WEBHOOK_SECRET (16+
+                         characters) or --webhook-secret-file F. While set, asks
+                         wait for an approver instead of being refused at once
   --require-auth         deprecated no-op (auth is on by default)
   --version, --help
 
@@ -43,7 +47,9 @@ CAR_WS_IDLE_TIMEOUT_MS (90000), CAR_SUPERVISION_TIMEOUT_MS (60000),
 CAR_AUTH_MAX_FAILURES (5 per peer address and window; 0 = no limit),
 CAR_AUTH_FAILURE_WINDOW_MS (60000), CAR_AUTH_TIMEOUT_MS (30000),
 CAR_MAX_UNAUTH_CONNECTIONS (64), CAR_MAX_QUEUED_FRAMES (4096),
-CAR_MAX_QUEUED_BYTES (67108864), CAR_MAX_IN_FLIGHT (1024)";
+CAR_MAX_QUEUED_BYTES (67108864), CAR_MAX_IN_FLIGHT (1024),
+CAR_WEBHOOK_ATTEMPTS (5), CAR_WEBHOOK_BACKOFF_MS (500, doubling),
+CAR_WEBHOOK_TIMEOUT_MS (10000), CAR_DASHBOARD_URL (the approval links' address)";
 
 struct Args {
     port: u16,
@@ -58,6 +64,8 @@ struct Args {
     max_frame_bytes: Option<usize>,
     dashboard: Option<String>,
     store: Option<String>,
+    webhooks: Vec<String>,
+    webhook_secret_file: Option<PathBuf>,
 }
 
 fn env(k: &str) -> Option<String> {
@@ -78,6 +86,8 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         max_frame_bytes: None,
         dashboard: None,
         store: None,
+        webhooks: Vec::new(),
+        webhook_secret_file: None,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -103,6 +113,8 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
                     Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
             }
             "--store" => a.store = Some(value("--store")?),
+            "--webhook" => a.webhooks.push(value("--webhook")?),
+            "--webhook-secret-file" => a.webhook_secret_file = Some(PathBuf::from(value("--webhook-secret-file")?)),
             "--require-auth" => {
                 eprintln!("car-server: --require-auth is deprecated and has no effect: auth is on by default")
             }
@@ -140,6 +152,39 @@ fn dashboard_addr(setting: Option<String>, ws_port: u16) -> Result<Option<String
     } else {
         format!("{bind}:{port}")
     }))
+}
+
+/// `--webhook` (repeatable) and `CAR_WEBHOOKS` (comma- or space-separated),
+/// the secret from `--webhook-secret-file` or `CAR_WEBHOOK_SECRET`, and
+/// `CAR_WEBHOOK_ATTEMPTS`, `CAR_WEBHOOK_BACKOFF_MS`, `CAR_WEBHOOK_TIMEOUT_MS`,
+/// `CAR_DASHBOARD_URL` (the link's address, when receivers reach the
+/// dashboard by another name).
+fn webhooks_config(args: &Args) -> Result<Option<server::webhooks::Webhooks>, String> {
+    let mut urls = args.webhooks.clone();
+    if let Some(list) = env("CAR_WEBHOOKS") {
+        urls.extend(list.split(|c: char| c == ',' || c.is_whitespace()).filter(|u| !u.is_empty()).map(str::to_string));
+    }
+    if urls.is_empty() {
+        return Ok(None);
+    }
+    let secret = match &args.webhook_secret_file {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).map_err(|e| format!("--webhook-secret-file `{}`: {e}", p.display()))?)
+        }
+        None => env("CAR_WEBHOOK_SECRET"),
+    };
+    let mut h = server::webhooks::Webhooks::new(urls, secret)?;
+    if let Some(n) = env_num("CAR_WEBHOOK_ATTEMPTS")? {
+        h.attempts = (n as u32).clamp(1, 20);
+    }
+    if let Some(ms) = env_num("CAR_WEBHOOK_BACKOFF_MS")? {
+        h.backoff = Duration::from_millis(ms);
+    }
+    if let Some(ms) = env_num("CAR_WEBHOOK_TIMEOUT_MS")? {
+        h.timeout = Duration::from_millis(ms.max(10));
+    }
+    h.dashboard_url = env("CAR_DASHBOARD_URL");
+    Ok(Some(h))
 }
 
 fn env_num(name: &str) -> Result<Option<u64>, String> {
@@ -242,6 +287,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     if let Some(n) = env_num("CAR_MAX_IN_FLIGHT")? {
         config.max_in_flight = (n as usize).max(1);
     }
+    config.webhooks = webhooks_config(&args)?;
     config.allow_self_approval = args.allow_self_approval
         || env("CAR_ALLOW_SELF_APPROVAL").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
     config.policy_dir = Some(paths.policy_dir());

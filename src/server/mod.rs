@@ -16,6 +16,7 @@ mod methods;
 pub mod rpc;
 mod supervision;
 mod throttle;
+pub mod webhooks;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -98,6 +99,9 @@ pub struct Config {
     /// postgres://...`. Every event of every connection is recorded in it,
     /// one hash chain per daemon. `None`: events stay in memory.
     pub event_log: Option<std::sync::Arc<dyn crate::events::EventSink>>,
+    /// Approval webhooks (`--webhook`, `CAR_WEBHOOKS`): every approval event
+    /// POSTed, signed, to each URL ([`webhooks`]). `None`: none.
+    pub webhooks: Option<webhooks::Webhooks>,
 }
 
 impl Default for Config {
@@ -128,6 +132,7 @@ impl Default for Config {
             supervision_timeout: Duration::from_secs(60),
             approvals_dir: None,
             event_log: None,
+            webhooks: None,
         }
     }
 }
@@ -271,6 +276,12 @@ pub async fn serve_all(
     shutdown: impl Future<Output = ()>,
 ) {
     let daemon = Arc::new(Daemon::new(&config));
+    let dashboard_url = dashboard.as_ref().and_then(|l| l.local_addr().ok()).map(|a| format!("http://{a}"));
+    match (&config.webhooks, &daemon.approvals) {
+        (Some(h), Some(a)) => webhooks::spawn(h.clone(), a, dashboard_url),
+        (Some(_), None) => eprintln!("car-server: approval webhooks not sent: the daemon has no approvals store"),
+        (None, _) => {}
+    }
     let dashboard_task = match (dashboard, &daemon.approvals) {
         (Some(l), Some(a)) => match l.local_addr() {
             Ok(local) => {
