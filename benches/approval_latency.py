@@ -22,6 +22,10 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "server"))
+# test_server reads the shared suite daemon's address at import; this bench
+# starts daemons of its own.
+os.environ.setdefault("CAR_SERVER_URL", "ws://127.0.0.1:0")
+os.environ.setdefault("CAR_SERVER_TOKEN", "unused")
 from client import Client  # noqa: E402
 from test_server import Daemon  # noqa: E402
 
