@@ -536,6 +536,9 @@ impl EventSink for crate::store::file::AuditFile {
     fn record(&self, event: &Event) {
         crate::store::file::AuditFile::record(self, event);
     }
+    fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        Some(crate::store::file::AuditFile::durable(self))
+    }
 }
 
 /// The append-only (modulo retention and `clear`) event log.

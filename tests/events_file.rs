@@ -187,3 +187,40 @@ fn car_run_appends_and_car_events_exports_and_verifies() {
     assert!(out.status.success());
     assert_eq!(std::fs::read_to_string(&log).unwrap(), before);
 }
+
+#[test]
+fn concurrent_proposals_share_the_sync_and_every_ticket_resolves() {
+    use std::time::Duration;
+    let d = temp_dir("group");
+    let path = d.0.join(EVENTS_FILE);
+    let (file, _) = AuditFile::open(&path).unwrap();
+    let file = Arc::new(file);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let file = file.clone();
+            tasks.push(tokio::spawn(async move {
+                let log = EventLog::new();
+                log.attach_file(file);
+                for i in 0..25 {
+                    log.record(EventKind::StateChanged, None, None, json!({"t": t, "i": i}));
+                    log.record(EventKind::ProposalCompleted, None, None, json!({"aborted": false}));
+                    tokio::time::timeout(Duration::from_secs(20), log.sink_durable())
+                        .await
+                        .expect("a durability ticket resolves");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    // The sync thread ends when idle; a later ticket starts another.
+    std::thread::sleep(Duration::from_millis(1300));
+    let ticket = file.durable();
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), ticket).await.unwrap().unwrap() });
+    let r = verify_file(&path).unwrap();
+    assert!(r.intact(), "{r:?}");
+    assert_eq!(r.records, 16 * 25 * 2);
+}

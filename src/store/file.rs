@@ -19,11 +19,11 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
-use crate::events::{Event, EventKind};
+use crate::events::Event;
 use crate::{Error, Result};
 
 /// The file name of the audit log under a state directory.
@@ -176,9 +176,62 @@ struct Inner {
 }
 
 /// An append-only, hash-chained audit file shared by event logs.
+///
+/// Records are written as they come (under the file's `flock`); making
+/// them durable is [`AuditFile::durable`]'s: a ticket that resolves after
+/// the next `fsync`, which one thread of the file makes for every ticket
+/// waiting at once (group commit), off the caller's thread. The engine
+/// awaits one at the end of every proposal, so a result is returned only
+/// once its events are on disk, and concurrent proposals share the sync.
 pub struct AuditFile {
     path: PathBuf,
     inner: Mutex<Inner>,
+    sync: Arc<GroupSync>,
+}
+
+/// The tickets waiting for the file's next `fsync`, and the thread making it.
+struct GroupSync {
+    path: PathBuf,
+    /// The same open file as [`Inner::file`] (a duplicated descriptor).
+    file: std::fs::File,
+    state: Mutex<SyncQueue>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct SyncQueue {
+    waiting: Vec<tokio::sync::oneshot::Sender<()>>,
+    running: bool,
+}
+
+impl GroupSync {
+    /// Syncs for every waiting ticket at once until none is left; the thread
+    /// then ends (the next ticket starts another).
+    fn run(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut q = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if q.waiting.is_empty() {
+                    let (g, _) = self
+                        .wake
+                        .wait_timeout(q, std::time::Duration::from_secs(1))
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    q = g;
+                    if q.waiting.is_empty() {
+                        q.running = false;
+                        return;
+                    }
+                }
+                std::mem::take(&mut q.waiting)
+            };
+            if let Err(e) = self.file.sync_data() {
+                eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
+            }
+            for t in batch {
+                let _ = t.send(());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for AuditFile {
@@ -203,9 +256,15 @@ impl AuditFile {
         let read = Self::read_for_append(&path);
         let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::Unlock);
         let (report, len) = read?;
+        let sync = Arc::new(GroupSync {
+            path: path.clone(),
+            file: file.try_clone().map_err(|e| io_err(&path, e))?,
+            state: Mutex::new(SyncQueue::default()),
+            wake: std::sync::Condvar::new(),
+        });
         let inner =
             Inner { file, next_id: report.records as u64 + 1, last_hash: report.head.clone(), failed: None, len };
-        Ok((AuditFile { path, inner: Mutex::new(inner) }, report))
+        Ok((AuditFile { path, inner: Mutex::new(inner), sync }, report))
     }
 
     /// Verifies the file, moves a torn last record aside and cuts it off;
@@ -244,7 +303,7 @@ impl AuditFile {
     }
 
     /// Appends `event` as the file's next record (its own id and chain link);
-    /// syncs the file when the event is a `ProposalCompleted`. Other
+    /// [`AuditFile::durable`] makes it durable. Other
     /// processes may append to the same file (two `car run`s of one
     /// `$CAR_HOME`): each append holds an exclusive `flock` and first folds
     /// in (and verifies) the records appended since this process's last
@@ -273,9 +332,6 @@ impl AuditFile {
             let mut line = serde_json::to_string(&*m).map_err(std::io::Error::other)?;
             line.push('\n');
             inner.file.write_all(line.as_bytes())?;
-            if event.kind == EventKind::ProposalCompleted {
-                inner.file.sync_data()?;
-            }
             inner.len += line.len() as u64;
             inner.next_id += 1;
             inner.last_hash = Some(hash);
@@ -314,6 +370,32 @@ impl AuditFile {
         }
         inner.len = cur;
         Ok(())
+    }
+
+    /// A ticket resolving once every record written so far is on disk: the
+    /// file's sync thread makes one `fsync` for all the tickets waiting.
+    pub fn durable(&self) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut q = self.sync.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        q.waiting.push(tx);
+        if !q.running {
+            q.running = true;
+            let s = self.sync.clone();
+            if let Err(e) = std::thread::Builder::new().name("car-event-sync".into()).spawn(move || s.run()) {
+                // No thread: sync here rather than not at all.
+                q.running = false;
+                let waiting = std::mem::take(&mut q.waiting);
+                drop(q);
+                eprintln!("car: event file `{}`: no sync thread ({e}); syncing inline", self.path.display());
+                let _ = self.sync.file.sync_data();
+                for t in waiting {
+                    let _ = t.send(());
+                }
+                return rx;
+            }
+        }
+        self.sync.wake.notify_one();
+        rx
     }
 
     /// Syncs the file to disk; reports an earlier write failure.
