@@ -180,7 +180,14 @@ async fn route<S: ServerHandler + Send + 'static>(
             );
         }
     }
-    svc.handle(req).await
+    let delete = req.method() == Method::DELETE;
+    let mut r = svc.handle(req).await;
+    // rmcp answers a session's DELETE `202 Accepted`; the session is gone
+    // by then, and clients (the official SDKs) expect 200 or 204.
+    if delete && r.status() == StatusCode::ACCEPTED {
+        *r.status_mut() = StatusCode::NO_CONTENT;
+    }
+    r
 }
 
 /// Serves `svc` on `listener` until `shutdown` resolves.
