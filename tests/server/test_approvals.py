@@ -62,19 +62,20 @@ async def approver(url):
     return c
 
 
-async def requested(c, proposal_id, timeout=20):
-    """The next approval.requested notification for this proposal."""
+async def requested(c, proposal_id, timeout=20, field="proposal_id"):
+    """The next approval.requested notification whose approval's `field`
+    (default: the proposal id) is `proposal_id`."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while loop.time() < end:
         for n in c.notifications:
             p = n["params"]
             if n["method"] == "host.event" and p["type"] == "approval.requested" \
-                    and p["approval"].get("proposal_id") == proposal_id:
+                    and p["approval"].get(field) == proposal_id:
                 c.notifications.remove(n)
                 return n
         await asyncio.sleep(0.02)
-    raise AssertionError(f"no approval.requested for {proposal_id}: {c.notifications}")
+    raise AssertionError(f"no approval.requested with {field} {proposal_id}: {c.notifications}")
 
 
 def echo(aid, **params):
@@ -359,20 +360,6 @@ def mcp_url(d, timeout=20):
     raise AssertionError("no MCP endpoint in the log: " + d.text())
 
 
-async def requested_tool(c, tool, timeout=20):
-    """The next approval.requested notification for a call of `tool`."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while loop.time() < end:
-        for n in c.notifications:
-            p = n["params"]
-            if n["method"] == "host.event" and p["type"] == "approval.requested" and p["approval"].get("tool") == tool:
-                c.notifications.remove(n)
-                return n
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no approval.requested for {tool}: {c.notifications}")
-
-
 @pytest.mark.parametrize("resolution", ["approve", "deny"])
 def test_an_ask_of_the_mcp_endpoint_waits_for_an_approver_on_the_websocket(resolution, caplog):
     from mcp import ClientSession
@@ -394,7 +381,7 @@ def test_an_ask_of_the_mcp_endpoint_waits_for_an_approver_on_the_websocket(resol
                     write = {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 1}}
                     args = {"proposal": proposal([write], "mcp-ask")}
                     call = asyncio.create_task(mcp.call_tool("simulate", args))
-                    item = (await requested_tool(a, "simulate"))["params"]["approval"]
+                    item = (await requested(a, "simulate", field="tool"))["params"]["approval"]
                     # The request as a WebSocket submission's: its action, input and layer.
                     assert item["status"] == "pending" and item["layer"] == "ask-rule", item
                     assert item["action_id"] == "mcp-call" and item["submitted_by"].startswith("mcp-"), item
