@@ -162,7 +162,7 @@ pub(crate) fn spawn(hooks: Webhooks, approvals: &Arc<Approvals>, dashboard: Opti
     let dashboard = hooks.dashboard_url.clone().or(dashboard);
     let hooks = Arc::new(hooks);
     eprintln!(
-        "car-server: approval webhooks: {} (signed with CAR_WEBHOOK_SECRET; {} attempts)",
+        "car-server: approval webhooks: {} (HMAC-signed; up to {} attempts each)",
         hooks.urls.join(", "),
         hooks.attempts
     );
