@@ -22,7 +22,7 @@ import time
 import pytest
 
 from test_server import BIN, Daemon, proposal, run, tool_call
-from test_approvals import OP, connect
+from test_approvals import ASK_ECHO, OP, connect, submitter
 
 SECRET = "webhook-secret-0123456789"
 
@@ -80,15 +80,7 @@ def test_approval_events_are_posted_signed_and_retried_and_an_ask_waits_for_the_
     try:
         async def go():
             # Nobody is subscribed on the WebSocket: the webhook is the approver.
-            s = await connect(d.url, admission={"ask": [{"tool": "echo"}]})
-            await s.call("tools.register", [{"name": "echo"}])
-            ran = []
-
-            async def execute(params):
-                ran.append(params["parameters"])
-                return "ok"
-
-            s.handlers["tools.execute"] = execute
+            s = await submitter(d.url)
             pending = asyncio.create_task(
                 s.request("proposal.submit", {"proposal": proposal([tool_call("e1", "echo", parameters={"m": 1})], "wh-1")}))
             # The first attempt is answered 503, the second delivers.
@@ -109,7 +101,7 @@ def test_approval_events_are_posted_signed_and_retried_and_an_ask_waits_for_the_
             op = await connect(d.url)
             await op.call("host.resolve_approval", {"approval_id": item["approval_id"], "resolution": "approve"})
             res = (await pending)["result"]
-            assert res["results"][0]["status"] == "succeeded" and ran == [{"m": 1}]
+            assert res["results"][0]["status"] == "succeeded" and s.ran == [{"m": 1}]
             await asyncio.get_running_loop().run_in_executor(None, rx.wait, 3)
             done = verified(rx.requests[2])
             assert done["type"] == "approval.resolved" and done["approval"]["approval_id"] == item["approval_id"]
@@ -133,12 +125,7 @@ def test_a_receiver_that_never_succeeds_is_logged_and_admission_goes_on():
                     "CAR_WEBHOOK_ATTEMPTS": "3"})
     try:
         async def go():
-            s = await connect(d.url, admission={"ask": [{"tool": "echo"}], "approval_timeout_ms": 1500})
-            await s.call("tools.register", [{"name": "echo"}])
-            async def execute(params):
-                return "ok"
-
-            s.handlers["tools.execute"] = execute
+            s = await submitter(d.url, admission={**ASK_ECHO, "approval_timeout_ms": 1500})
             t0 = time.time()
             resp = await s.request("proposal.submit", {"proposal": proposal([tool_call("e1", "echo")], "wh-2")})
             # Nobody answered: refused at the approval's timeout, not blocked by the webhooks.
