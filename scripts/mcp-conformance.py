@@ -37,24 +37,20 @@ DEBUG = ROOT / "target" / os.environ.get("CARGO_BUILD_TARGET", "x86_64-unknown-l
 # What each target must pass (scenarios outside these lists are recorded,
 # with the reason in docs/mcp.md).
 EXPECTED = {
-    "gateway": ["server-initialize", "ping", "tools-list", "server-sse-multiple-streams"],
+    "gateway": ["server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "logging-set-level",
+                "resources-list", "resources-subscribe", "resources-unsubscribe", "prompts-list"],
     "endpoint": ["server-initialize", "ping", "tools-list"],
 }
 
 # The suite's client scenarios run against the tool-source client, and the
 # ones it must pass.
 CLIENT_SCENARIOS = ["initialize", "tools_call"]
-CLIENT_MUST_PASS = ["initialize"]
+CLIENT_MUST_PASS = ["initialize", "tools_call"]
 
 # Scenarios server-everything passes directly that the gateway does not,
 # each with its reason (anything else passing directly must pass through
 # the gateway).
 NOT_FORWARDED = {
-    "logging-set-level": "the gateway forwards tools only (no logging capability)",
-    "resources-list": "the gateway forwards tools only (no resources)",
-    "resources-subscribe": "the gateway forwards tools only (no resources)",
-    "resources-unsubscribe": "the gateway forwards tools only (no resources)",
-    "prompts-list": "the gateway forwards tools only (no prompts)",
     "tools-call-simple-text": "server-everything has no `test_simple_text`; it answers the unknown tool with an "
                               "isError result the check accepts, the gateway with JSON-RPC -32602",
     "tools-call-error": "server-everything has no `test_error_handling`; as tools-call-simple-text",
@@ -139,7 +135,8 @@ def main():
 
         cfg = work / "gateway.toml"
         cfg.write_text('preset = "open"\n\n[mcp.servers.everything]\n'
-                       f'command = "node"\nargs = [{json.dumps(str(EVERYTHING))}, "stdio"]\n')
+                       f'command = "node"\nargs = [{json.dumps(str(EVERYTHING))}, "stdio"]\n'
+                       'resources = true\nprompts = true\n')
         log = work / "gateway.log"
         gw = subprocess.Popen([a.car, "mcp", "serve", "--config", str(cfg), "--http", "127.0.0.1:0"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "w"))

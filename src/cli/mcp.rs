@@ -28,6 +28,13 @@ pub struct ServeArgs {
     /// printed on stderr). Runs until SIGINT or SIGTERM.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Hold each ask open until it is answered in the approvals store (the
+    /// document's `approvals_dir`: `car approvals resolve`, the daemon's
+    /// dashboard and approvers when it is the daemon's `$CAR_HOME`) or
+    /// `approval_timeout_ms` passes (then it is denied). Without it an ask
+    /// is refused at once, naming the approval to answer before a retry.
+    #[arg(long)]
+    pub wait_for_approvals: bool,
 }
 
 /// Reads the gateway's document (`FILE: reason` when it is malformed); with
@@ -81,18 +88,45 @@ pub fn serve(a: ServeArgs) -> CliResult {
     let config = load(&a.config)?;
     let rt = CarRuntime::new();
     rt.enable_event_log_hash_chaining();
+    let approvals_dir = config.approvals_dir.clone();
     rt.configure_admission(config).map_err(|e| CliError::Input(format!("{}: {e}", a.config.display())))?;
+    if a.wait_for_approvals {
+        let Some(dir) = approvals_dir else {
+            return Err(CliError::Input(format!(
+                "--wait-for-approvals: {} has no `approvals_dir` (the store an approver answers in)",
+                a.config.display()
+            )));
+        };
+        // The approver: every pending ask is announced on stderr (the MCP
+        // client's log); it is answered in the store.
+        rt.on_approval_json(std::sync::Arc::new(move |event: String| {
+            let v: serde_json::Value = serde_json::from_str(&event).unwrap_or_default();
+            if v["event"] == "pending" {
+                let key = super::shown(v["key"].as_str().unwrap_or_default()).into_owned();
+                let tool = super::shown(v["tool"].as_str().unwrap_or_default()).into_owned();
+                eprintln!(
+                    "car mcp serve: `{tool}` waits for approval {key}: car approvals resolve --dir {} {key} allow|deny",
+                    super::shown(&dir)
+                );
+            }
+        }));
+    }
     let gateway =
         car_runtime::mcp::gateway::Gateway::new(rt.clone(), a.plan_mode).map_err(|e| CliError::Input(e.to_string()))?;
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    match &a.http {
+    // Served on the MCP runtime's worker thread, where the upstream
+    // connections run: a forwarded call stays on one thread (each hop to
+    // another thread costs a wake-up and a context switch).
+    let tokio =
+        gateway.serving_runtime().ok_or_else(|| CliError::Runtime("the MCP runtime is not running".to_string()))?;
+    let spawned = tokio.clone();
+    match a.http.clone() {
         None => tokio
-            .block_on(car_runtime::mcp::gateway::serve_stdio(gateway))
+            .block_on(async move { spawned.spawn(car_runtime::mcp::gateway::serve_stdio(gateway)).await })
+            .map_err(|e| CliError::Runtime(format!("the MCP session task failed: {e}")))?
             .map_err(|e| CliError::Runtime(e.to_string()))?,
-        Some(addr) => tokio.block_on(serve_http(gateway, addr))?,
+        Some(addr) => tokio
+            .block_on(async move { spawned.spawn(async move { serve_http(gateway, &addr).await }).await })
+            .map_err(|e| CliError::Runtime(format!("the MCP server task failed: {e}")))??,
     }
     if let Some(path) = &a.events {
         let events = rt.event_query("{}").map_err(|e| CliError::Runtime(e.to_string()))?;

@@ -117,6 +117,12 @@ enum Command {
         after_help = "Example:\n  car mcp serve --config gateway.toml      # an MCP server on stdio; see docs/mcp.md"
     )]
     Mcp(McpCommand),
+    /// The durable approvals store (`approvals.jsonl` in a state directory): list and answer asks.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  car approvals list --dir ./state                 # the pending asks, oldest first\n  car approvals resolve --dir ./state KEY allow    # or deny, with --reason TEXT\n\nA runtime holding an ask on that store (car mcp serve --wait-for-approvals, car-server) runs or refuses it at once."
+    )]
+    Approvals(ApprovalsCommand),
     /// The audit log `car run` and `car-server` append to (`events.jsonl` under `$CAR_HOME`).
     #[command(
         subcommand,
@@ -298,6 +304,33 @@ enum EventsCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum ApprovalsCommand {
+    /// The pending approvals of a store, oldest first (overdue ones are denied first).
+    List {
+        /// The state directory holding `approvals.jsonl` (the document's `approvals_dir`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// `--format json` (or `--json`): print `{pending: [...]}`.
+        #[command(flatten)]
+        format: OutputFormat,
+    },
+    /// Answer a pending approval: `allow` runs the held call, `deny` refuses it.
+    Resolve {
+        /// The state directory holding `approvals.jsonl`.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The approval's key (from `car approvals list`).
+        key: String,
+        /// `allow` or `deny`.
+        #[arg(value_parser = ["allow", "deny"])]
+        decision: String,
+        /// Why (recorded with the resolution).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum SandboxCommand {
     /// Report what this machine can enforce (Landlock, namespaces, cgroups) and which presets work.
     #[command(
@@ -373,6 +406,10 @@ pub fn main() -> ExitCode {
         }
         Command::ShellMatch(a) => inspect::shell_match(&a.command, &a.allow, &a.ask, &a.deny),
         Command::Sandbox(SandboxCommand::Check { out }) => sandbox::check(out.json()),
+        Command::Approvals(ApprovalsCommand::List { dir, format }) => approvals_list(&dir, format.json()),
+        Command::Approvals(ApprovalsCommand::Resolve { dir, key, decision, reason }) => {
+            approvals_resolve(&dir, &key, &decision, &reason)
+        }
         Command::Events(EventsCommand::Export { dir, out }) => events::export(dir.as_deref(), out.as_deref()),
         Command::Events(EventsCommand::Verify { file, format }) => events::verify(&file, format.json()),
         #[cfg(feature = "mcp")]
@@ -478,4 +515,42 @@ mod tests {
             "\\u{202e}txt.exe\\u{2066}\\u{2069}\\u{200b}\\u{200f}\\u{85}"
         );
     }
+}
+
+fn approvals_list(dir: &std::path::Path, json: bool) -> CliResult {
+    let dir = dir.to_string_lossy();
+    let text = car_runtime::api::gate::approvals_pending(&dir).map_err(|e| CliError::Input(format!("{dir}: {e}")))?;
+    if json {
+        println!("{text}");
+        return Ok(0);
+    }
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let pending = v["pending"].as_array().cloned().unwrap_or_default();
+    if pending.is_empty() {
+        println!("no pending approvals in {dir}");
+    }
+    for p in pending {
+        let field = |k: &str| p[k].as_str().map(|s| shown(s).into_owned()).unwrap_or_default();
+        println!(
+            "{}  tool {}  requested {}  deadline {}",
+            field("key"),
+            field("tool"),
+            field("requested_at"),
+            field("deadline")
+        );
+    }
+    Ok(0)
+}
+
+fn approvals_resolve(dir: &std::path::Path, key: &str, decision: &str, reason: &str) -> CliResult {
+    let dir = dir.to_string_lossy();
+    let text = car_runtime::api::gate::approval_resolve(&dir, key, decision, reason)
+        .map_err(|e| CliError::Input(format!("{dir}: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if v["applied"] == false {
+        println!("{key}: already closed ({}); nothing changed", shown(v["decision"].as_str().unwrap_or("?")));
+        return Ok(1);
+    }
+    println!("{}: {decision}", shown(key));
+    Ok(0)
 }

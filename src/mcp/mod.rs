@@ -95,6 +95,17 @@ pub struct McpServerConfig {
     /// it the contracts seen at the first connection are the accepted ones.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pinned: BTreeMap<String, String>,
+    /// Import the server's resources (when it declares them) as the tool
+    /// `<prefix>read_resource` (`{uri}`), so every read passes admission;
+    /// the gateway also forwards `resources/list`, templates and
+    /// subscriptions of such a server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resources: bool,
+    /// Import the server's prompts (when it declares them) as the tool
+    /// `<prefix>get_prompt` (`{name, arguments}`); the gateway also forwards
+    /// `prompts/list` (names with the prefix) and argument completion.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prompts: bool,
 }
 
 fn pattern_matches(pattern: &str, name: &str) -> bool {
@@ -197,6 +208,83 @@ pub fn contract_hash(name: &str, description: &str, parameters: &Value) -> Strin
     hex::encode(Sha256::digest(&bytes))
 }
 
+/// What an imported tool calls on its server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImportKind {
+    /// `tools/call` of the remote tool.
+    #[default]
+    Tool,
+    /// `resources/read` (the server's `resources = true`).
+    ReadResource,
+    /// `prompts/get` (the server's `prompts = true`).
+    GetPrompt,
+}
+
+impl ImportKind {
+    fn is_tool(&self) -> bool {
+        *self == ImportKind::Tool
+    }
+}
+
+/// The remote name of the tool `resources = true` imports.
+pub const READ_RESOURCE: &str = "read_resource";
+/// The remote name of the tool `prompts = true` imports.
+pub const GET_PROMPT: &str = "get_prompt";
+
+impl ImportedTool {
+    /// The tool that reads the server's resources: a read, admitted like
+    /// every tool (`resources = true`).
+    pub fn read_resource(server: &str, cfg: &McpServerConfig) -> ImportedTool {
+        let description = format!(
+            "Read a resource of MCP server `{server}` by its URI (MCP resources/read), as listed by resources/list."
+        );
+        let parameters = json!({
+            "type": "object",
+            "properties": {"uri": {"type": "string", "minLength": 1, "description": "the resource's URI"}},
+            "required": ["uri"],
+            "additionalProperties": false,
+        });
+        Self::synthetic(server, cfg, READ_RESOURCE, ImportKind::ReadResource, description, parameters)
+    }
+
+    /// The tool that gets the server's prompts (`prompts = true`).
+    pub fn get_prompt(server: &str, cfg: &McpServerConfig) -> ImportedTool {
+        let description =
+            format!("Get a prompt of MCP server `{server}` by its name, with its arguments (MCP prompts/get).");
+        let parameters = json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "description": "the prompt's name on the server"},
+                "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "required": ["name"],
+            "additionalProperties": false,
+        });
+        Self::synthetic(server, cfg, GET_PROMPT, ImportKind::GetPrompt, description, parameters)
+    }
+
+    fn synthetic(
+        server: &str,
+        cfg: &McpServerConfig,
+        remote: &str,
+        kind: ImportKind,
+        description: String,
+        parameters: Value,
+    ) -> ImportedTool {
+        ImportedTool {
+            server: server.to_string(),
+            remote: remote.to_string(),
+            name: cfg.local_name(remote),
+            contract_hash: contract_hash(remote, &description, &parameters),
+            description,
+            parameters,
+            annotations: Some(json!({"readOnlyHint": true, "openWorldHint": false})),
+            kind,
+        }
+    }
+}
+
 /// A remote tool as imported: what gets registered and what admission reads.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ImportedTool {
@@ -215,6 +303,9 @@ pub struct ImportedTool {
     pub annotations: Option<Value>,
     /// Its contract hash ([`contract_hash`]).
     pub contract_hash: String,
+    /// What a call of it does on the server.
+    #[serde(skip_serializing_if = "ImportKind::is_tool")]
+    pub kind: ImportKind,
 }
 
 impl ImportedTool {

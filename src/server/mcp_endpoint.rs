@@ -198,7 +198,7 @@ impl Endpoint {
     /// Runs a proposal in this session: its asks wait on the daemon's
     /// approvals, shown to the approvers as a WebSocket submission's are.
     async fn execute(&self, proposal: &Value, exec: Arc<dyn crate::engine::ToolExecutor>) -> crate::Result<Value> {
-        let proposal = crate::ir::parse_proposal(&proposal.to_string())?;
+        let proposal = crate::ir::parse_proposal_value(proposal.clone())?;
         let session = self.session.as_deref();
         let expected = match &self.approvals {
             Some(a) => a.expect_asks(&self.rt, &proposal, (&self.id, &self.id), session),

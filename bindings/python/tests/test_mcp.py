@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import pathlib
+import sys
 
 import car_runtime as car
 from mcp import ClientSession, StdioServerParameters
@@ -72,7 +73,7 @@ async def with_gateway(cfg, body, *extra):
     params = StdioServerParameters(command=CAR, args=["mcp", "serve", "--config", str(cfg), *extra])
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
-            await session.initialize()
+            session.car_init = await session.initialize()
             return await body(session)
 
 
@@ -182,3 +183,209 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", {json.dumps(str(data))}
                 await body(session)
 
     asyncio.run(run())
+
+
+EVERYTHING = ROOT / "tests" / "mcp" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+
+def everything_config(tmp_path, extra=""):
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f"""
+preset = "open"
+{extra}
+
+[mcp.servers.ev]
+command = "node"
+args = [{json.dumps(str(EVERYTHING))}]
+prefix = "ev_"
+resources = true
+prompts = true
+""")
+    return cfg
+
+
+def test_gateway_forwards_resources_prompts_and_logging_through_admission(tmp_path):
+    """`resources = true` / `prompts = true`: server-everything's resources,
+    templates, prompts, completion, logging and subscriptions through the
+    gateway; every read and prompt is an admitted, logged call."""
+    assert EVERYTHING.exists(), f"{EVERYTHING}: npm ci in tests/mcp"
+    events = tmp_path / "events.json"
+
+    async def body(s):
+        init_caps = s.car_init.capabilities
+        assert init_caps.resources and init_caps.resources.subscribe and init_caps.prompts, init_caps
+        assert init_caps.logging is not None and init_caps.completions is not None, init_caps
+        names = {t.name for t in (await s.list_tools()).tools}
+        assert "ev_echo" in names and "ev_read_resource" not in names and "ev_get_prompt" not in names, names
+
+        resources = (await s.list_resources()).resources
+        uris = [str(r.uri) for r in resources]
+        assert "demo://resource/static/document/architecture.md" in uris, uris
+        r = await s.read_resource("demo://resource/static/document/architecture.md")
+        assert "Architecture" in r.contents[0].text, r
+        templates = [t.uri_template for t in (await s.list_resource_templates()).resource_templates]
+        assert "demo://resource/dynamic/text/{resourceId}" in templates, templates
+        # A URI no list named, routed by its template.
+        r = await s.read_resource("demo://resource/dynamic/text/3")
+        assert r.contents and str(r.contents[0].uri).endswith("/3"), r
+
+        prompts = {p.name for p in (await s.list_prompts()).prompts}
+        assert {"ev_simple-prompt", "ev_args-prompt"} <= prompts, prompts
+        p = await s.get_prompt("ev_args-prompt", {"city": "Lisbon", "state": "Lisboa"})
+        assert "Lisbon" in json.dumps(p.model_dump(mode="json")), p
+        from mcp.types import PromptReference
+        c = await s.complete(PromptReference(type="ref/prompt", name="ev_completable-prompt"),
+                             {"name": "department", "value": "E"})
+        assert c.completion.values, c
+
+        assert await s.set_logging_level("info") is not None
+        assert await s.subscribe_resource("demo://resource/static/document/features.md") is not None
+        assert await s.unsubscribe_resource("demo://resource/static/document/features.md") is not None
+
+    asyncio.run(with_gateway(everything_config(tmp_path), body, "--events", str(events)))
+    doc = json.loads(events.read_text())
+    assert doc["chain"].get("verified", 0) == doc["events"]["count"] > 0, doc["chain"]
+    logged = json.dumps(doc["events"]["events"])
+    assert "ev_read_resource" in logged and "ev_get_prompt" in logged, logged[:2000]
+
+
+def test_gateway_refuses_resource_reads_and_prompts_by_rule(tmp_path):
+    """A deny rule on the read tool hides the server's resources and refuses
+    a read with a JSON-RPC error naming the rule; an ask on the prompt tool
+    with no approver refuses `prompts/get`. Nothing refused reaches the server."""
+    from mcp.shared.exceptions import MCPError as McpError
+    cfg = everything_config(tmp_path, 'deny = [{ tool = "ev_read_resource" }]\nask = [{ tool = "ev_get_prompt" }]')
+
+    async def body(s):
+        assert (await s.list_resources()).resources == []
+        try:
+            await s.read_resource("demo://resource/static/document/architecture.md")
+            raise AssertionError("the read was not refused")
+        except McpError as e:
+            assert "deny" in str(e), str(e)
+        assert {p.name for p in (await s.list_prompts()).prompts}, "an ask rule does not hide prompts"
+        try:
+            await s.get_prompt("ev_simple-prompt")
+            raise AssertionError("the prompt was not refused")
+        except McpError as e:
+            assert "approval required" in str(e), str(e)
+
+    asyncio.run(with_gateway(cfg, body))
+
+
+TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
+
+
+def test_a_pypi_server_mcp_server_time_as_a_tool_source(tmp_path):
+    """`mcp-server-time` from PyPI over stdio: its annotations make both
+    tools `read`, so the `standard` preset runs them unasked; a call's structured content is the
+    output, an `isError` result a failure, and arguments its schema rejects
+    never reach it."""
+    rt = car.CarRuntime()
+    rt.set_permissions({"preset": "standard",
+                        "mcp": {"servers": {"time": {"command": TIME_SERVER[0], "args": TIME_SERVER[1:],
+                                                     "prefix": "time_"}}}})
+    tools = {t["name"]: t for t in json.loads(rt.list_tools())}
+    assert {"time_get_current_time", "time_convert_time"} <= set(tools), tools
+    assert tools["time_get_current_time"]["source"] == "mcp"
+
+    def run(tool, params):
+        action = {"id": "a", "type": "tool_call", "tool": tool, "parameters": params}
+        return json.loads(rt.execute_proposal({"id": "p", "actions": [action]}, lambda c: {}))["results"][0]
+
+    r = run("time_get_current_time", {"timezone": "Europe/Lisbon"})
+    assert r["status"] == "succeeded" and r["output"]["timezone"] == "Europe/Lisbon", r
+    r = run("time_convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
+    assert r["status"] == "succeeded" and r["output"]["target"]["timezone"] == "Asia/Tokyo", r
+    r = run("time_get_current_time", {"timezone": "Nowhere/Land"})
+    assert r["status"] == "failed" and "Invalid timezone" in r["error"], r
+    r = run("time_get_current_time", {})
+    assert r["status"] == "rejected" and "timezone" in r["error"], r
+
+
+def test_the_gateway_in_front_of_mcp_server_time(tmp_path):
+    """The gateway in front of the PyPI server: a deny rule hides and
+    refuses `convert_time`; `get_current_time` passes through verbatim."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f"""preset = "standard"
+deny = [{{ tool = "convert_time" }}]
+
+[mcp.servers.time]
+command = {json.dumps(TIME_SERVER[0])}
+args = {json.dumps(TIME_SERVER[1:])}
+""")
+
+    async def body(s):
+        names = {t.name for t in (await s.list_tools()).tools}
+        assert names == {"get_current_time"}, names
+        r = await s.call_tool("get_current_time", {"timezone": "UTC"})
+        assert not r.is_error and r.structured_content["timezone"] == "UTC", r
+        r = await s.call_tool("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "UTC"})
+        assert r.is_error and "deny" in text(r), text(r)
+
+    asyncio.run(with_gateway(cfg, body))
+
+
+def test_binding_reads_resources_and_prompts_as_admitted_tool_calls():
+    """The same `resources` / `prompts` flags in the binding's document: the
+    imported `read_resource` / `get_prompt` tools are ordinary, admitted calls."""
+    rt = car.CarRuntime()
+    rt.set_permissions({"preset": "open", "deny": [{"tool": "ev_get_prompt"}],
+                        "mcp": {"servers": {"ev": {"command": "node", "args": [str(EVERYTHING)], "prefix": "ev_",
+                                                   "resources": True, "prompts": True}}}})
+    tools = {t["name"]: t for t in json.loads(rt.list_tools())}
+    assert tools["ev_read_resource"]["source"] == "mcp" and "ev_get_prompt" in tools
+
+    def run(tool, params):
+        action = {"id": "a", "type": "tool_call", "tool": tool, "parameters": params}
+        return json.loads(rt.execute_proposal({"id": "p", "actions": [action]}, lambda c: {}))["results"][0]
+
+    r = run("ev_read_resource", {"uri": "demo://resource/static/document/architecture.md"})
+    assert r["status"] == "succeeded" and "Architecture" in r["output"], r
+    r = run("ev_read_resource", {"uri": "demo://nowhere/at/all"})
+    assert r["status"] == "failed" and "refused" in r["error"], r
+    assert run("ev_read_resource", {})["status"] == "rejected"
+    r = run("ev_get_prompt", {"name": "simple-prompt"})
+    assert r["status"] == "rejected" and "deny" in r["error"], r
+
+
+def test_gateway_holds_an_ask_until_car_approvals_resolve_answers_it(tmp_path):
+    """`--wait-for-approvals`: the ask is held open (not refused) until it is
+    answered in the store from the terminal with `car approvals resolve`;
+    allow runs the call, deny refuses it; the pending ask is announced."""
+    import subprocess
+    cfg, _, approvals = gateway_config(tmp_path)
+
+    def car_cli(*args):
+        return subprocess.run([CAR, "approvals", *args], capture_output=True, text=True, timeout=60)
+
+    async def answer(decision):
+        for _ in range(600):
+            out = car_cli("list", "--dir", str(approvals), "--json")
+            assert out.returncode == 0, out.stderr
+            pending = json.loads(out.stdout)["pending"]
+            if pending:
+                shown = car_cli("list", "--dir", str(approvals)).stdout
+                assert pending[0]["key"] in shown and "up_add" in shown, shown
+                done = car_cli("resolve", "--dir", str(approvals), pending[0]["key"], decision, "--reason", "test")
+                assert done.returncode == 0, done.stdout + done.stderr
+                again = car_cli("resolve", "--dir", str(approvals), pending[0]["key"], "allow")
+                assert again.returncode == 1 and "nothing changed" in again.stdout, again.stdout
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("no pending approval appeared")
+
+    async def body(s):
+        call = asyncio.ensure_future(s.call_tool("up_add", {"a": 20, "b": 22}))
+        await answer("allow")
+        r = await call
+        assert not r.is_error and r.structured_content == {"sum": 42.0}, text(r)
+        call = asyncio.ensure_future(s.call_tool("up_add", {"a": 1, "b": 2}))
+        await answer("deny")
+        r = await call
+        assert r.is_error and "denied" in text(r), text(r)
+
+    asyncio.run(with_gateway(cfg, body, "--wait-for-approvals"))
+    bad = subprocess.run([CAR, "mcp", "serve", "--config", str(everything_config(tmp_path)), "--wait-for-approvals"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "approvals_dir" in bad.stderr, bad.stderr
