@@ -40,6 +40,11 @@ export declare class CarRuntime {
   /** The admission configuration document in force, as JSON text. */
   admissionConfig(): string
   /**
+   * The MCP servers of the document's `mcp` section, as JSON text
+   * `{servers: {NAME: {connections, toolset_hash, tools, drift}}}`.
+   */
+  mcpStatus(): string
+  /**
    * The plan of a proposal before anything runs (JSON text `{plan_id,
    * proposal_id, items, counts}`); nothing runs, is recorded or is asked.
    */

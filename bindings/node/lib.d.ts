@@ -58,6 +58,8 @@ declare module './index' {
     ): { plan_id: string; proposal_id: string; items: Array<Record<string, unknown>>; counts: Record<string, number> };
     /** `admissionConfig`, parsed. */
     admissionConfigObj(): Record<string, unknown>;
+    /** `mcpStatus`, parsed. */
+    mcpStatusObj(): Record<string, unknown>;
   }
 }
 

@@ -501,7 +501,7 @@ for (const name of [
     enumerable: false,
   });
 }
-for (const name of ['stateGet', 'stateSnapshot', 'proposalPlan', 'admissionConfig']) {
+for (const name of ['stateGet', 'stateSnapshot', 'proposalPlan', 'admissionConfig', 'mcpStatus']) {
   const orig = CarRuntime.prototype[name];
   Object.defineProperty(CarRuntime.prototype, `${name}Obj`, {
     value: Object.defineProperty(function (...args) {

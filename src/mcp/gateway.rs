@@ -84,16 +84,19 @@ impl Gateway {
         self.rt.runtime().admission_stage().definition(name).risk == Some(crate::permission::Risk::Read)
     }
 
-    /// True when a deny rule refuses the tool whatever its arguments
-    /// (a call with no arguments is denied by the deny layer).
+    /// True when a deny rule refuses the tool whatever its arguments: the
+    /// admission stage's chain (not the validation before it, which would
+    /// refuse a probe without the tool's required arguments) denies a call
+    /// of it with no arguments in its deny-rule layer.
     fn denied_outright(&self, name: &str) -> bool {
-        let proposal = json!({"id": "tools-list", "actions": [{"id": "probe", "type": "tool_call", "tool": name}]});
-        let Ok(plan) = self.rt.proposal_plan(&proposal.to_string(), None, None) else { return false };
-        let plan: Value = serde_json::from_str(&plan).unwrap_or_default();
-        plan["items"]
-            .as_array()
-            .and_then(|items| items.first())
-            .is_some_and(|i| i["verdict"] == "deny" && i["layer"] == "deny-rule")
+        let probe = json!({"id": "tools-list", "actions": [{"id": "probe", "type": "tool_call", "tool": name}]});
+        let Ok(mut probe) = crate::ir::parse_proposal_value(probe) else { return false };
+        let Some(action) = probe.actions.pop() else { return false };
+        self.rt
+            .runtime()
+            .admission_stage()
+            .preview(&action, self.session.as_deref())
+            .is_some_and(|(d, _)| d.verdict == crate::permission::Verdict::Deny && d.layer == "deny-rule")
     }
 
     /// True when source `i`'s tool of `kind` is removed by a deny rule or

@@ -30,4 +30,13 @@ test('an mcp section imports and governs the tools of an MCP server', async () =
   assert.equal((await run('up_fail')).status, 'rejected');
   assert.notEqual((await run('up_echo', { text: 3 })).status, 'succeeded');
   assert.deepEqual(host, []);
+  // The drift report and contract hashes, from Node.
+  const status = rt.mcpStatusObj();
+  const t = status.servers.t;
+  assert.equal(t.connections, 1);
+  assert.match(t.toolset_hash, /^[0-9a-f]{64}$/);
+  assert.deepEqual(t.drift, []);
+  const echo = t.tools.find((x) => x.name === 'up_echo');
+  assert.equal(echo.accepted_hash, echo.current_hash);
+  assert.equal(echo.refused, false);
 });

@@ -538,6 +538,15 @@ impl PyCarRuntime {
         self.core.admission_config()
     }
 
+    /// The MCP servers of the document's `mcp` section, as JSON text
+    /// `{servers: {NAME: {connections, toolset_hash, tools, drift}}}`: each
+    /// tool's accepted and current contract hash, whether `pin` refuses it,
+    /// and every drift report (`old_hash`, `new_hash`, `changed`, `added`,
+    /// `removed`).
+    fn mcp_status(&self) -> String {
+        self.core.mcp_status()
+    }
+
     /// The plan of a proposal before anything runs: for every action what
     /// admission decides now (`verdict`, `layer`, `rule`, `reason`, tiers,
     /// `approval_key` of an ask, `preview` diff of a built-in file write), as

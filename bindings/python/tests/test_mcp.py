@@ -46,6 +46,10 @@ def test_binding_imports_mcp_tools_through_the_admission_document():
     assert run("up_fail")["status"] == "rejected"
     assert run("up_echo", {"text": 7})["status"] != "succeeded"
     assert host == [], "MCP tools never reach the host's callback"
+    status = json.loads(rt.mcp_status())["servers"]["t"]
+    assert status["connections"] == 1 and len(status["toolset_hash"]) == 64 and status["drift"] == []
+    echo = next(x for x in status["tools"] if x["name"] == "up_echo")
+    assert echo["accepted_hash"] == echo["current_hash"] and echo["refused"] is False
 
 
 def gateway_config(tmp_path, pin=False):

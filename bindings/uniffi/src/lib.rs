@@ -414,6 +414,12 @@ impl CarRuntime {
         self.core.admission_config()
     }
 
+    /// The MCP servers of the document's `mcp` section, as JSON text
+    /// `{servers: {NAME: {connections, toolset_hash, tools, drift}}}`.
+    pub fn mcp_status(&self) -> String {
+        self.core.mcp_status()
+    }
+
     /// The plan of a proposal before anything runs (JSON text `{plan_id,
     /// proposal_id, items, counts}`); nothing runs, is recorded or is asked.
     pub fn proposal_plan(

@@ -193,6 +193,9 @@ class CarRuntime:
     def admission_config(self) -> str:
         """The admission configuration document in force, as JSON text."""
         ...
+    def mcp_status(self) -> str:
+        """The MCP servers of the document's `mcp` section, as JSON text: contract hashes, pin refusals, drift reports."""
+        ...
     def proposal_plan(
         self, proposal_json: _ProposalArg, session_id: Optional[str] = None, scope_json: Optional[_JsonArg] = None
     ) -> str:
