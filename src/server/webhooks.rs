@@ -70,8 +70,10 @@ impl Webhooks {
     /// Checks the URLs (http only: this build has no TLS stack) and the
     /// secret (at least 16 characters), with the defaults above.
     pub fn new(urls: Vec<String>, secret: Option<String>) -> Result<Webhooks, String> {
-        let targets =
-            urls.into_iter().map(|url| Ok(Target { uri: check_url(&url)?, url })).collect::<Result<Vec<_>, String>>()?;
+        let targets = urls
+            .into_iter()
+            .map(|url| Ok(Target { uri: check_url(&url)?, url }))
+            .collect::<Result<Vec<_>, String>>()?;
         let secret = secret.map(|s| s.trim().to_string()).unwrap_or_default();
         if secret.is_empty() {
             return Err(

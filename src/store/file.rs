@@ -13,9 +13,11 @@
 //!   reported, moved aside to `<file>.torn-<unix seconds>` and cut from the
 //!   file, never merged with the next record. A record that does not parse or
 //!   breaks the chain anywhere else refuses the open, naming the line.
-//! - Each record is written with one `write` as it happens; the file is
-//!   synced to disk at every `ProposalCompleted`, so a proposal answers only
-//!   after its completion event is durable.
+//! - Records are written in batches by one writer thread of the file (one
+//!   `flock`, one `write` a batch) as soon as it is free, and synced by group
+//!   commit (one `fsync` for every durability ticket waiting); the engine
+//!   takes a ticket at the end of every proposal, so a proposal answers only
+//!   after its events are durable.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -164,7 +166,55 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::runtime("event_file_io_error", format!("event file `{}`: {e}", path.display()))
 }
 
-struct Inner {
+/// How long the writer thread waits, idle, before it ends (the next record
+/// or ticket starts another).
+const IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// An append-only, hash-chained audit file shared by event logs.
+///
+/// [`AuditFile::record`] only queues the event (a clone: its payload is
+/// rendered later); one writer thread of the file takes everything queued
+/// at once and appends it as one batch: one `flock`, one `fstat` (folding in
+/// what other processes appended), the records rendered, hashed and chained,
+/// one `write`, and, when a durability ticket ([`AuditFile::durable`]) is
+/// waiting, one `fsync` for all of them (group commit) before the tickets
+/// resolve. The engine awaits a ticket at the end of every proposal, so a
+/// result is returned only once its events are on disk; concurrent
+/// proposals share the batch. A record is written as soon as the writer is
+/// free (it is woken when it is idle), so an event is in the file, if not
+/// yet synced, within a batch of being recorded.
+pub struct AuditFile {
+    path: PathBuf,
+    shared: Arc<Shared>,
+}
+
+/// What the file's callers and its writer thread share.
+struct Shared {
+    path: PathBuf,
+    /// The same open file as [`Writer::file`] (a duplicated descriptor), to
+    /// sync without holding the writer.
+    sync_file: std::fs::File,
+    /// Taken first by whoever writes a batch (the writer thread, or
+    /// [`AuditFile::sync`] and drop inline), then the queue: so batches
+    /// reach the file in the order they were queued.
+    writer: Mutex<Writer>,
+    queue: Mutex<Queue>,
+    wake: std::sync::Condvar,
+}
+
+/// The events and tickets waiting for the next batch.
+#[derive(Default)]
+struct Queue {
+    events: Vec<Event>,
+    tickets: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// A writer thread exists.
+    running: bool,
+    /// It is waiting for work (the next record or ticket wakes it).
+    idle: bool,
+}
+
+/// The file's end as this process knows it.
+struct Writer {
     file: std::fs::File,
     next_id: u64,
     last_hash: Option<String>,
@@ -173,64 +223,139 @@ struct Inner {
     failed: Option<String>,
     /// The file's length after this process's last read or write.
     len: u64,
+    /// The batch's bytes (kept for its capacity).
+    buf: Vec<u8>,
 }
 
-/// An append-only, hash-chained audit file shared by event logs.
-///
-/// Records are written as they come (under the file's `flock`); making
-/// them durable is [`AuditFile::durable`]'s: a ticket that resolves after
-/// the next `fsync`, which one thread of the file makes for every ticket
-/// waiting at once (group commit), off the caller's thread. The engine
-/// awaits one at the end of every proposal, so a result is returned only
-/// once its events are on disk, and concurrent proposals share the sync.
-pub struct AuditFile {
-    path: PathBuf,
-    inner: Mutex<Inner>,
-    sync: Arc<GroupSync>,
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The tickets waiting for the file's next `fsync`, and the thread making it.
-struct GroupSync {
-    path: PathBuf,
-    /// The same open file as [`Inner::file`] (a duplicated descriptor).
-    file: std::fs::File,
-    state: Mutex<SyncQueue>,
-    wake: std::sync::Condvar,
-}
-
-#[derive(Default)]
-struct SyncQueue {
-    waiting: Vec<tokio::sync::oneshot::Sender<()>>,
-    running: bool,
-}
-
-impl GroupSync {
-    /// Syncs for every waiting ticket at once until none is left; the thread
-    /// then ends (the next ticket starts another).
+impl Shared {
+    /// Writes everything queued (and syncs when a ticket waits), until the
+    /// queue stays empty for [`IDLE`].
     fn run(self: Arc<Self>) {
+        let mut events = Vec::new();
+        let mut tickets = Vec::new();
         loop {
-            let batch = {
-                let mut q = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if q.waiting.is_empty() {
-                    let (g, _) = self
-                        .wake
-                        .wait_timeout(q, std::time::Duration::from_secs(1))
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+            {
+                let mut q = lock(&self.queue);
+                while q.events.is_empty() && q.tickets.is_empty() {
+                    q.idle = true;
+                    let (g, waited) =
+                        self.wake.wait_timeout(q, IDLE).unwrap_or_else(std::sync::PoisonError::into_inner);
                     q = g;
-                    if q.waiting.is_empty() {
+                    q.idle = false;
+                    if waited.timed_out() && q.events.is_empty() && q.tickets.is_empty() {
                         q.running = false;
                         return;
                     }
                 }
-                std::mem::take(&mut q.waiting)
-            };
-            if let Err(e) = self.file.sync_data() {
+            }
+            let mut w = lock(&self.writer);
+            {
+                let mut q = lock(&self.queue);
+                std::mem::swap(&mut events, &mut q.events);
+                std::mem::swap(&mut tickets, &mut q.tickets);
+            }
+            self.write_batch(&mut w, &events);
+            events.clear();
+            if tickets.is_empty() {
+                continue;
+            }
+            // The sync holds no lock: the next batch queues meanwhile.
+            drop(w);
+            if let Err(e) = self.sync_file.sync_data() {
                 eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
             }
-            for t in batch {
+            for t in tickets.drain(..) {
                 let _ = t.send(());
             }
         }
+    }
+
+    /// Writes everything queued and syncs, on the caller's thread.
+    fn flush(&self) -> std::io::Result<()> {
+        let mut w = lock(&self.writer);
+        let (events, tickets) = {
+            let mut q = lock(&self.queue);
+            (std::mem::take(&mut q.events), std::mem::take(&mut q.tickets))
+        };
+        self.write_batch(&mut w, &events);
+        let synced = w.file.sync_data();
+        for t in tickets {
+            let _ = t.send(());
+        }
+        synced
+    }
+
+    /// Appends `events` as the file's next records, under one `flock`, with
+    /// one `write`; the first failure stops this and every later batch.
+    fn write_batch(&self, w: &mut Writer, events: &[Event]) {
+        if events.is_empty() || w.failed.is_some() {
+            return;
+        }
+        let locked = rustix::fs::flock(&w.file, rustix::fs::FlockOperation::LockExclusive);
+        let outcome = locked.map_err(std::io::Error::from).and_then(|()| {
+            let cur = w.file.metadata()?.len();
+            if cur != w.len {
+                self.catch_up(w, cur)?;
+            }
+            let mut buf = std::mem::take(&mut w.buf);
+            buf.clear();
+            let (mut id, mut last) = (w.next_id, w.last_hash.take());
+            for e in events {
+                let mut m = e.content_as(id, last.as_deref());
+                let hash = crate::canonical::sha256_hex(&crate::canonical::canonical_object(&m));
+                m.insert("hash".into(), Value::String(hash));
+                serde_json::to_writer(&mut buf, &m).map_err(std::io::Error::other)?;
+                buf.push(b'\n');
+                let Some(Value::String(h)) = m.swap_remove("hash") else { unreachable!("inserted above") };
+                last = Some(h);
+                id += 1;
+            }
+            let written = w.file.write_all(&buf);
+            if written.is_ok() {
+                w.len += buf.len() as u64;
+                w.next_id = id;
+                w.last_hash = last;
+            }
+            w.buf = buf;
+            written
+        });
+        let _ = rustix::fs::flock(&w.file, rustix::fs::FlockOperation::Unlock);
+        if let Err(e) = outcome {
+            eprintln!("car: event file `{}`: write failed, no further events recorded: {e}", self.path.display());
+            w.failed = Some(e.to_string());
+        }
+    }
+
+    /// Folds in the records another process appended after `w.len`,
+    /// verifying each links to the chain.
+    fn catch_up(&self, w: &mut Writer, cur: u64) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&self.path)?;
+        f.seek(SeekFrom::Start(w.len))?;
+        let mut buf = Vec::with_capacity(usize::try_from(cur.saturating_sub(w.len)).unwrap_or(0));
+        f.take(cur.saturating_sub(w.len)).read_to_end(&mut buf)?;
+        if buf.last().is_some_and(|b| *b != b'\n') {
+            return Err(std::io::Error::other("another writer left a torn record; reopen the file to skip it"));
+        }
+        for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let bad = || std::io::Error::other("a record another writer appended does not continue the chain");
+            let Ok(Value::Object(rec)) = serde_json::from_slice::<Value>(line) else { return Err(bad()) };
+            let hash = rec.get("hash").and_then(Value::as_str).ok_or_else(bad)?;
+            if rec.get("id").and_then(Value::as_u64) != Some(w.next_id)
+                || rec.get("prev_hash").and_then(Value::as_str) != w.last_hash.as_deref()
+                || record_hash(&rec) != hash
+            {
+                return Err(bad());
+            }
+            w.next_id += 1;
+            w.last_hash = Some(hash.to_string());
+        }
+        w.len = cur;
+        Ok(())
     }
 }
 
@@ -256,15 +381,23 @@ impl AuditFile {
         let read = Self::read_for_append(&path);
         let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::Unlock);
         let (report, len) = read?;
-        let sync = Arc::new(GroupSync {
+        let sync_file = file.try_clone().map_err(|e| io_err(&path, e))?;
+        let writer = Writer {
+            file,
+            next_id: report.records as u64 + 1,
+            last_hash: report.head.clone(),
+            failed: None,
+            len,
+            buf: Vec::new(),
+        };
+        let shared = Arc::new(Shared {
             path: path.clone(),
-            file: file.try_clone().map_err(|e| io_err(&path, e))?,
-            state: Mutex::new(SyncQueue::default()),
+            sync_file,
+            writer: Mutex::new(writer),
+            queue: Mutex::new(Queue::default()),
             wake: std::sync::Condvar::new(),
         });
-        let inner =
-            Inner { file, next_id: report.records as u64 + 1, last_hash: report.head.clone(), failed: None, len };
-        Ok((AuditFile { path, inner: Mutex::new(inner), sync }, report))
+        Ok((AuditFile { path, shared }, report))
     }
 
     /// Verifies the file, moves a torn last record aside and cuts it off;
@@ -302,109 +435,69 @@ impl AuditFile {
         &self.path
     }
 
-    /// Appends `event` as the file's next record (its own id and chain link);
-    /// [`AuditFile::durable`] makes it durable. Other
-    /// processes may append to the same file (two `car run`s of one
-    /// `$CAR_HOME`): each append holds an exclusive `flock` and first folds
-    /// in (and verifies) the records appended since this process's last
-    /// one, so the chain stays one.
+    /// Queues `event` as the file's next record (its own id and chain link
+    /// are given when its batch is written); [`AuditFile::durable`] makes it
+    /// durable. Other processes may append to the same file (two `car run`s
+    /// of one `$CAR_HOME`): each batch holds an exclusive `flock` and first
+    /// folds in (and verifies) the records appended since this process's
+    /// last one, so the chain stays one.
     pub fn record(&self, event: &Event) {
-        let Ok(mut inner) = self.inner.lock() else { return };
-        if inner.failed.is_some() {
-            return;
-        }
-        let mut rec = event.to_json();
-        let Value::Object(m) = &mut rec else { return };
-        m.remove("hash");
-        m.remove("prev_hash");
-        let locked = rustix::fs::flock(&inner.file, rustix::fs::FlockOperation::LockExclusive);
-        let outcome = locked.map_err(std::io::Error::from).and_then(|()| {
-            let cur = inner.file.metadata()?.len();
-            if cur != inner.len {
-                self.catch_up(&mut inner, cur)?;
-            }
-            m.insert("id".into(), Value::from(inner.next_id));
-            if let Some(p) = &inner.last_hash {
-                m.insert("prev_hash".into(), Value::String(p.clone()));
-            }
-            let hash = record_hash(m);
-            m.insert("hash".into(), Value::String(hash.clone()));
-            let mut line = serde_json::to_string(&*m).map_err(std::io::Error::other)?;
-            line.push('\n');
-            inner.file.write_all(line.as_bytes())?;
-            inner.len += line.len() as u64;
-            inner.next_id += 1;
-            inner.last_hash = Some(hash);
-            Ok(())
-        });
-        let _ = rustix::fs::flock(&inner.file, rustix::fs::FlockOperation::Unlock);
-        if let Err(e) = outcome {
-            eprintln!("car: event file `{}`: write failed, no further events recorded: {e}", self.path.display());
-            inner.failed = Some(e.to_string());
-        }
+        let mut q = lock(&self.shared.queue);
+        q.events.push(event.clone());
+        self.wake_writer(q);
     }
 
-    /// Folds in the records another process appended after `inner.len`,
-    /// verifying each links to the chain.
-    fn catch_up(&self, inner: &mut Inner, cur: u64) -> std::io::Result<()> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = std::fs::File::open(&self.path)?;
-        f.seek(SeekFrom::Start(inner.len))?;
-        let mut buf = Vec::with_capacity(usize::try_from(cur.saturating_sub(inner.len)).unwrap_or(0));
-        f.take(cur.saturating_sub(inner.len)).read_to_end(&mut buf)?;
-        if buf.last().is_some_and(|b| *b != b'\n') {
-            return Err(std::io::Error::other("another writer left a torn record; reopen the file to skip it"));
-        }
-        for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let bad = || std::io::Error::other("a record another writer appended does not continue the chain");
-            let Ok(Value::Object(rec)) = serde_json::from_slice::<Value>(line) else { return Err(bad()) };
-            let hash = rec.get("hash").and_then(Value::as_str).ok_or_else(bad)?;
-            if rec.get("id").and_then(Value::as_u64) != Some(inner.next_id)
-                || rec.get("prev_hash").and_then(Value::as_str) != inner.last_hash.as_deref()
-                || record_hash(&rec) != hash
-            {
-                return Err(bad());
-            }
-            inner.next_id += 1;
-            inner.last_hash = Some(hash.to_string());
-        }
-        inner.len = cur;
-        Ok(())
-    }
-
-    /// A ticket resolving once every record written so far is on disk: the
-    /// file's sync thread makes one `fsync` for all the tickets waiting.
+    /// A ticket resolving once every record queued so far is on disk: the
+    /// file's writer thread writes them and makes one `fsync` for all the
+    /// tickets waiting.
     pub fn durable(&self) -> tokio::sync::oneshot::Receiver<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut q = self.sync.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        q.waiting.push(tx);
-        if !q.running {
-            q.running = true;
-            let s = self.sync.clone();
-            if let Err(e) = std::thread::Builder::new().name("car-event-sync".into()).spawn(move || s.run()) {
-                // No thread: sync here rather than not at all.
-                q.running = false;
-                let waiting = std::mem::take(&mut q.waiting);
-                drop(q);
-                eprintln!("car: event file `{}`: no sync thread ({e}); syncing inline", self.path.display());
-                let _ = self.sync.file.sync_data();
-                for t in waiting {
-                    let _ = t.send(());
-                }
-                return rx;
-            }
-        }
-        self.sync.wake.notify_one();
+        let mut q = lock(&self.shared.queue);
+        q.tickets.push(tx);
+        self.wake_writer(q);
         rx
     }
 
-    /// Syncs the file to disk; reports an earlier write failure.
+    /// Wakes the writer when it waits for work, or starts it.
+    fn wake_writer(&self, mut q: std::sync::MutexGuard<'_, Queue>) {
+        if q.running {
+            if q.idle {
+                q.idle = false;
+                self.shared.wake.notify_one();
+            }
+            return;
+        }
+        q.running = true;
+        let s = self.shared.clone();
+        if let Err(e) = std::thread::Builder::new().name("car-event-sync".into()).spawn(move || s.run()) {
+            // No thread: write and sync here rather than not at all.
+            q.running = false;
+            drop(q);
+            eprintln!("car: event file `{}`: no writer thread ({e}); writing inline", self.path.display());
+            if let Err(e) = self.shared.flush() {
+                eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
+            }
+        }
+    }
+
+    /// Writes every record queued so far and syncs the file to disk, on the
+    /// caller's thread; reports an earlier write failure.
     pub fn sync(&self) -> Result<()> {
-        let inner = self.inner.lock().map_err(|_| Error::runtime("event_file_io_error", "event file lock poisoned"))?;
-        if let Some(e) = &inner.failed {
+        let synced = self.shared.flush();
+        if let Some(e) = &lock(&self.shared.writer).failed {
             return Err(io_err(&self.path, format!("an earlier write failed: {e}")));
         }
-        inner.file.sync_data().map_err(|e| io_err(&self.path, e))
+        synced.map_err(|e| io_err(&self.path, e))
+    }
+}
+
+impl Drop for AuditFile {
+    /// The records still queued are written (and synced) before the file
+    /// goes.
+    fn drop(&mut self) {
+        if let Err(e) = self.shared.flush() {
+            eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
+        }
     }
 }
 
