@@ -43,6 +43,15 @@ pub fn canonical_object(value: &Map<String, Value>) -> Vec<u8> {
     if write_object(value, &mut out) { out } else { serde_jcs::to_vec(value).unwrap_or_default() }
 }
 
+/// Appends the RFC 8785 canonical text of `value` to `out`.
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    let start = out.len();
+    if !write_value(value, out) {
+        out.truncate(start);
+        out.extend_from_slice(&serde_jcs::to_vec(value).unwrap_or_default());
+    }
+}
+
 const MAX_EXACT_INT: u64 = 1 << 53;
 
 fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
@@ -135,7 +144,7 @@ fn to_hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -162,7 +171,7 @@ mod tests {
         }
     }
 
-    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    pub(crate) fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
             Just(Value::Null),

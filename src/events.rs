@@ -346,21 +346,15 @@ impl Event {
 
     /// Everything the hash covers: the record plus `prev_hash`.
     fn content(&self) -> Map<String, Value> {
-        self.content_as(self.id, self.prev_hash.as_deref())
-    }
-
-    /// [`Event::content`] under another sequence and chain (an audit file's
-    /// own `id` and `prev_hash`), rendered once.
-    pub(crate) fn content_as(&self, id: u64, prev_hash: Option<&str>) -> Map<String, Value> {
-        let mut m = Map::with_capacity(8);
-        m.insert("id".into(), Value::from(id));
+        let mut m = Map::new();
+        m.insert("id".into(), Value::from(self.id));
         m.insert("kind".into(), Value::String(self.kind.as_str().into()));
         m.insert("timestamp".into(), json!(self.timestamp));
         m.insert("proposal_id".into(), self.proposal_id.as_deref().map_or(Value::Null, |p| Value::String(p.into())));
         m.insert("action_id".into(), self.action_id.as_deref().map_or(Value::Null, |a| Value::String(a.into())));
         m.insert("data".into(), self.data.to_value());
-        if let Some(p) = prev_hash {
-            m.insert("prev_hash".into(), Value::String(p.to_string()));
+        if let Some(p) = &self.prev_hash {
+            m.insert("prev_hash".into(), Value::String(p.clone()));
         }
         m
     }
