@@ -18,6 +18,8 @@ waiting call's future by id):
   it resolves the daemon's results) and timing each until it is back. The
   loaded echo runs just before and just after the loaded submits; their p50
   is over both.
+  With several counts (`--connections 1,8,32`) each load runs in turn on
+  the same daemon, each beside its own echo over as many connections.
 * unloaded: the same on one connection with nothing else running, 500
   submits and 500 echoes interleaved one by one, plus for reference the daemon's own WebSocket
   Ping -> Pong (answered inside tungstenite, and on the client side inside
@@ -30,7 +32,8 @@ answered and succeeded, every event logged. Exits non-zero on a loss.
 
 usage: benches/server_load.py [--url ws://127.0.0.1:9100] [--token T]
                               [--echo-url ws://127.0.0.1:9101]
-                              [--connections 32] [--proposals 1000]
+                              [--connections 32 | 1,8,32] [--proposals 1000]
+                              [--server-bin PATH] [--car-home-under DIR]
        With no --url / --echo-url it starts
        target/[$CARGO_BUILD_TARGET/]release/car-server and
        .../release/examples/ws_echo itself (else the debug builds):
@@ -126,7 +129,8 @@ def find_binary(rel):
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     triple = os.environ.get("CARGO_BUILD_TARGET", "")
     dirs = [os.path.join(triple, p) for p in ("release", "debug")] if triple else []
-    cands = [os.path.join(root, "target", d, rel) for d in dirs + ["release", "debug"]]
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(root, "target")
+    cands = [os.path.join(target, d, rel) for d in dirs + ["release", "debug"]]
     binary = next((b for b in cands if os.path.exists(b)), None)
     if binary is None:
         sys.exit("build first: cargo build --release --features server --bin car-server --example ws_echo")
@@ -146,13 +150,32 @@ async def start(argv, env):
     sys.exit(f"{argv[0]} did not start: {open(log.name).read()}")
 
 
+async def loaded(url, token, echo_url, n, m):
+    """N connections submitting M proposals each, between two halves of the
+    echo over N connections of its own; the latencies and the events logged."""
+    echoers = [await Client.connect(echo_url, ping_interval=None) for _ in range(n)]
+    clients = [await session(url, token) for _ in range(n)]
+    echo, lat, failures = [], [], []
+    await asyncio.gather(*(echo_worker(c, m // 2, echo) for c in echoers))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(submit_worker(c, m, lat, failures) for c in clients))
+    wall = time.perf_counter() - t0
+    await asyncio.gather(*(echo_worker(c, m - m // 2, echo) for c in echoers))
+    counts = [await c.call("events.count") for c in clients]
+    for c in clients + echoers:
+        await c.close()
+    return {"lat": lat, "echo": echo, "failures": failures, "wall": wall, "counts": counts}
+
+
 async def main(args):
     url, token, echo_url, procs = args.url, args.token, args.echo_url, []
+    loads = [int(x) for x in str(args.connections).split(",")]
     try:
         if not url:
             token = "bench-token"
-            env = dict(os.environ, CAR_HOME=tempfile.mkdtemp(), CAR_AUTH_TOKEN=token)
-            proc, url = await start([find_binary("car-server"), "--port", "0"], env)
+            home = tempfile.mkdtemp(dir=args.car_home_under)
+            env = dict(os.environ, CAR_HOME=home, CAR_AUTH_TOKEN=token)
+            proc, url = await start([args.server_bin or find_binary("car-server"), "--port", "0"], env)
             procs.append(proc)
         if not echo_url:
             proc, echo_url = await start([find_binary(os.path.join("examples", "ws_echo"))], dict(os.environ))
@@ -169,43 +192,21 @@ async def main(args):
         for i in range(500):  # interleaved, so both see the same conditions
             solo_echo.append(await one_echo(echo_probe, i))
             solo.append((await one_proposal(probe, i))[0])
-
-        n, m = args.connections, args.proposals
-        echoers = [await Client.connect(echo_url, ping_interval=None) for _ in range(n)]
-        clients = [await session(url, token) for _ in range(n)]
-        loaded_echo, lat, failures = [], [], []
-        await asyncio.gather(*(echo_worker(c, m // 2, loaded_echo) for c in echoers))
-        t0 = time.perf_counter()
-        await asyncio.gather(*(submit_worker(c, m, lat, failures) for c in clients))
-        wall = time.perf_counter() - t0
-        await asyncio.gather(*(echo_worker(c, m - m // 2, loaded_echo) for c in echoers))
-        counts = [await c.call("events.count") for c in clients]
-        for c in clients + echoers + [probe, echo_probe]:
+        for c in (probe, echo_probe):
             await c.close()
+
+        runs = {n: await loaded(url, token, echo_url, n, args.proposals) for n in loads}
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait()
 
-    total = args.connections * args.proposals
     ms = lambda s: f"{s * 1000:.3f} ms"  # noqa: E731
     p50 = statistics.median
     report = {
         "load_average": os.getloadavg()[0],
-        "connections": args.connections,
         "proposals_per_connection": args.proposals,
-        "proposals_answered": len(lat),
-        "proposals_failed": len(failures),
-        "events_expected_per_connection": per_proposal * args.proposals,
-        "events_logged_min": min(counts),
-        "events_logged_max": max(counts),
-        "wall_s": round(wall, 3),
-        "proposals_per_s": round(total / wall, 1),
-        "submit_p50": ms(p50(lat)),
-        "submit_p99": ms(pct(lat, 99)),
-        "echo_p50": ms(p50(loaded_echo)),
-        "echo_p99": ms(pct(loaded_echo, 99)),
-        "submit_p50_over_echo_p50": round(p50(lat) / p50(loaded_echo), 2),
+        "events_per_proposal": per_proposal,
         "unloaded_submit_p50": ms(p50(solo)),
         "unloaded_submit_p99": ms(pct(solo, 99)),
         "unloaded_echo_p50": ms(p50(solo_echo)),
@@ -213,9 +214,37 @@ async def main(args):
         "reference_daemon_ping_pong_p50": ms(p50(pings)),
         "reference_jsonrpc_call_p50": ms(p50(calls)),
         "unloaded_submit_p50_over_daemon_ping_pong_p50": round(p50(solo) / p50(pings), 2),
+        "loads": [],
     }
+    lost = False
+    for n, r in runs.items():
+        lat, echo = r["lat"], r["echo"]
+        report["loads"].append(
+            {
+                "connections": n,
+                "proposals_answered": len(lat),
+                "proposals_failed": len(r["failures"]),
+                "events_logged_min": min(r["counts"]),
+                "events_logged_max": max(r["counts"]),
+                "wall_s": round(r["wall"], 3),
+                "proposals_per_s": round(len(lat) / r["wall"], 1),
+                "submit_p50": ms(p50(lat)),
+                "submit_p99": ms(pct(lat, 99)),
+                "echo_p50": ms(p50(echo)),
+                "echo_p99": ms(pct(echo, 99)),
+                "submit_p50_over_echo_p50": round(p50(lat) / p50(echo), 2),
+            }
+        )
+        want = per_proposal * args.proposals
+        lost = lost or len(lat) != n * args.proposals or r["failures"] or any(c != want for c in r["counts"])
     print(json.dumps(report, indent=2))
-    lost = len(lat) != total or failures or any(c != per_proposal * args.proposals for c in counts)
+    print("| connections | proposals/s | submit p50 | submit p99 | echo p50 | echo p99 | p50 / echo |")
+    print("|---|---|---|---|---|---|---|")
+    for row in report["loads"]:
+        print(
+            f"| {row['connections']} | {row['proposals_per_s']:,} | {row['submit_p50']} | {row['submit_p99']} "
+            f"| {row['echo_p50']} | {row['echo_p99']} | {row['submit_p50_over_echo_p50']}x |"
+        )
     if lost:
         sys.exit("LOST: not every proposal was answered, succeeded and logged")
 
@@ -225,6 +254,8 @@ if __name__ == "__main__":
     ap.add_argument("--url")
     ap.add_argument("--token")
     ap.add_argument("--echo-url")
-    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--connections", default="32", help="a count, or several: 1,8,32 (each in turn, same daemon)")
+    ap.add_argument("--server-bin", help="the car-server to start (default: the one built here)")
+    ap.add_argument("--car-home-under", help="make the daemon's CAR_HOME under this directory (e.g. a tmpfs)")
     ap.add_argument("--proposals", type=int, default=1000)
     asyncio.run(main(ap.parse_args()))

@@ -30,16 +30,26 @@ pub fn digest(value: &Value) -> String {
 
 /// The RFC 8785 canonical text of a parameters object.
 ///
-/// A direct writer handles null, booleans, strings, arrays, objects (members
-/// sorted by UTF-16 code units) and integers of magnitude at most 2^53; any
-/// other number sends the whole value through `serde_jcs` (ES6 number
-/// formatting), so the output is always the JCS form.
+/// A direct writer handles every value: null, booleans, strings, arrays,
+/// objects (members sorted by UTF-16 code units), integers of magnitude at
+/// most 2^53 as integers and every other number as the nearest double in
+/// ES6 form (`ryu-js`, as `serde_jcs`); should it ever refuse a value, the
+/// whole value goes through `serde_jcs`, so the output is always the JCS form.
 pub fn canonical_object(value: &Map<String, Value>) -> Vec<u8> {
     if value.is_empty() {
         return b"{}".to_vec();
     }
     let mut out = Vec::with_capacity(64);
     if write_object(value, &mut out) { out } else { serde_jcs::to_vec(value).unwrap_or_default() }
+}
+
+/// Appends the RFC 8785 canonical text of `value` to `out`.
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    let start = out.len();
+    if !write_value(value, out) {
+        out.truncate(start);
+        out.extend_from_slice(&serde_jcs::to_vec(value).unwrap_or_default());
+    }
 }
 
 const MAX_EXACT_INT: u64 = 1 << 53;
@@ -55,7 +65,17 @@ fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
             } else if let Some(u) = n.as_u64().filter(|u| *u <= MAX_EXACT_INT) {
                 write!(out, "{u}")
             } else {
-                return false;
+                // Every other number as RFC 8785 (and `serde_jcs`) writes it:
+                // the IEEE double nearest, in ECMAScript's shortest form.
+                #[allow(clippy::cast_precision_loss)]
+                let f = n.as_f64().or_else(|| n.as_u64().map(|u| u as f64)).or_else(|| n.as_i64().map(|i| i as f64));
+                match f.filter(|f| f.is_finite()) {
+                    Some(f) => {
+                        out.extend_from_slice(ryu_js::Buffer::new().format_finite(f).as_bytes());
+                        Ok(())
+                    }
+                    None => return false,
+                }
             };
             if written.is_err() {
                 return false;
@@ -124,7 +144,7 @@ fn to_hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -148,6 +168,41 @@ mod tests {
         for c in cases {
             let m = c.as_object().unwrap();
             assert_eq!(String::from_utf8(canonical_object(m)).unwrap(), serde_jcs::to_string(m).unwrap(), "{c}");
+        }
+    }
+
+    pub(crate) fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-(1i64 << 54)..(1i64 << 54)).prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            prop_oneof![Just(0.1f64), Just(-0.0), Just(1e21), Just(1e-7), Just(5e-324), Just(f64::MAX), Just(123.0)]
+                .prop_map(Value::from),
+            "\\PC{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec(("\\PC{0,4}", inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Numbers of every kind (integers past 2^53, doubles near the ES6
+        /// form's switch to exponents, -0) and nested values: the direct
+        /// writer is byte for byte `serde_jcs`, never its fallback.
+        #[test]
+        fn generated_values_match_serde_jcs(v in any_json()) {
+            let mut direct = Vec::new();
+            proptest::prop_assert!(write_value(&v, &mut direct), "the direct writer refused {}", v);
+            proptest::prop_assert_eq!(String::from_utf8(direct).unwrap(), serde_jcs::to_string(&v).unwrap());
         }
     }
 

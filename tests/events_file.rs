@@ -89,8 +89,10 @@ fn a_torn_last_record_is_reported_moved_aside_and_not_merged() {
     let aside = torn.moved_to.expect("moved aside");
     assert_eq!(std::fs::read(&aside).unwrap(), br#"{"id":4,"kind":"StateCh"#);
     let log = EventLog::new();
-    log.attach_file(Arc::new(file));
+    let file = Arc::new(file);
+    log.attach_file(file.clone());
     log.record(EventKind::ProposalCompleted, None, None, json!({}));
+    file.sync().unwrap();
     let recs = lines(&path);
     assert_eq!(recs.len(), 4);
     assert_eq!(recs[3]["id"], json!(4));
@@ -223,4 +225,187 @@ fn concurrent_proposals_share_the_sync_and_every_ticket_resolves() {
     let r = verify_file(&path).unwrap();
     assert!(r.intact(), "{r:?}");
     assert_eq!(r.records, 16 * 25 * 2);
+}
+
+/// The records of the file whose `data` has `"t": t`, in file order.
+fn records_of(path: &Path, t: u64) -> Vec<Value> {
+    lines(path).into_iter().filter(|r| r["data"]["t"] == json!(t)).collect()
+}
+
+#[test]
+fn a_batch_spans_many_proposals_and_each_ticket_sees_its_own_events_in_the_file() {
+    use std::time::Duration;
+    let d = temp_dir("batch");
+    let path = d.0.join(EVENTS_FILE);
+    let (file, _) = AuditFile::open(&path).unwrap();
+    let file = Arc::new(file);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    const TASKS: u64 = 12;
+    const PROPOSALS: u64 = 20;
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let (file, path) = (file.clone(), path.clone());
+            // Each task is one connection's log: proposals one after another,
+            // each answered once its ticket resolves.
+            tasks.push(tokio::spawn(async move {
+                let log = EventLog::new();
+                log.attach_file(file);
+                for i in 0..PROPOSALS {
+                    log.record(EventKind::ProposalReceived, None, None, json!({"t": t, "i": i, "n": 0}));
+                    for n in 1..=3 {
+                        log.record(EventKind::StateChanged, None, None, json!({"t": t, "i": i, "n": n}));
+                        tokio::task::yield_now().await;
+                    }
+                    log.record(EventKind::ProposalCompleted, None, None, json!({"t": t, "i": i, "n": 4}));
+                    tokio::time::timeout(Duration::from_secs(20), log.sink_durable())
+                        .await
+                        .expect("a durability ticket resolves");
+                    // The reply goes now: every event of this proposal is in the file.
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for n in 0..=4 {
+                        let data = format!(r#""data":{{"t":{t},"i":{i},"n":{n}}}"#);
+                        assert!(text.contains(&data), "task {t} proposal {i}: {data} is not in the file");
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    file.sync().unwrap();
+    let r = verify_file(&path).unwrap();
+    assert!(r.intact(), "{r:?}");
+    assert_eq!(r.records as u64, TASKS * PROPOSALS * 5);
+    let recs = lines(&path);
+    assert_eq!(
+        recs.iter().map(|r| r["id"].as_u64().unwrap()).collect::<Vec<_>>(),
+        (1..=recs.len() as u64).collect::<Vec<_>>()
+    );
+    // Each log's events are in the file in the order it recorded them.
+    for t in 0..TASKS {
+        let order: Vec<(u64, u64)> = records_of(&path, t)
+            .iter()
+            .map(|r| (r["data"]["i"].as_u64().unwrap(), r["data"]["n"].as_u64().unwrap()))
+            .collect();
+        let want: Vec<(u64, u64)> = (0..PROPOSALS).flat_map(|i| (0..5).map(move |n| (i, n))).collect();
+        assert_eq!(order, want, "task {t}");
+    }
+    assert_eq!(r.head.as_deref(), recs.last().unwrap()["hash"].as_str());
+}
+
+#[test]
+fn two_open_files_on_one_path_keep_one_chain() {
+    // Two opens of one file lock it as two processes do (a flock is per open
+    // file): each batch folds in what the other appended.
+    let d = temp_dir("two-open");
+    let path = d.0.join(EVENTS_FILE);
+    let (a, _) = AuditFile::open(&path).unwrap();
+    let (b, _) = AuditFile::open(&path).unwrap();
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let (la, lb) = (EventLog::new(), EventLog::new());
+    la.attach_file(a.clone());
+    lb.attach_file(b.clone());
+    for i in 0..5u64 {
+        la.record(EventKind::StateChanged, None, None, json!({"t": 0, "i": i}));
+        la.record(EventKind::StateChanged, None, None, json!({"t": 0, "i": i}));
+        a.sync().unwrap();
+        lb.record(EventKind::StateChanged, None, None, json!({"t": 1, "i": i}));
+        b.sync().unwrap();
+    }
+    let recs = lines(&path);
+    assert_eq!(recs.len(), 15);
+    let ts: Vec<u64> = recs.iter().map(|r| r["data"]["t"].as_u64().unwrap()).collect();
+    assert_eq!(ts, [0, 0, 1].repeat(5));
+    assert!(verify_file(&path).unwrap().intact());
+    // And at once, from threads: every record lands, one chain.
+    std::thread::scope(|s| {
+        for (t, log) in [(2u64, &la), (3, &lb)] {
+            s.spawn(move || {
+                for i in 0..300u64 {
+                    log.record(EventKind::StateChanged, None, None, json!({"t": t, "i": i}));
+                }
+            });
+        }
+    });
+    a.sync().unwrap();
+    b.sync().unwrap();
+    let r = verify_file(&path).unwrap();
+    assert!(r.intact(), "{r:?}");
+    assert_eq!(r.records, 15 + 600);
+    for t in [2, 3] {
+        let is: Vec<u64> = records_of(&path, t).iter().map(|r| r["data"]["i"].as_u64().unwrap()).collect();
+        assert_eq!(is, (0..300).collect::<Vec<_>>());
+    }
+}
+
+/// Run by [`two_processes_append_to_one_chain`] as a child process of its
+/// own (`CAR_TEST_APPENDER=<file>,<tag>,<start file>`); does nothing when run
+/// as a test.
+#[test]
+fn appender_child_process() {
+    let Ok(spec) = std::env::var("CAR_TEST_APPENDER") else { return };
+    let mut parts = spec.split(',');
+    let (path, tag, start) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    let t: u64 = tag.parse().unwrap();
+    let (file, _) = AuditFile::open(path).unwrap();
+    let file = Arc::new(file);
+    let log = EventLog::new();
+    log.attach_file(file.clone());
+    // Both processes hold the file open before either appends.
+    std::fs::write(format!("{path}.ready-{tag}"), b"").unwrap();
+    while !Path::new(start).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for i in 0..400u64 {
+        log.record(EventKind::StateChanged, None, None, json!({"t": t, "i": i}));
+        if i % 10 == 9 {
+            rt.block_on(log.sink_durable());
+        }
+    }
+    file.sync().unwrap();
+}
+
+#[test]
+fn two_processes_append_to_one_chain() {
+    let d = temp_dir("procs");
+    let path = d.0.join(EVENTS_FILE);
+    let start = d.0.join("start");
+    let children: Vec<_> = [1, 2]
+        .map(|t| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "events_file::appender_child_process", "--nocapture"])
+                .env("CAR_TEST_APPENDER", format!("{},{t},{}", path.display(), start.display()))
+                .spawn()
+                .unwrap()
+        })
+        .into_iter()
+        .collect();
+    for t in [1, 2] {
+        let ready = PathBuf::from(format!("{}.ready-{t}", path.display()));
+        for _ in 0..2000 {
+            if ready.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(ready.exists(), "child {t} did not open the file");
+    }
+    std::fs::write(&start, b"").unwrap();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    // Both appended after both opened: the second to write folded in the
+    // first's records, and every record of both is in one chain.
+    let r = verify_file(&path).unwrap();
+    assert!(r.intact(), "{r:?}");
+    assert_eq!(r.records, 800);
+    for t in [1, 2] {
+        let is: Vec<u64> = records_of(&path, t).iter().map(|r| r["data"]["i"].as_u64().unwrap()).collect();
+        assert_eq!(is, (0..400).collect::<Vec<_>>(), "process {t}");
+    }
+    let switches = lines(&path).windows(2).filter(|w| w[0]["data"]["t"] != w[1]["data"]["t"]).count();
+    assert!(switches >= 1);
 }

@@ -43,8 +43,8 @@ pub const ATTEMPT_HEADER: &str = "x-car-attempt";
 /// Where and how approval events are sent.
 #[derive(Clone, Debug)]
 pub struct Webhooks {
-    /// The receivers (`http://host:port/path`).
-    pub urls: Vec<String>,
+    /// The receivers (`http://host:port/path`), checked and parsed once.
+    targets: Vec<Target>,
     /// The HMAC key of the signature.
     pub secret: String,
     /// Attempts per delivery (default 5).
@@ -59,13 +59,21 @@ pub struct Webhooks {
     pub dashboard_url: Option<String>,
 }
 
+/// One receiver: the URL as given (for messages) and as parsed.
+#[derive(Clone, Debug)]
+struct Target {
+    url: String,
+    uri: hyper::Uri,
+}
+
 impl Webhooks {
     /// Checks the URLs (http only: this build has no TLS stack) and the
     /// secret (at least 16 characters), with the defaults above.
     pub fn new(urls: Vec<String>, secret: Option<String>) -> Result<Webhooks, String> {
-        for u in &urls {
-            check_url(u)?;
-        }
+        let targets = urls
+            .into_iter()
+            .map(|url| Ok(Target { uri: check_url(&url)?, url }))
+            .collect::<Result<Vec<_>, String>>()?;
         let secret = secret.map(|s| s.trim().to_string()).unwrap_or_default();
         if secret.is_empty() {
             return Err(
@@ -77,13 +85,18 @@ impl Webhooks {
             return Err("CAR_WEBHOOK_SECRET: at least 16 characters".to_string());
         }
         Ok(Webhooks {
-            urls,
+            targets,
             secret,
             attempts: 5,
             backoff: Duration::from_millis(500),
             timeout: Duration::from_secs(10),
             dashboard_url: None,
         })
+    }
+
+    /// The receivers' URLs, as given.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.targets.iter().map(|t| t.url.as_str())
     }
 }
 
@@ -163,7 +176,7 @@ pub(crate) fn spawn(hooks: Webhooks, approvals: &Arc<Approvals>, dashboard: Opti
     let hooks = Arc::new(hooks);
     eprintln!(
         "car-server: approval webhooks: {} (HMAC-signed; up to {} attempts each)",
-        hooks.urls.join(", "),
+        hooks.urls().collect::<Vec<_>>().join(", "),
         hooks.attempts
     );
     tokio::spawn(async move {
@@ -175,8 +188,8 @@ pub(crate) fn spawn(hooks: Webhooks, approvals: &Arc<Approvals>, dashboard: Opti
                     let body = Arc::new(
                         serde_json::to_vec(&document(&event, dashboard.as_deref(), &delivery)).unwrap_or_default(),
                     );
-                    for url in &hooks.urls {
-                        tokio::spawn(deliver(hooks.clone(), url.clone(), kind.clone(), delivery.clone(), body.clone()));
+                    for target in 0..hooks.targets.len() {
+                        tokio::spawn(deliver(hooks.clone(), target, kind.clone(), delivery.clone(), body.clone()));
                     }
                 }
                 Err(RecvError::Lagged(n)) => {
@@ -188,10 +201,10 @@ pub(crate) fn spawn(hooks: Webhooks, approvals: &Arc<Approvals>, dashboard: Opti
     });
 }
 
-/// One delivery: attempts with doubling backoff until a 2xx answer, a 4xx
-/// that a retry cannot change, or the last attempt.
-async fn deliver(hooks: Arc<Webhooks>, url: String, event: String, delivery: String, body: Arc<Vec<u8>>) {
-    let Ok(uri) = check_url(&url) else { return };
+/// One delivery to `hooks.targets[target]`: attempts with doubling backoff
+/// until a 2xx answer, a 4xx that a retry cannot change, or the last attempt.
+async fn deliver(hooks: Arc<Webhooks>, target: usize, event: String, delivery: String, body: Arc<Vec<u8>>) {
+    let Target { url, uri } = &hooks.targets[target];
     let mut wait = hooks.backoff;
     let attempts = hooks.attempts.max(1);
     for attempt in 1..=attempts {
@@ -203,7 +216,7 @@ async fn deliver(hooks: Arc<Webhooks>, url: String, event: String, delivery: Str
             (EVENT_HEADER, event.clone()),
             (ATTEMPT_HEADER, attempt.to_string()),
         ];
-        let (retry, why) = match tokio::time::timeout(hooks.timeout, post(&uri, &headers, body.to_vec())).await {
+        let (retry, why) = match tokio::time::timeout(hooks.timeout, post(uri, &headers, body.to_vec())).await {
             Ok(Ok(status)) if (200..300).contains(&status) => return,
             Ok(Ok(status)) => (status >= 500 || status == 408 || status == 429, format!("HTTP {status}")),
             Ok(Err(e)) => (true, e),
@@ -256,7 +269,12 @@ mod tests {
     #[test]
     fn urls_are_http_with_a_host_and_the_secret_is_required() {
         let secret = Some("0123456789abcdef".to_string());
-        assert!(Webhooks::new(vec!["http://127.0.0.1:9/hook".into()], secret.clone()).is_ok());
+        let ok = Webhooks::new(vec!["http://127.0.0.1:9/hook".into(), "http://[::1]:8/h?x=1".into()], secret.clone());
+        let ok = ok.unwrap();
+        assert_eq!(ok.urls().collect::<Vec<_>>(), ["http://127.0.0.1:9/hook", "http://[::1]:8/h?x=1"]);
+        // Parsed once, at start: what each delivery posts to.
+        assert_eq!(ok.targets[0].uri.port_u16(), Some(9));
+        assert_eq!(ok.targets[1].uri.path_and_query().map(|p| p.as_str()), Some("/h?x=1"));
         let e = Webhooks::new(vec!["https://example.com/hook".into()], secret.clone()).unwrap_err();
         assert!(e.contains("`https://example.com/hook`") && e.contains("no TLS"), "{e}");
         let e = Webhooks::new(vec!["ftp://x/y".into()], secret.clone()).unwrap_err();

@@ -80,6 +80,47 @@ def test_every_connection_appends_to_one_chain_that_survives_a_restart():
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_concurrent_connections_each_reply_finds_its_events_in_the_one_chain():
+    """Batched writes: many proposals from several connections share a batch
+    (one write, one sync); each reply still comes only once all of its
+    proposal's events are in the file, and the chain stays one."""
+    home = f"/tmp/car-stores-batch-{os.getpid()}-{time.time_ns()}"
+    path = os.path.join(home, "events.jsonl")
+    try:
+        with Daemon(env={"CAR_AUTH_TOKEN": OP}, home=home) as d:
+
+            async def connection(n):
+                c = await Client.connect(d.url)
+                assert (await c.call("session.auth", {"token": OP}))["ok"] is True
+                for i in range(15):
+                    pid = f"c{n}-p{i}"
+                    p = proposal([{"id": "w", "type": "state_write", "parameters": {"key": pid, "value": i}}], pid=pid)
+                    res = await c.call("proposal.submit", {"proposal": p})
+                    assert res["results"][0]["status"] == "succeeded", res
+                    mine = [r["kind"] for r in records(path) if r["proposal_id"] == pid]
+                    assert mine and mine[-1] == "ProposalCompleted", (pid, mine)
+                    assert "StateChanged" in mine, (pid, mine)
+                count = await c.call("events.count")
+                await c.close()
+                return count
+
+            async def all_at_once():
+                return await asyncio.gather(*(connection(n) for n in range(8)))
+
+            counts = run(all_at_once())
+            assert d.stop() == 0
+        recs = records(path)
+        # Every event of every connection's log, once, in one chain.
+        assert len(recs) == sum(counts)
+        assert [r["id"] for r in recs] == list(range(1, len(recs) + 1))
+        assert sum(r["kind"] == "ProposalCompleted" for r in recs) == 8 * 15
+        out = subprocess.run([CAR, "events", "verify", path, "--json"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["records"] == len(recs)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def pg_url():
     url = os.environ.get("CAR_TEST_PG_URL")
     if not url:
