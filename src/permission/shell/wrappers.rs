@@ -363,16 +363,19 @@ pub(crate) fn inner<'w, 'a>(argv: &'w [Word<'a>]) -> Inner<'w, 'a> {
                     scripts: args[c + 1..].iter().map(|w| w.text.to_vec()).collect(),
                     uncertain: false,
                 },
-                // Without `-c` a shell runs a script file or its standard
-                // input (`echo 'rm x' | sh`, `bash -s`, `bash x.sh`):
-                // nothing the matcher can read.
-                None => Inner::Opaque,
+                // Without `-c` a shell runs a script file (the allow rule
+                // naming it is the author's risk, as for any program that
+                // reads a file) or its standard input (`echo 'rm x' | sh`,
+                // `bash -s`, `sh -`, `sh /dev/stdin`): a script the matcher
+                // cannot see, often written right before it in the command.
+                None if shell_reads_stdin(args) => Inner::Opaque,
+                None => Inner::None,
             }
         }
-        // `source FILE` / `. FILE` run a file's text; `enable -f` loads a
-        // builtin from a shared object; `hash -p PATH NAME` makes a later
-        // `NAME` run `PATH`.
-        b"source" | b"." => Inner::Opaque,
+        // `source FILE` / `. FILE` run a file's text: standard input is opaque.
+        b"source" | b"." if args.first().is_none_or(|w| is_stdin_path(&w.text)) => Inner::Opaque,
+        // `enable -f` loads a builtin from a shared object; `hash -p PATH
+        // NAME` makes a later `NAME` run `PATH`.
         b"enable" | b"hash" if args.iter().any(|w| is_option_with(w, b'f') || is_option_with(w, b'p')) => Inner::Opaque,
         // `alias NAME=VALUE`: VALUE is command text a later line runs (dash
         // expands aliases in scripts; bash with `expand_aliases`), and it
@@ -591,6 +594,38 @@ pub(crate) const SUFFIX_WRAPPERS: &[&[u8]] = &[
     b"envuidgid",
     b"s6-setuidgid",
 ];
+
+/// Paths that are a process's standard input (or another inherited fd).
+fn is_stdin_path(t: &[u8]) -> bool {
+    t == b"-" || t == b"/dev/stdin" || t.starts_with(b"/dev/fd/") || t.starts_with(b"/proc/")
+}
+
+/// Whether a shell started with `args` (no `-c`) reads its script from
+/// standard input: `-s`, no script operand, or a stdin path as the operand.
+fn shell_reads_stdin(args: &[Word]) -> bool {
+    let mut i = 0;
+    while i < args.len() {
+        let t = &args[i].text[..];
+        if t == b"--" {
+            i += 1;
+            break;
+        }
+        if t == b"-" || !(t.starts_with(b"-") || t.starts_with(b"+")) {
+            break;
+        }
+        if t.starts_with(b"--") {
+            // `--rcfile F`, `--init-file F` take an argument.
+            i += if matches!(t, b"--rcfile" | b"--init-file") { 2 } else { 1 };
+            continue;
+        }
+        if t[1..].contains(&b's') {
+            return true;
+        }
+        // `-o OPT`, `+O OPT`: an argument.
+        i += if t[1..].iter().any(|&c| c == b'o' || c == b'O') { 2 } else { 1 };
+    }
+    args.get(i).is_none_or(|w| is_stdin_path(&w.text))
+}
 
 /// A short option cluster (`-xyz`, not `--x`) that holds the letter `c`.
 fn is_option_with(w: &Word, c: u8) -> bool {
