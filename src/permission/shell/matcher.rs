@@ -794,7 +794,7 @@ impl ShellRules {
                     depth,
                     None,
                     wrapper(),
-                    || "a wrapper whose inner command cannot be read (an unknown option)".into(),
+                    || "a wrapper whose inner command cannot be read (an option it does not know, a script from standard input, a command in a syntax of its own)".into(),
                     true,
                 );
             }
@@ -836,6 +836,10 @@ impl ShellRules {
                 // found whichever it is. A glob or tilde word could be its
                 // argv0.
                 for i in 0..words.len() {
+                    if o.deny_matched {
+                        // Found where the command starts: the rest are its arguments.
+                        break;
+                    }
                     let a = &words[i..];
                     o.uncertain |= a[0].glob || a[0].tilde;
                     if wrappers::SUFFIX_WRAPPERS.contains(&wrappers::basename(&a[0].text)) {
