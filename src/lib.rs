@@ -22,6 +22,7 @@ pub mod sandbox;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod terminal;
 pub mod tools;
 pub mod verify;
 

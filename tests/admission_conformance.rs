@@ -541,6 +541,7 @@ fn shell_commands_naming_protected_files_are_refused() {
         ".CAR/permissions.toml",
         "state/approvals.jsonl",
         "a/b/.Car",
+        "audit/events.jsonl",
     ];
     let writers = [
         "echo x > {}",
@@ -572,8 +573,22 @@ fn shell_commands_naming_protected_files_are_refused() {
         ".ca\\r/permissions.toml",
         "state/appro'vals'.jsonl",
         "tier-approvals.json\\l",
+        "$'\\x2ecar'/permissions.toml",
+        "$'.c\\141r/policies/x.toml'",
+        "$'state/approvals\\u002ejsonl'",
+        "ev$'\\x65'nts.jsonl",
     ];
-    let globbed = [".c?r/permissions.toml", ".ca[r]/x", ".c*/x", ".c{a,x}r/x", "state/appro*.jsonl", "tier-*.jsonl"];
+    let globbed = [
+        ".c?r/permissions.toml",
+        ".ca[r]/x",
+        ".c*/x",
+        ".c{a,x}r/x",
+        "{.c,}ar/x",
+        "{.,x}car/permissions.toml",
+        "state/appro*.jsonl",
+        "tier-*.jsonl",
+        "event[s].jsonl",
+    ];
     let unquoted = ["echo x > {}", "rm -rf {}", "cp evil {}", "tee {} < x", "git diff --output={} a b"];
     let cases = spelled
         .iter()

@@ -402,3 +402,22 @@ fn plan_shows_the_verdicts_and_runs_nothing() {
     assert!(v["plan_id"].is_string() && v["items"].is_array(), "{v}");
     assert!(!ex.join("workspace/RELEASE_NOTES.md").exists(), "nothing written");
 }
+
+/// Issue #25: `car run` refuses a plan with a repeated key inside
+/// `parameters` (it used to run the last value), as the daemon refuses the
+/// frame, naming the key; nothing runs.
+#[test]
+fn a_plan_with_a_repeated_parameter_key_is_refused_and_nothing_runs() {
+    let ex = examples();
+    let plan = r#"{"id":"p","actions":[{"id":"w","type":"tool_call","tool":"write_file",
+        "parameters":{"path":"out/dup.txt","content":"a","path":"out/other.txt"}}]}"#;
+    std::fs::write(ex.join("dup.json"), plan).unwrap();
+    let r = car(&ex, &["run", "dup.json", "--root", "workspace", "--yes"]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.stderr.contains("duplicate key `path`"), "{}", r.all());
+    assert!(!ex.join("workspace/out/dup.txt").exists() && !ex.join("workspace/out/other.txt").exists());
+    let r = car(&ex, &["verify", "dup.json"]);
+    assert_ne!(r.code, 0, "{}", r.all());
+    assert!(r.all().contains("duplicate key `path`"), "{}", r.all());
+    let _ = std::fs::remove_dir_all(&ex);
+}

@@ -542,3 +542,22 @@ async fn a_panicking_admission_hook_refuses() {
     assert_eq!(status(&r, "x"), ActionStatus::Rejected);
     assert!(ex.calls.lock().unwrap().is_empty());
 }
+
+/// Issue #25: `max_retries: 4294967295` is held to the runtime's cap (the
+/// default, 10): eleven attempts, then the action fails.
+#[tokio::test]
+async fn a_huge_max_retries_is_capped() {
+    let rt = Runtime::new(car_runtime::engine::RuntimeOptions {
+        retry_backoff_ms: 0,
+        ..car_runtime::engine::RuntimeOptions::default()
+    });
+    rt.register_tool_name("x").unwrap();
+    let ex = Arc::new(Script::default());
+    let r = run(&rt, &ex, json!({"actions": [
+        {"id": "r", "type": "tool_call", "tool": "x", "parameters": {"fail": 1}, "failure_behavior": "retry", "max_retries": 4294967295u64},
+    ]})).await;
+    assert_eq!(status(&r, "r"), ActionStatus::Failed);
+    let cap = car_runtime::engine::DEFAULT_RETRY_CAP;
+    assert_eq!(ex.calls.lock().unwrap().len() as u32, cap + 1);
+    assert_eq!(r.cost.retries, u64::from(cap));
+}

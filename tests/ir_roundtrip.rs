@@ -272,3 +272,75 @@ proptest! {
         prop_assert_eq!(serde_json::to_string(&back).unwrap(), text);
     }
 }
+
+/// Issue #25: a repeated key in any object of a proposal's text is refused,
+/// naming the key, wherever it sits (a field of the action, `parameters` at
+/// any depth, `context`, `metadata`, `expected_effects`, a compensation's
+/// parameters, a precondition's value): serde_json alone keeps the last one
+/// silently. The same text without the repeat parses.
+mod repeated_keys {
+    use super::*;
+
+    /// Where the repeated key is put.
+    fn place() -> impl Strategy<Value = usize> {
+        0usize..7
+    }
+
+    /// `{"<k>": 1, <inner>, "<k>": 2}` nested `depth` levels in objects or arrays.
+    fn nest(depth: usize, key: &str, arrays: &[bool], repeat: bool) -> String {
+        let mut inner =
+            if repeat { format!(r#"{{"{key}":1,"z":0,"{key}":2}}"#) } else { format!(r#"{{"{key}":1,"z":0}}"#) };
+        for d in 0..depth {
+            inner = if arrays.get(d).copied().unwrap_or(false) {
+                format!("[0,{inner}]")
+            } else {
+                format!(r#"{{"n{d}":{inner}}}"#)
+            };
+        }
+        inner
+    }
+
+    fn text(place: usize, v: &str, key: &str, repeat: bool) -> String {
+        let action =
+            |extra: &str| format!(r#"{{"id":"a","type":"tool_call","tool":"t","parameters":{{"p":0}}{extra}}}"#);
+        match place {
+            0 => format!(r#"{{"actions":[{{"id":"a","type":"tool_call","tool":"t","parameters":{{"p":{v}}}}}]}}"#),
+            1 => format!(r#"{{"actions":[{}],"context":{{"c":{v}}}}}"#, action("")),
+            2 => format!(r#"{{"actions":[{}]}}"#, action(&format!(r#","metadata":{{"m":{v}}}"#))),
+            3 => format!(r#"{{"actions":[{}]}}"#, action(&format!(r#","expected_effects":{{"e":{v}}}"#))),
+            4 => format!(
+                r#"{{"actions":[{}]}}"#,
+                action(&format!(r#","compensation":{{"type":"tool","tool":"undo","parameters":{{"u":{v}}}}}"#))
+            ),
+            5 => format!(
+                r#"{{"actions":[{}]}}"#,
+                action(&format!(r#","preconditions":[{{"key":"k","operator":"equals","value":{v}}}]"#))
+            ),
+            // The action's own field repeated.
+            _ => {
+                let dup = if repeat { format!(r#","{key}":"x","{key}":"y""#) } else { format!(r#","{key}":"x""#) };
+                format!(
+                    r#"{{"actions":[{{"type":"tool_call","tool":"t","parameters":{{}},"metadata":{{"q":1}}{dup}}}]}}"#
+                )
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn is_refused_naming_the_key(
+            place in place(),
+            depth in 0usize..5,
+            arrays in prop::collection::vec(any::<bool>(), 5),
+            key in "[a-y]{1,6}",
+        ) {
+            let key = if place == 6 { "id".to_string() } else { key };
+            let good = text(place, &nest(depth, &key, &arrays, false), &key, false);
+            prop_assert!(parse_proposal(&good).is_ok(), "{} -> {:?}", good, parse_proposal(&good).err());
+            let bad = text(place, &nest(depth, &key, &arrays, true), &key, true);
+            let e = parse_proposal(&bad).expect_err(&bad).to_string();
+            prop_assert!(e.contains(&format!("`{key}`")), "{}: {}", bad, e);
+            prop_assert!(e.contains("duplicate"), "{}: {}", bad, e);
+        }
+    }
+}

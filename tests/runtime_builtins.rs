@@ -70,6 +70,7 @@ fn a_plan_cannot_rewrite_the_runtimes_permissions_policies_or_approvals_through_
         skip("pol", "edit_file", json!({"path": ".car/policies/safety.toml", "old_text": "# rules", "new_text": ""})),
         skip("appr", "write_file", json!({"path": "state/approvals.jsonl", "content": "{\"forged\":true}\n"})),
         skip("case", "write_file", json!({"path": "x/../.CAR/permissions.toml", "content": ""})),
+        skip("events", "write_file", json!({"path": "audit/events.jsonl", "content": "{\"forged\":true}\n"})),
     ]})
     .to_string();
     let exec: Arc<dyn ToolExecutor> = Arc::new(FnExecutor(|_: ToolCall| Ok(json!(null))));
@@ -87,5 +88,6 @@ fn a_plan_cannot_rewrite_the_runtimes_permissions_policies_or_approvals_through_
     assert_eq!(std::fs::read_to_string(dir.join(".car/permissions.toml")).unwrap(), "preset = \"strict\"\n");
     assert_eq!(std::fs::read_to_string(dir.join(".car/policies/safety.toml")).unwrap(), "# rules\n");
     assert!(!dir.join("state/approvals.jsonl").exists());
+    assert!(!dir.join("audit/events.jsonl").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

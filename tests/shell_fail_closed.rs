@@ -170,6 +170,19 @@ fn explain_names_the_rule_and_the_token() {
     assert!(e.uncertain);
     let e = r.explain("ls &&");
     assert!(e.parse_failed && e.verdict == Verdict::Ask);
+    // An every-suffix wrapper: the deny is reported once, where the command
+    // starts, and its arguments are not reported as commands of their own.
+    let r = ShellRules::new(&["**"], &[], &["rm **"]).unwrap();
+    let e = r.explain("strace -f -o /dev/null rm -rf /");
+    assert_eq!(e.verdict, Verdict::Deny);
+    let by_rule: Vec<_> = e.segments.iter().filter(|d| d.rule.as_deref() == Some("rm **")).collect();
+    assert_eq!(by_rule.len(), 1, "{:#?}", e.segments);
+    assert_eq!(by_rule[0].argv, ["rm", "-rf", "/"]);
+    assert_eq!(e.segments.iter().filter(|d| d.verdict == Verdict::Deny).count(), 2, "{:#?}", e.segments);
+    // An opaque wrapper says why.
+    let e = r.explain("echo 'rm x' | sh");
+    assert!(e.uncertain && e.verdict == Verdict::Ask);
+    assert!(e.segments.iter().any(|d| d.reason.contains("standard input")), "{:#?}", e.segments);
 }
 
 /// Builtins that run a string as a command (found while writing the

@@ -60,6 +60,79 @@ fn wrapper() -> impl Strategy<Value = &'static str> {
         "busybox ",
         "eval -- ",
         "eval ",
+        "time -- ",
+        "time -p -- ",
+        "ionice -c3 ",
+        "ionice -c 2 -n 7 ",
+        "chrt -o 0 ",
+        "chrt --rr 5 ",
+        "taskset 1 ",
+        "taskset -c 0-3 ",
+        "flock /tmp/l ",
+        "flock -n -w 5 /tmp/l ",
+        "runuser -u root -- ",
+        "unshare -r ",
+        "nsenter -t 1 -m ",
+        "strace -f -o /dev/null ",
+        "ltrace -f ",
+        "valgrind --leak-check=full ",
+        "fakeroot ",
+        "faketime 2020-01-01 ",
+        "torsocks ",
+        "proxychains4 -q ",
+        "pkexec --user root ",
+        "numactl --interleave=all ",
+        "firejail --quiet ",
+        "bwrap --bind / / ",
+        "setpriv --reuid=0 ",
+        "prlimit --nofile=10 ",
+        "eatmydata ",
+        "exec {fd}>/dev/null ",
+    ])
+}
+
+/// Wrappers that run their argument as a shell command line, as prefixes
+/// of a single-quoted script.
+fn script_wrapper() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "script -qc ",
+        "script -c ",
+        "flock /tmp/l -c ",
+        "flock -x /tmp/l --command ",
+        "sg root -c ",
+        "sg root ",
+        "sg - root ",
+        "watch -n 1 ",
+        "watch ",
+        "su -c ",
+        "runuser root -c ",
+        "alias x=",
+        "env -S ",
+        "eval ",
+    ])
+}
+
+/// Variables that name code to run, assigned where the shell, `env` or
+/// `sudo` pass them on, or exported.
+fn code_variable() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "BASH_ENV",
+        "ENV",
+        "PS4",
+        "PROMPT_COMMAND",
+        "SHELLOPTS",
+        "PATH",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "GCONV_PATH",
+        "PYTHONPATH",
+        "PERL5OPT",
+        "NODE_OPTIONS",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_PARAMETERS",
+        "PAGER",
+        "BASH_FUNC_ls%%",
     ])
 }
 
@@ -137,6 +210,57 @@ proptest! {
     ]), opts in prop::sample::select(vec!["-c", "-ec", "-xc", "-e -c", "--norc -c"])) {
         let full = format!("{sh} {opts} '{cmd}'");
         prop_assert_eq!(permissive(deny).check(&full), Verdict::Deny, "{:?}", full);
+    }
+
+    #[test]
+    fn a_wrapper_running_a_command_line_is_read((deny, cmd) in target(), w in script_wrapper(), trail in prop::sample::select(vec!["", " /dev/null"])) {
+        let full = format!("{w}'{cmd}'{trail}");
+        // `alias x=` and `sg root` take the whole script; `script -c` may
+        // be followed by its typescript file.
+        let full = if w.starts_with("script") { full } else { format!("{w}'{cmd}'") };
+        prop_assert_eq!(permissive(deny).check(&full), Verdict::Deny, "{:?}", full);
+        prop_assert_eq!(chain_verdict(deny, &full), Verdict::Deny, "chain: {:?}", full);
+        let _ = trail;
+    }
+
+    #[test]
+    fn a_script_from_standard_input_is_never_allowed(
+        (deny, cmd) in target(),
+        sh in prop::sample::select(vec!["sh", "bash", "dash", "/bin/sh", "busybox sh", "sudo bash", "env sh", "zsh"]),
+        how in 0u8..6,
+    ) {
+        let full = match how {
+            0 => format!("echo '{cmd}' | {sh}"),
+            1 => format!("echo '{cmd}' | {sh} -s"),
+            2 => format!("echo '{cmd}' | {sh} -"),
+            3 => format!("echo '{cmd}' | {sh} -e /dev/stdin"),
+            4 => format!("echo '{cmd}' | . /dev/stdin"),
+            _ => format!("echo '{cmd}' | source /dev/fd/0"),
+        };
+        prop_assert_ne!(permissive(deny).check(&full), Verdict::Allow, "{:?}", full);
+        prop_assert_ne!(chain_verdict(deny, &full), Verdict::Allow, "chain: {:?}", full);
+    }
+
+    #[test]
+    fn a_variable_that_names_code_is_never_allowed_where_a_deny_rule_lives(
+        (deny, _) in target(),
+        var in code_variable(),
+        value in prop::sample::select(vec!["./x", "'$(rm -rf victim)'", "/tmp/evil.so", "'() { rm -rf victim; }'"]),
+        cmd in prop::sample::select(vec!["ls", "bash -c true", "git status", "python3 x.py", "sh -i"]),
+        how in 0u8..5,
+    ) {
+        // `BASH_FUNC_ls%%=...` is no shell assignment (a command name that
+        // does not exist); `env` and `sudo` do pass it on.
+        prop_assume!(!(var.contains('%') && (how == 0 || how == 3)));
+        let full = match how {
+            0 => format!("{var}={value} {cmd}"),
+            1 => format!("env '{var}'={value} {cmd}"),
+            2 => format!("sudo '{var}'={value} {cmd}"),
+            3 => format!("export '{var}'={value}; {cmd}"),
+            _ => format!("env -i '{var}'={value} {cmd}"),
+        };
+        prop_assert_ne!(permissive(deny).check(&full), Verdict::Allow, "{:?}", full);
+        prop_assert_ne!(chain_verdict(deny, &full), Verdict::Allow, "chain: {:?}", full);
     }
 
     #[test]

@@ -1528,3 +1528,28 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
     }
     allowed
 }
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::backoff;
+    use crate::engine::MAX_RETRY_BACKOFF_MS;
+
+    /// Exponential from the base, capped, and jittered between half and all
+    /// of the wait: never zero for a non-zero base, never above the cap, and
+    /// not the same every time.
+    #[test]
+    fn backoff_doubles_is_capped_and_jittered() {
+        for base in [1u64, 50, 100, 1_000, 10_000] {
+            for attempt in 1..=40u32 {
+                let exp = base.saturating_mul(1u64 << (attempt - 1).min(20)).min(MAX_RETRY_BACKOFF_MS);
+                for _ in 0..20 {
+                    let w = backoff(base, attempt).as_millis() as u64;
+                    assert!(w >= exp / 2 && w <= exp, "base {base} attempt {attempt}: {w} not in [{}, {exp}]", exp / 2);
+                }
+            }
+        }
+        let waits: std::collections::HashSet<u128> = (0..64).map(|_| backoff(1_000, 3).as_millis()).collect();
+        assert!(waits.len() > 1, "no jitter: {waits:?}");
+        assert_eq!(backoff(0, 5).as_millis(), 0);
+    }
+}

@@ -9,6 +9,7 @@ mod proposal;
 mod result;
 mod reversibility;
 mod stream;
+pub mod strict;
 mod tool;
 mod verification;
 

@@ -86,7 +86,7 @@ pub struct Precondition {
     #[serde(default)]
     pub operator: Operator,
     /// Compared per the operator; default `null`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::strict::strict_value")]
     pub value: Value,
     /// Human-readable; surfaced in errors.
     #[serde(default)]

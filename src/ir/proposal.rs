@@ -42,7 +42,7 @@ pub struct ActionProposal {
     #[serde(default = "now")]
     pub timestamp: chrono::DateTime<chrono::Utc>,
     /// Freeform, passed through to the event log.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::strict::strict_map")]
     pub context: Map<String, Value>,
 }
 
@@ -139,7 +139,7 @@ pub struct StateAssumption {
 
 /// A present field becomes `Some`, even when it is JSON `null`.
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+    super::strict::strict_value(d).map(Some)
 }
 
 /// A single unit of agent intent.
@@ -155,13 +155,13 @@ pub struct Action {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// Passed verbatim to the tool callback.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::strict::strict_map")]
     pub parameters: Map<String, Value>,
     /// All must hold before the action runs.
     #[serde(default)]
     pub preconditions: Vec<Precondition>,
     /// Claimed state changes, used to model the action without running it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::strict::strict_map")]
     pub expected_effects: Map<String, Value>,
     /// State keys this action reads; informs DAG ordering.
     #[serde(default)]
@@ -201,7 +201,7 @@ pub struct Action {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Not interpreted by the runtime.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::strict::strict_map")]
     pub metadata: Map<String, Value>,
 }
 

@@ -60,7 +60,7 @@ pub enum Compensation {
         /// Tool name.
         tool: String,
         /// Parameters; default `{}`.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "super::strict::strict_map")]
         parameters: Map<String, Value>,
     },
     /// Run another action of the same proposal.

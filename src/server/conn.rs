@@ -355,7 +355,11 @@ impl Conn {
             Some(tx) => {
                 let _ = tx.send(outcome);
             }
-            None => eprintln!("car-server: ignoring a response to unknown or abandoned request id {key}"),
+            // The id is the client's text: escaped before it reaches the log.
+            None => eprintln!(
+                "car-server: ignoring a response to unknown or abandoned request id {}",
+                crate::terminal::shown(&key)
+            ),
         }
     }
 }

@@ -134,16 +134,7 @@ fn valid_id(v: &Value) -> bool {
     matches!(v, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
-/// Parses JSON text into a value, refusing an object with a repeated key
-/// anywhere in it (`serde_json` alone keeps the last one silently, while a
-/// proposal given as text is refused for a repeated field): the error is a
-/// data error naming the key.
-pub fn parse_strict(text: &str) -> Result<Value, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let v = StrictValue::deserialize(&mut de)?.0;
-    de.end()?;
-    Ok(v)
-}
+pub use crate::ir::strict::parse_strict;
 
 /// A repeated key in a frame: `-32600` naming it, to the frame's id when it
 /// can be read.
@@ -154,75 +145,6 @@ fn duplicate_key(text: &str, e: &serde_json::Error) -> Frame {
     };
     Frame::Invalid { id, error: RpcError::invalid_request(e) }
 }
-
-struct StrictValue(Value);
-
-impl<'de> serde::Deserialize<'de> for StrictValue {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor).map(StrictValue)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> serde::de::Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        StrictValue::deserialize(d).map(|v| v.0)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(StrictValue(v)) = seq.next_element()? {
-            items.push(v);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        use serde::de::Error;
-        let mut o = Map::new();
-        while let Some(k) = map.next_key::<String>()? {
-            match o.entry(k) {
-                serde_json::map::Entry::Occupied(e) => {
-                    return Err(A::Error::custom(format!("duplicate key `{}`", e.key())));
-                }
-                serde_json::map::Entry::Vacant(e) => {
-                    e.insert(map.next_value::<StrictValue>()?.0);
-                }
-            }
-        }
-        Ok(Value::Object(o))
-    }
-}
-
-use serde::Deserialize as _;
 
 /// Classifies one text frame. A repeated key in any object of the frame
 /// refuses it (`-32600`), as the proposal text parser refuses a repeated

@@ -22,10 +22,14 @@ use crate::ir::ToolFailure;
 /// The directory holding the runtime's configuration, policies and state.
 pub const CONFIG_DIR: &str = ".car";
 
-/// File names the runtime keeps approvals in (the plan/apply approvals store
-/// and the permission gate's ledger), protected wherever they lie.
-pub const PROTECTED_FILE_NAMES: &[&str] =
-    &[crate::approval::store::APPROVALS_FILE, crate::approval::ledger::TIER_LEDGER_FILE];
+/// File names the runtime keeps approvals and its audit trail in (the
+/// plan/apply approvals store, the permission gate's ledger, the event
+/// file), protected wherever they lie.
+pub const PROTECTED_FILE_NAMES: &[&str] = &[
+    crate::approval::store::APPROVALS_FILE,
+    crate::approval::ledger::TIER_LEDGER_FILE,
+    crate::store::file::EVENTS_FILE,
+];
 
 /// A root directory that file tools may not leave.
 #[derive(Debug, Clone)]

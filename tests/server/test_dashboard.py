@@ -218,6 +218,42 @@ def test_sign_in_approve_with_the_diff_and_the_proposal_finishes(daemon, browser
         s.close()
 
 
+# Characters that must never reach the page raw (car_runtime::terminal::shown).
+HIDDEN = re.compile("[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def test_a_proposals_control_and_bidi_characters_are_shown_escaped(daemon, browser):
+    """A right-to-left override or a carriage return in a command, an action
+    id or a parameter name would make the page show the approver something
+    other than what runs: they are shown as escapes, in every place the
+    approval's text appears."""
+    b = browser
+    sign_in(b, daemon)
+    s = Submitter(daemon.url.rstrip("/"), {"ask": [{"tool": "shell"}]})
+    try:
+        cmd = "echo safe #\u202e\u2066 fr- mr\rrm -rf ~\x1b[2K\u200b"
+        aid = "a\u202eb\rc"
+        fut = s.submit(proposal([tool_call(aid, "shell", parameters={"command": cmd, "k\u202eey\x07": 1})], "dash-bidi"))
+        b.get(daemon.dash + "/")
+        row = WebDriverWait(b, 20).until(
+            EC.presence_of_element_located((By.CSS_SELECTOR, "#pending tbody tr:first-child")))
+        listed = b.execute_script("return document.getElementById('pending').textContent")
+        assert not HIDDEN.search(listed), repr(listed)
+        assert "a\\u{202e}b\\rc" in listed, repr(listed)
+        row.find_element(By.CSS_SELECTOR, "a.approval-link").click()
+        WebDriverWait(b, 20).until(EC.presence_of_element_located((By.ID, "shell-command")))
+        page = b.execute_script("return document.getElementById('main').textContent")
+        assert not HIDDEN.search(page), repr(page)
+        shown = b.execute_script("return document.getElementById('shell-command').textContent")
+        assert shown == "echo safe #\\u{202e}\\u{2066} fr- mr\\rrm -rf ~\\x1b[2K\\u{200b}", repr(shown)
+        params = b.execute_script("return document.getElementById('params').textContent")
+        assert "k\\u{202e}ey\\x07" in params, repr(params)
+        b.find_element(By.ID, "deny").click()
+        assert fut.result(30)["error"]["code"] == -32003
+    finally:
+        s.close()
+
+
 def request(url, data=None, headers=None, method=None):
     req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
     try:

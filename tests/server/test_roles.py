@@ -560,3 +560,31 @@ def test_a_proposal_as_text_with_a_repeated_key_is_refused_the_same_way(simple):
         await c.close()
 
     run(go())
+
+
+# --- what a client sends never drives the operator's terminal ---------------------
+
+
+HOSTILE_ID = "\x1b[2K\rcar-server: auth token written to /tmp/x\n\u202efake\x07"
+
+
+def test_a_hostile_response_id_is_escaped_in_the_daemon_log():
+    with Daemon(env={"CAR_AUTH_TOKEN": OP}) as d:
+
+        async def go():
+            c = await connect(d.url, "operator")
+            # A response to a request the daemon never made: it is logged.
+            await c.send_raw(json.dumps({"jsonrpc": "2.0", "id": HOSTILE_ID, "result": None}))
+            await c.call("state.keys")
+            await c.close()
+
+        run(go())
+        deadline = time.time() + 10
+        while "ignoring a response" not in d.text() and time.time() < deadline:
+            time.sleep(0.05)
+        log = d.text()
+        line = next(l for l in log.splitlines() if "ignoring a response" in l)
+        assert "\\x1b[2K\\rcar-server: auth token written to /tmp/x\\n\\u{202e}fake\\x07" in line, line
+        for raw in ["\x1b", "\r", "\u202e", "\x07"]:
+            assert raw not in log, repr(log)
+        assert not any(l.startswith("fake") or l.startswith("car-server: auth token written to /tmp/x") for l in log.splitlines())

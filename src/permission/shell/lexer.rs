@@ -482,6 +482,20 @@ impl<'a> Parser<'a> {
                         self.redirect(&mut cur)?;
                         continue;
                     }
+                    // `{NAME}>file` is a redirection in bash (it stores the
+                    // new fd in NAME) and a word in dash: the shells disagree
+                    // on the argv, so the segment is unmatchable.
+                    let fd_var = w.text.len() > 2
+                        && w.text[0] == b'{'
+                        && w.text.ends_with(b"}")
+                        && (w.text[1].is_ascii_alphabetic() || w.text[1] == b'_')
+                        && matches!(self.peek(), Some(b'<' | b'>'))
+                        && self.peek_at(1) != Some(b'(');
+                    if fd_var {
+                        cur.unmatchable = true;
+                        self.redirect(&mut cur)?;
+                        continue;
+                    }
                     if cur.is_empty() && w.unquoted() && !w.expansion {
                         match &w.text[..] {
                             b"{" => {
@@ -504,6 +518,11 @@ impl<'a> Parser<'a> {
                                     // `time -p cmd` runs `cmd`.
                                     self.skip_blanks();
                                     if self.starts_with(b"-p") && self.peek_at(2).is_none_or(is_meta) {
+                                        self.pos += 2;
+                                        self.skip_blanks();
+                                    }
+                                    // And `time [-p] -- cmd` (bash 5.2).
+                                    if self.starts_with(b"--") && self.peek_at(2).is_none_or(is_meta) {
                                         self.pos += 2;
                                     }
                                 }

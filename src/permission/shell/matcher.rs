@@ -397,7 +397,12 @@ fn name_operands<'w, 'a>(name: &[u8], argv: &'w [Word<'a>]) -> Vec<&'w Word<'a>>
         return argv[1..].iter().collect();
     }
     if matches!(name, b"printf" | b"test" | b"[") {
-        return argv.windows(2).filter(|p| p[0].text[..] == *b"-v").map(|p| &p[1]).collect();
+        let mut out: Vec<&Word> = argv.windows(2).filter(|p| p[0].text[..] == *b"-v").map(|p| &p[1]).collect();
+        if name == b"printf" {
+            // `printf -vNAME`: the name attached to the option.
+            out.extend(argv[1..].iter().filter(|w| w.text.len() > 2 && w.text.starts_with(b"-v")));
+        }
+        return out;
     }
     Vec::new()
 }
@@ -650,6 +655,16 @@ impl ShellRules {
             if let Some(v) = found {
                 return v;
             }
+            if let Some(w) = seg.words[..seg.assignments].iter().find(|w| wrappers::assigns_code(&w.text)) {
+                // `BASH_ENV=... bash -c true`, `LD_PRELOAD=x.so ls`: what
+                // runs is not only the argv.
+                o.uncertain = true;
+                if restrictive {
+                    let why = || "an assignment to a variable that names code (the loader's, the shell's)".to_string();
+                    trace.note(Verdict::Ask, &seg.words, depth, None, Some(lossy(&w.text)), why, true);
+                    return Verdict::Ask;
+                }
+            }
             if inner.uncertain && restrictive {
                 let why = || "something inside (a wrapper, a script, a name operand) cannot be fully read".to_string();
                 trace.note(Verdict::Ask, &seg.words, depth, None, Some(lossy(&argv0.text)), why, true);
@@ -737,6 +752,12 @@ impl ShellRules {
         }
         // Substitutions bash runs when it expands a name operand again.
         let name = wrappers::basename(&argv[0].text);
+        if matches!(name, b"export" | b"declare" | b"typeset" | b"local" | b"readonly")
+            && argv[1..].iter().any(|w| wrappers::assigns_code(&w.text))
+        {
+            // `export BASH_ENV=...; bash -c true`.
+            o.uncertain = true;
+        }
         let operands = name_operands(name, argv);
         if !operands.is_empty() {
             for w in &operands {
@@ -773,15 +794,27 @@ impl ShellRules {
                     depth,
                     None,
                     wrapper(),
-                    || "a wrapper whose inner command cannot be read (an unknown option)".into(),
+                    || "a wrapper whose inner command cannot be read (an option it does not know, a script from standard input, a command in a syntax of its own)".into(),
                     true,
                 );
             }
-            Inner::Argv { argvs, uncertain } => {
+            Inner::Argv { argvs, unknown_args, uncertain } => {
+                if uncertain {
+                    o.uncertain = true;
+                    trace.note(
+                        Verdict::Ask,
+                        argv,
+                        depth,
+                        None,
+                        wrapper(),
+                        || "an assignment to a variable that names code (the loader's, the shell's)".into(),
+                        true,
+                    );
+                }
                 for a in argvs {
                     // Unknown arguments (xargs input, `find -exec {}`) only
                     // matter to a pattern naming this inner command.
-                    o.uncertain |= uncertain && self.names_command(a);
+                    o.uncertain |= unknown_args && self.names_command(a);
                     if a.first().is_some_and(|w| w.glob) {
                         o.uncertain = true;
                     }
@@ -791,10 +824,43 @@ impl ShellRules {
                     self.restrictive(a, depth + 1, o, trace);
                 }
             }
-            Inner::Scripts(scripts) => {
+            Inner::Scripts { scripts, uncertain } => {
+                o.uncertain |= uncertain;
                 for s in &scripts {
                     let inner = self.scan_bytes(s, depth + 1, trace);
                     o.absorb(&inner);
+                }
+            }
+            Inner::Suffixes(words) => {
+                // The command starts at one of these words: a deny there is
+                // found whichever it is. A glob or tilde word could be its
+                // argv0.
+                for i in 0..words.len() {
+                    if o.deny_matched {
+                        // Found where the command starts: the rest are its arguments.
+                        break;
+                    }
+                    let a = &words[i..];
+                    o.uncertain |= a[0].glob || a[0].tilde;
+                    if wrappers::SUFFIX_WRAPPERS.contains(&wrappers::basename(&a[0].text)) {
+                        // Its own suffixes are suffixes of these.
+                        if let Some(p) = self.deny.iter().find(|p| p.matches_restrictive(a)) {
+                            o.deny_matched = true;
+                            trace.note(
+                                Verdict::Deny,
+                                a,
+                                depth + 1,
+                                Some((ShellTable::Deny, p)),
+                                None,
+                                || "denied".into(),
+                                false,
+                            );
+                        } else if self.ask.iter().any(|p| p.matches_restrictive(a)) {
+                            o.ask_matched = true;
+                        }
+                    } else {
+                        self.restrictive(a, depth + 1, o, trace);
+                    }
                 }
             }
         }

@@ -21,7 +21,93 @@ const MAX_NESTING: usize = 8;
 /// fold case), or could be once its glob is expanded; `None` when no word
 /// does.
 pub(crate) fn protected_word(command: &str, names: &[&str]) -> Option<String> {
-    search(command.as_bytes(), names, 0)
+    let src = command.as_bytes();
+    search(src, names, 0).or_else(|| {
+        // ANSI-C quoting is a literal the shell decodes at parse time
+        // (`$'\x2ecar'` is `.car`): read it decoded as well.
+        let decoded = decode_ansi_c(src)?;
+        search(&decoded, names, 0)
+    })
+}
+
+/// `src` with every `$'...'` replaced by the single-quoted text it stands
+/// for (`\xHH`, `\NNN`, `\uHHHH`, `\UHHHHHHHH`, `\cX` and the letter
+/// escapes decoded); `None` when it holds none.
+fn decode_ansi_c(src: &[u8]) -> Option<Vec<u8>> {
+    let first = src.windows(2).position(|w| w == b"$'")?;
+    let mut out = src[..first].to_vec();
+    let mut i = first;
+    while i < src.len() {
+        if src[i..].starts_with(b"$'") {
+            i += 2;
+            let mut lit: Vec<u8> = Vec::new();
+            while i < src.len() && src[i] != b'\'' {
+                if src[i] == b'\\' && i + 1 < src.len() {
+                    let (bytes, used) = ansi_c_escape(&src[i + 1..]);
+                    lit.extend_from_slice(&bytes);
+                    i += 1 + used;
+                } else {
+                    lit.push(src[i]);
+                    i += 1;
+                }
+            }
+            i += 1;
+            out.push(b'\'');
+            for b in lit {
+                if b == b'\'' {
+                    out.extend_from_slice(b"'\\''");
+                } else {
+                    out.push(b);
+                }
+            }
+            out.push(b'\'');
+        } else {
+            out.push(src[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// One escape after a backslash inside `$'...'`: its bytes and how many
+/// source bytes it used.
+fn ansi_c_escape(s: &[u8]) -> (Vec<u8>, usize) {
+    let hex = |s: &[u8], max: usize| {
+        let n = s.iter().take(max).take_while(|b| b.is_ascii_hexdigit()).count();
+        let v = std::str::from_utf8(&s[..n]).ok().and_then(|t| u32::from_str_radix(t, 16).ok());
+        (v, n)
+    };
+    match s[0] {
+        b'a' => (vec![7], 1),
+        b'b' => (vec![8], 1),
+        b'e' | b'E' => (vec![27], 1),
+        b'f' => (vec![12], 1),
+        b'n' => (vec![b'\n'], 1),
+        b'r' => (vec![b'\r'], 1),
+        b't' => (vec![b'\t'], 1),
+        b'v' => (vec![11], 1),
+        b'x' => match hex(&s[1..], 2) {
+            (Some(v), n) if n > 0 => (vec![v as u8], 1 + n),
+            _ => (b"\\x".to_vec(), 1),
+        },
+        b'u' | b'U' => {
+            let max = if s[0] == b'u' { 4 } else { 8 };
+            match hex(&s[1..], max) {
+                (Some(v), n) if n > 0 => {
+                    let c = char::from_u32(v).unwrap_or(char::REPLACEMENT_CHARACTER);
+                    (c.to_string().into_bytes(), 1 + n)
+                }
+                _ => (vec![b'\\', s[0]], 1),
+            }
+        }
+        b'c' if s.len() > 1 => (vec![s[1] & 0x1f], 2),
+        b'0'..=b'7' => {
+            let n = s.iter().take(3).take_while(|b| (b'0'..=b'7').contains(b)).count();
+            let v = s[..n].iter().fold(0u32, |a, &b| a * 8 + u32::from(b - b'0'));
+            (vec![v as u8], n)
+        }
+        c => (vec![c], 1),
+    }
 }
 
 fn search(src: &[u8], names: &[&str], depth: usize) -> Option<String> {
@@ -65,7 +151,8 @@ fn could_expand_to(part: &[u8], name: &[u8]) -> bool {
     if part.iter().all(|b| matches!(b, b'*' | b'?')) {
         return false;
     }
-    if name.starts_with(b".") && !part.starts_with(b".") {
+    // A brace at the start can supply the dot (`{.c,}ar` is `.car ar`).
+    if name.starts_with(b".") && !part.starts_with(b".") && !part.starts_with(b"{") {
         return false;
     }
     glob_matches(&braces_as_stars(part), name)
@@ -118,6 +205,13 @@ mod tests {
             "cat <<< x > tier-approvals.jsonl",
             "git diff --output=.c'a'r/x a b",
             "x=1 PATH=a:.c\"ar\" ls",
+            "cat $'\\x2ecar/permissions.toml'",
+            "cat $'.c\\x61r'/x",
+            "cat $'\\056car/x'",
+            "cat $'\\u002ecar/x'",
+            "cat x/$'tier-approvals\\x2ejsonl'",
+            "echo > {.c,}ar/x",
+            "echo > {.,}car/x",
         ] {
             assert!(protected_word(cmd, NAMES).is_some(), "{cmd}");
         }

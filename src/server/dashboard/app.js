@@ -23,9 +23,32 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// The characters car_runtime::terminal::shown escapes, with the same
+// spelling: controls (C0, DEL, C1) and the invisible format characters that
+// reorder or hide text (bidi embeddings, overrides, isolates, marks,
+// zero-width characters, line and paragraph separators, BOM). A proposal's
+// text goes through this before it is put in the page, so a command cannot
+// show one thing and be another (a right-to-left override), nor hide a part.
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/g;
+
+function shown(s) {
+  return String(s).replace(HIDDEN, c => {
+    if (c === "\n") return "\\n";
+    if (c === "\r") return "\\r";
+    if (c === "\t") return "\\t";
+    const n = c.charCodeAt(0);
+    return n < 0x80 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u{" + n.toString(16) + "}";
+  });
+}
+
+// shown() of each line, the line breaks kept (a multi-line command or JSON).
+function shownLines(s) {
+  return String(s).split("\n").map(shown).join("\n");
+}
+
 function text(v) {
   if (v === undefined || v === null) return "";
-  return typeof v === "string" ? v : JSON.stringify(v);
+  return shown(typeof v === "string" ? v : JSON.stringify(v));
 }
 
 async function api(path, options) {
@@ -58,7 +81,7 @@ function status(s) {
 }
 
 function approvalLink(id) {
-  return el("a", { href: "/approval/" + encodeURIComponent(id), class: "approval-link" }, id);
+  return el("a", { href: "/approval/" + encodeURIComponent(id), class: "approval-link" }, shown(id));
 }
 
 function fmtTime(t) {
@@ -129,7 +152,8 @@ async function pagePending() {
 
 function diffView(diff) {
   const pre = el("pre", { class: "diff", id: "diff" });
-  for (const line of text(diff).split("\n")) {
+  for (const raw of (typeof diff === "string" ? diff : JSON.stringify(diff)).split("\n")) {
+    const line = shown(raw);
     let cls;
     if (line.startsWith("+++") || line.startsWith("---")) cls = "file";
     else if (line.startsWith("@@")) cls = "hunk";
@@ -151,16 +175,16 @@ async function pageApproval() {
     ["Required / granted tier", text(a.required_tier) + " / " + text(a.granted_tier)],
     ["Submitted by", text(a.submitted_by)], ["Requested", fmtTime(a.requested_at)], ["Deadline", fmtTime(a.deadline)],
   ].map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)));
-  const parts = [el("h2", {}, "Approval ", el("code", { id: "approval-id" }, id)), table("summary", ["", ""], rows)];
+  const parts = [el("h2", {}, "Approval ", el("code", { id: "approval-id" }, shown(id))), table("summary", ["", ""], rows)];
   if (a.tool === "shell" && a.parameters && typeof a.parameters.command === "string") {
-    parts.push(el("h3", {}, "Shell command"), el("pre", { id: "shell-command" }, a.parameters.command));
+    parts.push(el("h3", {}, "Shell command"), el("pre", { id: "shell-command" }, shownLines(a.parameters.command)));
   }
-  parts.push(el("h3", {}, "Matched rule"), el("pre", { id: "rule" }, a.rule ? JSON.stringify(a.rule, null, 2) : "(none: " + text(a.layer) + ")"));
+  parts.push(el("h3", {}, "Matched rule"), el("pre", { id: "rule" }, a.rule ? shownLines(JSON.stringify(a.rule, null, 2)) : "(none: " + text(a.layer) + ")"));
   if (a.preview && a.preview.diff) {
-    parts.push(el("h3", {}, "Preview (unified diff)"), a.preview.note ? el("p", { class: "empty" }, a.preview.note) : null, diffView(a.preview.diff));
+    parts.push(el("h3", {}, "Preview (unified diff)"), a.preview.note ? el("p", { class: "empty" }, shown(a.preview.note)) : null, diffView(a.preview.diff));
   }
   const params = Object.entries(a.parameters || {}).map(([k, v]) =>
-    el("tr", {}, el("td", {}, el("code", {}, k)), el("td", {}, el("code", {}, text(v)))));
+    el("tr", {}, el("td", {}, el("code", {}, shown(k))), el("td", {}, el("code", {}, text(v)))));
   parts.push(el("h3", {}, "Parameters (protected values masked)"), table("params", ["Name", "Value"], params));
   if (a.status === "pending") {
     const reason = el("textarea", { id: "reason", placeholder: "Reason (recorded with the decision)" });
@@ -174,7 +198,7 @@ async function pageApproval() {
         out.textContent = r.applied ? ("Decided: " + r.decision + " (" + r.scope + ") by " + r.reviewer)
           : ("Not applied: the approval was already " + r.status);
         setTimeout(pageApproval, 300);
-      } catch (e) { out.textContent = "Refused: " + e.message; }
+      } catch (e) { out.textContent = "Refused: " + shown(e.message); }
     };
     const approve = el("button", { id: "approve", type: "button" }, "Approve");
     const deny = el("button", { id: "deny", type: "button" }, "Deny");
@@ -208,7 +232,7 @@ async function pageProposals() {
 async function sessionPicker(onChange) {
   const data = await api("/api/sessions");
   const sel = el("select", { id: "session" });
-  for (const s of data.sessions) sel.append(el("option", { value: s.session_id }, s.session_id + " (" + s.principal + ", " + s.role + ", " + s.events + " events)"));
+  for (const s of data.sessions) sel.append(el("option", { value: s.session_id }, shown(s.session_id + " (" + s.principal + ", " + s.role + ", " + s.events + " events)")));
   const saved = new URLSearchParams(location.search).get("session");
   if (saved && [...sel.options].some(o => o.value === saved)) sel.value = saved;
   sel.addEventListener("change", onChange);
@@ -232,7 +256,7 @@ async function pageEvents() {
         el("td", {}, text(e.proposal_id)), el("td", {}, text(e.action_id)), el("td", {}, el("code", {}, text(e.data)))));
       out.replaceChildren(el("p", {}, "Hash chain: ", chainView),
         table("events", ["Time", "Kind", "Proposal", "Action", "Data"], rows));
-    } catch (e) { out.replaceChildren(el("p", { class: "message" }, e.message)); }
+    } catch (e) { out.replaceChildren(el("p", { class: "message" }, shown(e.message))); }
   };
   const sel = await sessionPicker(refresh);
   const f = el("div", { class: "filters" });
@@ -253,8 +277,8 @@ async function pageConfig() {
     try {
       const d = await api("/api/config?session=" + encodeURIComponent(sel.value));
       out.replaceChildren(el("p", {}, "Granted tier: ", el("code", { id: "tier" }, text(d.granted_tier))),
-        el("pre", { id: "admission" }, JSON.stringify(d.admission, null, 2)));
-    } catch (e) { out.replaceChildren(el("p", { class: "message" }, e.message)); }
+        el("pre", { id: "admission" }, shownLines(JSON.stringify(d.admission, null, 2))));
+    } catch (e) { out.replaceChildren(el("p", { class: "message" }, shown(e.message))); }
   };
   const sel = await sessionPicker(refresh);
   main.replaceChildren(el("h2", {}, "Admission configuration (read-only)"), el("p", {}, "Session ", sel), out);
