@@ -375,28 +375,19 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     let deadline = start + timeout;
     let mut child =
         cmd.spawn().map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
-    let out = Pipe::start(child.stdout.take(), spec.max_output);
-    let err = Pipe::start(child.stderr.take(), spec.max_output);
+    let mut out = Output::new(child.stdout.take(), child.stderr.take(), spec.max_output);
     let pid = rustix::process::Pid::from_child(&child);
-    let (exited, background) = loop {
-        let exited = exited_unreaped(pid);
-        let drained = out.done() && err.done();
-        if exited && drained {
-            break (true, false);
-        }
-        if Instant::now() >= deadline {
-            break (exited, exited);
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    };
+    // One thread waits on the child's exit (a pidfd) and its two pipes with
+    // poll(2): no reader threads, no sleeping between checks.
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok();
+    let (exited, background) = out.wait(pid, pidfd.as_ref(), deadline);
     // The child is unreaped (a zombie or still running), so the group id is ours.
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     let _ = child.kill();
     let status = child.wait().map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
     // Processes that left the group (setsid) are still in the cgroup.
     cleanup.kill_cgroup();
-    let grace = Instant::now() + DRAIN_GRACE;
-    let (stdout, stderr) = (out.finish(grace), err.finish(grace));
+    let (stdout, stderr) = out.finish(Instant::now() + DRAIN_GRACE);
     use std::os::unix::process::ExitStatusExt;
     let (code, signal) = if exited { (status.code(), status.signal()) } else { (None, None) };
     let limits = spec.profile.map(|p| p.limits).unwrap_or_default();
@@ -427,54 +418,128 @@ fn exited_unreaped(pid: rustix::process::Pid) -> bool {
     !matches!(waitid(WaitId::Pid(pid), opts), Ok(None))
 }
 
-/// One of the command's output pipes, read on its own thread into a shared
-/// buffer (the first `cap` bytes kept, the rest drained so the command never
-/// blocks on a full pipe). The caller can stop waiting for it at any time
-/// and keep what was read.
-struct Pipe {
-    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    done: std::sync::mpsc::Receiver<()>,
-    finished: std::cell::Cell<bool>,
+/// The command's stdout and stderr, read on the waiting thread: the first
+/// `cap` bytes of each kept, the rest drained so the command never blocks
+/// on a full pipe.
+struct Output {
+    out: Option<std::process::ChildStdout>,
+    err: Option<std::process::ChildStderr>,
+    bufs: [Vec<u8>; 2],
+    cap: usize,
 }
 
-impl Pipe {
-    fn start<R: Read + Send + 'static>(r: Option<R>, cap: usize) -> Pipe {
-        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (tx, done) = std::sync::mpsc::channel();
-        let shared = buf.clone();
-        std::thread::spawn(move || {
-            if let Some(mut r) = r {
-                let mut chunk = [0u8; 8192];
-                loop {
-                    match r.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let mut b = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            let room = cap.saturating_sub(b.len());
-                            b.extend_from_slice(&chunk[..n.min(room)]);
+impl Output {
+    fn new(o: Option<std::process::ChildStdout>, e: Option<std::process::ChildStderr>, cap: usize) -> Output {
+        Output { out: o, err: e, bufs: [Vec::new(), Vec::new()], cap }
+    }
+
+    fn open(&self) -> bool {
+        self.out.is_some() || self.err.is_some()
+    }
+
+    /// Reads what is ready on either pipe (closing one at its end of file).
+    fn read_ready(&mut self, which: usize) {
+        let mut chunk = [0u8; 16384];
+        let r = match which {
+            0 => self.out.as_mut().map(|p| p.read(&mut chunk)),
+            _ => self.err.as_mut().map(|p| p.read(&mut chunk)),
+        };
+        match r {
+            Some(Ok(n)) if n > 0 => {
+                let b = &mut self.bufs[which];
+                let room = self.cap.saturating_sub(b.len());
+                b.extend_from_slice(&chunk[..n.min(room)]);
+            }
+            Some(Err(e))
+                if e.kind() == std::io::ErrorKind::Interrupted || e.kind() == std::io::ErrorKind::WouldBlock => {}
+            None => {}
+            // End of file, or a read error: this pipe is done.
+            Some(_) => {
+                if which == 0 {
+                    self.out = None;
+                } else {
+                    self.err = None;
+                }
+            }
+        }
+    }
+
+    /// Polls the pipes (and the child's pidfd, while `watch_exit`) once, for
+    /// at most `until`; returns whether the child has exited.
+    fn poll_once(&mut self, pidfd: Option<&OwnedFd>, watch_exit: bool, until: Instant) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let left = until.saturating_duration_since(Instant::now());
+        // Without a pidfd (a kernel before 5.3) exit is checked every millisecond.
+        let left = if watch_exit && pidfd.is_none() { left.min(Duration::from_millis(1)) } else { left };
+        let ts = Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ };
+        let flags = PollFlags::IN | PollFlags::HUP | PollFlags::ERR;
+        let (mut ready_out, mut ready_err, mut ready_pid) = (false, false, false);
+        {
+            let mut fds = Vec::with_capacity(3);
+            let mut which = Vec::with_capacity(3);
+            if let Some(p) = &self.out {
+                fds.push(PollFd::new(p, flags));
+                which.push(0);
+            }
+            if let Some(p) = &self.err {
+                fds.push(PollFd::new(p, flags));
+                which.push(1);
+            }
+            if watch_exit && let Some(p) = pidfd {
+                fds.push(PollFd::new(p, PollFlags::IN));
+                which.push(2);
+            }
+            if fds.is_empty() {
+                std::thread::sleep(left);
+                return false;
+            }
+            if rustix::event::poll(&mut fds, Some(&ts)).is_ok() {
+                for (fd, w) in fds.iter().zip(which) {
+                    if !fd.revents().is_empty() {
+                        match w {
+                            0 => ready_out = true,
+                            1 => ready_err = true,
+                            _ => ready_pid = true,
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
                     }
                 }
             }
-            let _ = tx.send(());
-        });
-        Pipe { buf, done, finished: std::cell::Cell::new(false) }
+        }
+        if ready_out {
+            self.read_ready(0);
+        }
+        if ready_err {
+            self.read_ready(1);
+        }
+        ready_pid
     }
 
-    fn done(&self) -> bool {
-        if !self.finished.get() && !matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
-            self.finished.set(true);
+    /// Waits until the child has exited and both pipes are at their end, or
+    /// the deadline: `(exited, exited but the pipes were held open)`.
+    fn wait(&mut self, pid: rustix::process::Pid, pidfd: Option<&OwnedFd>, deadline: Instant) -> (bool, bool) {
+        let mut exited = false;
+        loop {
+            if !exited && pidfd.is_none() {
+                exited = exited_unreaped(pid);
+            }
+            if exited && !self.open() {
+                return (true, false);
+            }
+            if Instant::now() >= deadline {
+                return (exited, exited);
+            }
+            if self.poll_once(pidfd, !exited, deadline) {
+                exited = true;
+            }
         }
-        self.finished.get()
     }
 
-    fn finish(self, until: Instant) -> String {
-        if !self.done() {
-            let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
+    /// What was read, after giving the pipes until `until` to reach their end.
+    fn finish(mut self, until: Instant) -> (String, String) {
+        while self.open() && Instant::now() < until {
+            self.poll_once(None, false, until);
         }
-        let b = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        String::from_utf8_lossy(&b).into_owned()
+        let [o, e] = self.bufs;
+        (String::from_utf8_lossy(&o).into_owned(), String::from_utf8_lossy(&e).into_owned())
     }
 }
