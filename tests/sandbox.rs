@@ -112,11 +112,15 @@ fn writes_inside_the_root_succeed_and_outside_fail_with_eacces() {
     assert!(error(&r).contains("Permission denied"), "{r}");
     assert_eq!(ev["exit_code"], 2, "{ev}");
     assert!(!target.exists());
-    // The private temp directory is writable, and removed after the run.
+    // The private temp directory is writable, private to the run (a tmpfs
+    // of its own: the host sees an empty directory), and gone after it.
     let (r, _) = shell(&rt, "echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo \"$TMPDIR\"", None);
     let out = ok_stdout(&r);
     let tmp = out.lines().nth(1).unwrap();
-    assert!(!Path::new(tmp).exists(), "{tmp} was removed");
+    assert_eq!(out.lines().next(), Some("t"), "{out}");
+    assert!(!Path::new(tmp).join("t").exists(), "{tmp}/t is gone after the run");
+    let (r, _) = shell(&rt, "ls -A \"$TMPDIR\"", None);
+    assert_eq!(ok_stdout(&r), "", "the next run's temp directory starts empty");
 }
 
 #[test]

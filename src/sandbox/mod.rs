@@ -20,6 +20,7 @@
 //! missing ([`Probe`]); only `sandbox = "none"`, set by the operator, runs a
 //! tool unconfined. See `docs/sandbox.md`.
 
+mod cgroup;
 mod probe;
 mod run;
 pub mod template;

@@ -142,46 +142,44 @@ pub(crate) fn landlock_ruleset(
     Ok(c.into())
 }
 
-/// The pids cgroup this process may create children of: cgroup v1's
-/// `pids` hierarchy, else v2 when `pids` is in the cgroup's
-/// `cgroup.subtree_control`. Tried by creating (and removing) a child.
-pub(crate) fn pids_cgroup_parent() -> Result<PathBuf, String> {
-    let text =
-        std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-    let mut candidates = Vec::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let rel = path.trim_start_matches('/');
-        if ctrl.split(',').any(|c| c == "pids") {
-            candidates.push(Path::new("/sys/fs/cgroup/pids").join(rel));
-        } else if ctrl.is_empty() {
-            let d = Path::new("/sys/fs/cgroup").join(rel);
-            let sub = std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap_or_default();
-            if sub.split_whitespace().any(|c| c == "pids") {
-                candidates.push(d);
-            }
-        }
-    }
-    if candidates.is_empty() {
-        return Err("no pids cgroup controller is available to this process (cgroup v1 `pids`, or v2 with `pids` in cgroup.subtree_control)".into());
-    }
-    let mut why = Vec::new();
-    for d in candidates {
-        let test = d.join(format!("car-sandbox-probe-{}", uuid::Uuid::new_v4()));
-        match std::fs::create_dir(&test) {
-            Ok(()) => {
-                let ok = test.join("pids.max").exists();
-                let _ = std::fs::remove_dir(&test);
-                if ok {
-                    return Ok(d);
+/// The directory the private temp directories are mounted on: made once
+/// per process (`$TMPDIR/car-sandbox-tmp-<pid>`, mode 0700, empty on the
+/// host), after removing those of processes that are gone.
+pub(crate) fn tmp_mountpoint() -> Result<PathBuf, String> {
+    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let base = std::env::temp_dir();
+        if let Ok(rd) = std::fs::read_dir(&base) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("car-sandbox-tmp-")) else { continue };
+                if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir(e.path());
                 }
-                why.push(format!("{}: a child cgroup has no pids.max", d.display()));
             }
-            Err(e) => why.push(format!("cannot create a child cgroup under {}: {e}", d.display())),
         }
-    }
-    Err(why.join("; "))
+        let d = base.join(format!("car-sandbox-tmp-{}", std::process::id()));
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A directory left by an earlier process with our pid: ours
+                // only if it is a plain directory we own.
+                use std::os::unix::fs::MetadataExt;
+                let m = std::fs::symlink_metadata(&d).map_err(|e| format!("`{}`: {e}", d.display()))?;
+                if !m.is_dir() || m.uid() != rustix::process::geteuid().as_raw() {
+                    return Err(format!("`{}` exists and is not a directory of this user", d.display()));
+                }
+                std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                    .map_err(|e| format!("`{}`: {e}", d.display()))?;
+            }
+            Err(e) => {
+                return Err(format!("cannot create the private temp directory's mount point `{}`: {e}", d.display()));
+            }
+        }
+        d.canonicalize().map_err(|e| format!("cannot resolve `{}`: {e}", d.display()))
+    })
+    .clone()
 }
 
 fn cstring(p: &Path) -> Result<CString, RunError> {
@@ -191,50 +189,26 @@ fn cstring(p: &Path) -> Result<CString, RunError> {
 
 /// What a run set up and must undo.
 struct Cleanup {
-    tmp: Option<PathBuf>,
-    cgroup: Option<PathBuf>,
+    cgroup: Option<super::cgroup::RunCgroup>,
     made_config_dir: Option<PathBuf>,
 }
 
 impl Cleanup {
     fn kill_cgroup(&self) {
-        let Some(cg) = &self.cgroup else { return };
-        for _ in 0..200 {
-            let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
-            let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
-            if pids.is_empty() {
-                return;
-            }
-            for p in pids {
-                if let Some(pid) = rustix::process::Pid::from_raw(p) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
         }
     }
 
     fn processes_limit_hit(&self) -> bool {
-        let Some(cg) = &self.cgroup else { return false };
-        let ev = std::fs::read_to_string(cg.join("pids.events")).unwrap_or_default();
-        ev.lines().any(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0))
+        self.cgroup.as_ref().is_some_and(|c| c.limit_hit())
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        self.kill_cgroup();
-        if let Some(cg) = &self.cgroup {
-            for _ in 0..200 {
-                if std::fs::remove_dir(cg).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        if let Some(t) = &self.tmp {
-            let _ = std::fs::remove_dir_all(t);
-        }
+        // The cgroup first: no process of the run is left when the rest goes.
+        drop(self.cgroup.take());
         if let Some(d) = &self.made_config_dir {
             // Still empty (it was mounted read-only): remove what we made.
             let _ = std::fs::remove_dir(d);
@@ -256,14 +230,14 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
         .root
         .canonicalize()
         .map_err(|e| RunError::Spawn(format!("cannot resolve the root `{}`: {e}", spec.root.display())))?;
-    let tmp = std::env::temp_dir().join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(|e| {
-            RunError::Spawn(format!("cannot create the private temp directory `{}`: {e}", tmp.display()))
-        })?;
+    // Each run mounts a tmpfs of its own on this directory, in its own
+    // mount namespace: private, and gone when the run's last process is.
+    let tmp = tmp_mountpoint().map_err(RunError::Spawn)?;
+    let mut tmp_opts = "mode=0700".to_string();
+    if let Some(m) = profile.limits.memory_bytes {
+        tmp_opts.push_str(&format!(",size={m}"));
     }
-    cleanup.tmp = Some(tmp.clone());
+    let tmpfs = Some((cstring(&tmp)?, CString::new(tmp_opts).map_err(|e| RunError::Spawn(e.to_string()))?));
 
     // The runtime's own files, read-only in the child's mount namespace.
     let config_dir = root.join(crate::tools::CONFIG_DIR);
@@ -280,12 +254,12 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
         }
     }
 
-    let mut writable = vec![tmp.clone()];
+    let mut writable = Vec::new();
     if profile.filesystem == Filesystem::WorkspaceWrite {
         writable.push(root.clone());
     }
     writable.extend(profile.write.iter().cloned());
-    let readable = [root.clone(), tmp.clone()];
+    let readable = [root.clone()];
     let landlock =
         landlock_ruleset(probe.landlock_abi, profile, &writable, Some(&readable)).map_err(RunError::Unavailable)?;
 
@@ -307,13 +281,9 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             rlimits.push((libc::RLIMIT_NPROC as i32, n));
         }
         if let Ok(parent) = &probe.pids_cgroup {
-            let cg = parent.join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir(&cg)
-                .map_err(|e| RunError::Spawn(format!("cannot create the cgroup `{}`: {e}", cg.display())))?;
-            cleanup.cgroup = Some(cg.clone());
-            std::fs::write(cg.join("pids.max"), n.to_string())
-                .map_err(|e| RunError::Spawn(format!("cannot set pids.max of `{}`: {e}", cg.display())))?;
-            cgroup_procs = Some(cstring(&cg.join("cgroup.procs"))?);
+            let cg = super::cgroup::RunCgroup::new(parent, n).map_err(RunError::Spawn)?;
+            cgroup_procs = cg.join_path().map_err(RunError::Spawn)?;
+            cleanup.cgroup = Some(cg);
         }
     }
     let uid = rustix::process::getuid().as_raw();
@@ -329,6 +299,12 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             uid_map: CString::new(format!("{uid} {uid} 1")).ok(),
             gid_map: CString::new(format!("{gid} {gid} 1")).ok(),
             readonly_paths: readonly,
+            tmpfs,
+            tmpfs_access: if profile.filesystem == Filesystem::Open {
+                0
+            } else {
+                AccessFs::from_all(abi_of(probe.landlock_abi)).bits()
+            },
             landlock,
         },
     );
@@ -367,14 +343,17 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..]).current_dir(spec.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut cleanup = Cleanup { tmp: None, cgroup: None, made_config_dir: None };
+    let mut cleanup = Cleanup { cgroup: None, made_config_dir: None };
     if let Some(p) = spec.profile {
         confine(&mut cmd, spec, p, &mut cleanup)?;
     }
     let start = Instant::now();
     let deadline = start + timeout;
-    let mut child =
-        cmd.spawn().map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
+    let spawned = match &cleanup.cgroup {
+        Some(cg) => cg.spawn(cmd),
+        None => cmd.spawn(),
+    };
+    let mut child = spawned.map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
     let mut out = Output::new(child.stdout.take(), child.stderr.take(), spec.max_output);
     let pid = rustix::process::Pid::from_child(&child);
     // One thread waits on the child's exit (a pidfd) and its two pipes with
