@@ -22,6 +22,7 @@
 
 mod cgroup;
 mod probe;
+mod protect;
 mod run;
 pub mod template;
 
@@ -32,6 +33,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use probe::{Probe, probe};
+pub use protect::open_append_locked;
 pub use run::{Outcome, RunError, RunSpec, run};
 
 /// The profile name that runs a tool unconfined (operator only).

@@ -190,7 +190,7 @@ fn cstring(p: &Path) -> Result<CString, RunError> {
 /// What a run set up and must undo.
 struct Cleanup {
     cgroup: Option<super::cgroup::RunCgroup>,
-    made_config_dir: Option<PathBuf>,
+    protected: Option<super::protect::Protected>,
 }
 
 impl Cleanup {
@@ -209,10 +209,9 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         // The cgroup first: no process of the run is left when the rest goes.
         drop(self.cgroup.take());
-        if let Some(d) = &self.made_config_dir {
-            // Still empty (it was mounted read-only): remove what we made.
-            let _ = std::fs::remove_dir(d);
-        }
+        // Then the protected names (a placeholder made for the run goes
+        // when no run needs it any more).
+        drop(self.protected.take());
     }
 }
 
@@ -239,20 +238,19 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
     }
     let tmpfs = Some((cstring(&tmp)?, CString::new(tmp_opts).map_err(|e| RunError::Spawn(e.to_string()))?));
 
-    // The runtime's own files, read-only in the child's mount namespace.
+    // The runtime's own files, read-only in the child's mount namespace;
+    // those that do not exist yet get a placeholder for the run.
+    let mut readonly = Vec::new();
+    let mut held = super::protect::Protected::default();
     let config_dir = root.join(crate::tools::CONFIG_DIR);
-    if !config_dir.exists() {
-        std::fs::create_dir(&config_dir)
-            .map_err(|e| RunError::Spawn(format!("cannot create `{}` to protect it: {e}", config_dir.display())))?;
-        cleanup.made_config_dir = Some(config_dir.clone());
-    }
-    let mut readonly = vec![cstring(&config_dir)?];
+    held.hold(&config_dir, true).map_err(RunError::Spawn)?;
+    readonly.push(cstring(&config_dir)?);
     for name in crate::tools::PROTECTED_FILE_NAMES {
         let f = root.join(name);
-        if f.exists() {
-            readonly.push(cstring(&f)?);
-        }
+        held.hold(&f, false).map_err(RunError::Spawn)?;
+        readonly.push(cstring(&f)?);
     }
+    cleanup.protected = Some(held);
 
     let mut writable = Vec::new();
     if profile.filesystem == Filesystem::WorkspaceWrite {
@@ -343,7 +341,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..]).current_dir(spec.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut cleanup = Cleanup { cgroup: None, made_config_dir: None };
+    let mut cleanup = Cleanup { cgroup: None, protected: None };
     if let Some(p) = spec.profile {
         confine(&mut cmd, spec, p, &mut cleanup)?;
     }
