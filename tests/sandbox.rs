@@ -395,6 +395,16 @@ fn sandboxed_sh(root: &Path, cmd: &str) -> car_runtime::sandbox::Outcome {
     car_runtime::sandbox::run(&spec).unwrap()
 }
 
+/// Waits (polling, up to 20 s) until `root` holds exactly `want`: a
+/// placeholder lingers a little after the last run that held it.
+fn eventually_entries(root: &Path, want: &[String], what: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while entries(root) != want && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(entries(root), want, "after `{what}`");
+}
+
 fn entries(root: &Path) -> Vec<String> {
     let mut v: Vec<String> =
         std::fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
@@ -432,22 +442,24 @@ fn create_cmd(how: usize, target: &str) -> String {
 #[test]
 fn a_sandboxed_run_cannot_create_the_runtimes_files_that_do_not_exist_yet() {
     // Before the fix, `approvals.jsonl` (and `tier-approvals.jsonl`) absent
-    // from the root could be created, forged records and all.
+    // from the root could be created, forged records and all. Every target
+    // by every way of creating it, each in a root of its own.
+    let mut done = Vec::new();
     for target in PROTECTED_TARGETS {
         for how in 0..8 {
             let (base, root) = bare_root();
             let cmd = create_cmd(how, target);
             let o = sandboxed_sh(&root, &cmd);
             assert_ne!(o.exit_code, Some(0), "`{cmd}` must fail: {o:?}");
-            // Nothing of it is left: no file, and the placeholders the run
-            // mounted read-only are gone with it.
-            assert_eq!(
-                entries(&root),
-                vec!["side".to_string()].into_iter().filter(|_| matches!(how, 3 | 4)).collect::<Vec<_>>(),
-                "after `{cmd}`"
-            );
-            std::fs::remove_dir_all(base).unwrap();
+            let side: Vec<String> = ["side".to_string()].into_iter().filter(|_| matches!(how, 3 | 4)).collect();
+            done.push((base, root, side, cmd));
         }
+    }
+    // Nothing of it is left: no file, and the placeholders the runs mounted
+    // read-only go once no run needs them.
+    for (base, root, side, cmd) in done {
+        eventually_entries(&root, &side, &cmd);
+        std::fs::remove_dir_all(base).unwrap();
     }
 }
 
@@ -466,7 +478,7 @@ fn protected_placeholders_are_shared_by_concurrent_runs_and_removed_after_the_la
     let o = long.join().unwrap();
     assert_ne!(o.exit_code, Some(0), "{o:?}");
     assert!(!o.stdout.contains("wrote"), "{o:?}");
-    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    eventually_entries(&root, &[], "the runs");
     // An approvals file the runtime writes while a run holds its
     // placeholder is kept (the placeholder is no longer empty).
     let r2 = root.clone();

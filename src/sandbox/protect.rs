@@ -18,6 +18,12 @@
 //! checks that the name still leads to the inode it locked. A placeholder
 //! whose maker could not remove it (another process still held it) stays,
 //! empty.
+//!
+//! A placeholder no run holds lingers for [`LINGER`] before it is removed
+//! (by a thread that waits for that), so back-to-back runs do not create
+//! and remove the same files each time: on a loaded disk that was a
+//! millisecond of every run. A process that exits inside that window leaves
+//! its placeholders behind, empty.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -27,8 +33,13 @@ use std::sync::Mutex;
 
 use rustix::fs::FlockOperation;
 
+/// How long a placeholder no run holds is kept for the next run.
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
 struct Entry {
     users: usize,
+    /// When the last run holding it ended (`users` is 0).
+    idle_since: Option<std::time::Instant>,
     made: bool,
     dir: bool,
     /// Holds the shared lock for this process's runs.
@@ -37,6 +48,53 @@ struct Entry {
 }
 
 static HELD: Mutex<Option<HashMap<PathBuf, Entry>>> = Mutex::new(None);
+/// Woken when a placeholder becomes idle.
+static IDLE: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Removes `e`, the entry of `p`, when it is a placeholder we made that no
+/// other process holds and is still the same empty inode.
+fn remove_placeholder(p: &Path, e: Entry) {
+    if !e.made || rustix::fs::flock(&e.file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        return;
+    }
+    if !std::fs::symlink_metadata(p).is_ok_and(|m| id_of(&m) == e.id) {
+        return;
+    }
+    if e.dir {
+        // Fails unless empty.
+        let _ = std::fs::remove_dir(p);
+    } else if e.file.metadata().is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(p);
+    }
+    // The lock goes with the descriptor, after the name.
+    drop(e.file);
+}
+
+/// The thread that removes placeholders idle for [`LINGER`].
+fn reaper() {
+    let mut g = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let now = std::time::Instant::now();
+        let map = g.get_or_insert_with(HashMap::new);
+        let due: Vec<PathBuf> = map
+            .iter()
+            .filter(|(_, e)| e.idle_since.is_some_and(|t| now.duration_since(t) >= LINGER))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in due {
+            if let Some(e) = map.remove(&p) {
+                remove_placeholder(&p, e);
+            }
+        }
+        let next = map.values().filter_map(|e| e.idle_since).min();
+        g = match next {
+            Some(t) => {
+                IDLE.wait_timeout(g, (t + LINGER).saturating_duration_since(now)).unwrap_or_else(|e| e.into_inner()).0
+            }
+            None => IDLE.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner),
+        };
+    }
+}
 
 fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
     (m.dev(), m.ino())
@@ -72,9 +130,14 @@ impl Protected {
         let mut g = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let map = g.get_or_insert_with(HashMap::new);
         if let Some(e) = map.get_mut(path) {
-            e.users += 1;
-            self.paths.push(path.to_path_buf());
-            return Ok(());
+            // An idle one is taken again only if the name still leads to it.
+            if e.users > 0 || std::fs::metadata(path).is_ok_and(|m| id_of(&m) == e.id) {
+                e.users += 1;
+                e.idle_since = None;
+                self.paths.push(path.to_path_buf());
+                return Ok(());
+            }
+            map.remove(path);
         }
         let what = |e: &dyn std::fmt::Display| format!("cannot hold `{}` to protect it: {e}", path.display());
         for _ in 0..20 {
@@ -95,7 +158,7 @@ impl Protected {
                 Ok(now) if id_of(&now) == id_of(&locked) => {
                     map.insert(
                         path.to_path_buf(),
-                        Entry { users: 1, made, dir: locked.is_dir(), file, id: id_of(&locked) },
+                        Entry { users: 1, idle_since: None, made, dir: locked.is_dir(), file, id: id_of(&locked) },
                     );
                     self.paths.push(path.to_path_buf());
                     return Ok(());
@@ -109,30 +172,30 @@ impl Protected {
 
 impl Drop for Protected {
     fn drop(&mut self) {
+        static REAPER: std::sync::Once = std::sync::Once::new();
         let mut g = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(map) = g.as_mut() else { return };
+        let mut idle = false;
         for p in self.paths.drain(..) {
             let Some(e) = map.get_mut(&p) else { continue };
             e.users -= 1;
             if e.users > 0 {
                 continue;
             }
-            let Some(e) = map.remove(&p) else { continue };
-            if !e.made || rustix::fs::flock(&e.file, FlockOperation::NonBlockingLockExclusive).is_err() {
-                continue;
+            if e.made {
+                e.idle_since = Some(std::time::Instant::now());
+                idle = true;
+            } else {
+                // Not ours to remove: just let go of it.
+                map.remove(&p);
             }
-            let same = std::fs::symlink_metadata(&p).is_ok_and(|m| id_of(&m) == e.id);
-            if !same {
-                continue;
-            }
-            if e.dir {
-                // Fails unless empty.
-                let _ = std::fs::remove_dir(&p);
-            } else if e.file.metadata().is_ok_and(|m| m.len() == 0) {
-                let _ = std::fs::remove_file(&p);
-            }
-            // The lock goes with the descriptor, after the name.
-            drop(e.file);
+        }
+        drop(g);
+        if idle {
+            REAPER.call_once(|| {
+                let _ = std::thread::Builder::new().name("car-sandbox-placeholders".into()).spawn(reaper);
+            });
+            IDLE.notify_all();
         }
     }
 }
