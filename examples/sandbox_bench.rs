@@ -68,7 +68,13 @@ fn main() {
         }
     }
     let _ = std::fs::remove_dir_all(&root);
-    println!("{n} runs each, interleaved (release: {})", !cfg!(debug_assertions));
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "{n} runs each, interleaved (release: {}; {cores} cores, load average {})",
+        !cfg!(debug_assertions),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
     let mut p50s = Vec::new();
     for ((name, _), t) in variants.iter().zip(times.iter_mut()) {
         let (a, b) = (pct(t, 0.5), pct(t, 0.99));

@@ -142,7 +142,7 @@ impl Probe {
             m.push(format!("unprivileged user namespaces: {e}"));
         }
         if let Err(e) = &self.mount_ns {
-            m.push(format!("a private mount namespace (the protected files are mounted read-only): {e}"));
+            m.push(format!("a private mount namespace (the protected files are mounted read-only, the temp directory is a tmpfs): {e}"));
         }
         if profile.filesystem != Filesystem::Open {
             if let Err(e) = &self.landlock {
