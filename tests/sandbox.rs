@@ -112,11 +112,15 @@ fn writes_inside_the_root_succeed_and_outside_fail_with_eacces() {
     assert!(error(&r).contains("Permission denied"), "{r}");
     assert_eq!(ev["exit_code"], 2, "{ev}");
     assert!(!target.exists());
-    // The private temp directory is writable, and removed after the run.
+    // The private temp directory is writable, private to the run (a tmpfs
+    // of its own: the host sees an empty directory), and gone after it.
     let (r, _) = shell(&rt, "echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo \"$TMPDIR\"", None);
     let out = ok_stdout(&r);
     let tmp = out.lines().nth(1).unwrap();
-    assert!(!Path::new(tmp).exists(), "{tmp} was removed");
+    assert_eq!(out.lines().next(), Some("t"), "{out}");
+    assert!(!Path::new(tmp).join("t").exists(), "{tmp}/t is gone after the run");
+    let (r, _) = shell(&rt, "ls -A \"$TMPDIR\"", None);
+    assert_eq!(ok_stdout(&r), "", "the next run's temp directory starts empty");
 }
 
 #[test]
@@ -366,4 +370,124 @@ fn a_subprocess_tool_runs_its_argv_template_sandboxed() {
     let bad = json!({"name": "t", "executor": "subprocess", "sandbox": "none", "command": ["true"]});
     let e = rt.set_permissions(Some(&json!({"tools": [bad]}).to_string()), None).unwrap_err();
     assert!(e.to_string().contains("only the operator"), "{e}");
+}
+
+/// A root with none of the runtime's files in it yet.
+fn bare_root() -> (PathBuf, PathBuf) {
+    let base = std::env::temp_dir().join(format!("car-sandbox-bare-{}", uuid::Uuid::new_v4()));
+    let root = base.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    (base, root)
+}
+
+/// Runs `sh -c cmd` in `root` under `workspace-write`, straight through the
+/// runner (no admission layer reads the text).
+fn sandboxed_sh(root: &Path, cmd: &str) -> car_runtime::sandbox::Outcome {
+    let profile = car_runtime::sandbox::SandboxConfig::default().profile("workspace-write").unwrap();
+    let argv = vec!["sh".to_string(), "-c".to_string(), cmd.to_string()];
+    let spec = car_runtime::sandbox::RunSpec {
+        argv: &argv,
+        root,
+        profile: Some(&profile),
+        timeout: Some(std::time::Duration::from_secs(20)),
+        max_output: 4096,
+    };
+    car_runtime::sandbox::run(&spec).unwrap()
+}
+
+/// Waits (polling, up to 20 s) until `root` holds exactly `want`: a
+/// placeholder lingers a little after the last run that held it.
+fn eventually_entries(root: &Path, want: &[String], what: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while entries(root) != want && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(entries(root), want, "after `{what}`");
+}
+
+fn entries(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// The protected names, and ways of creating each, spelled so no text
+/// matcher sees the names.
+const PROTECTED_TARGETS: [&str; 6] = [
+    "approvals.jsonl",
+    "tier-approvals.jsonl",
+    ".car/approvals.jsonl",
+    ".car/tier-approvals.jsonl",
+    ".car/permissions.toml",
+    ".car/policies/p.toml",
+];
+
+fn create_cmd(how: usize, target: &str) -> String {
+    // `a p p r o v a l s` etc. rebuilt at run time from pieces.
+    let spelled: String = target.chars().map(|c| format!("{c}")).collect::<Vec<_>>().join("''");
+    let t = format!("\"$(printf '%s' {spelled})\"");
+    match how {
+        0 => format!("echo '{{\"forged\":1}}' > {t}"),
+        1 => format!("echo '{{\"forged\":1}}' >> {t}"),
+        2 => format!("touch {t}"),
+        3 => format!("echo x > side && mv side {t}"),
+        4 => format!("echo x > side && ln side {t}"),
+        5 => format!("ln -s /etc/hostname {t}"),
+        6 => format!("mkdir -p \"$(dirname {t})\" && echo x > {t}"),
+        _ => format!("python3 -c \"import sys; open(sys.argv[1],'a').write('x')\" {t}"),
+    }
+}
+
+#[test]
+fn a_sandboxed_run_cannot_create_the_runtimes_files_that_do_not_exist_yet() {
+    // Before the fix, `approvals.jsonl` (and `tier-approvals.jsonl`) absent
+    // from the root could be created, forged records and all. Every target
+    // by every way of creating it, each in a root of its own.
+    let mut done = Vec::new();
+    for target in PROTECTED_TARGETS {
+        for how in 0..8 {
+            let (base, root) = bare_root();
+            let cmd = create_cmd(how, target);
+            let o = sandboxed_sh(&root, &cmd);
+            assert_ne!(o.exit_code, Some(0), "`{cmd}` must fail: {o:?}");
+            let side: Vec<String> = ["side".to_string()].into_iter().filter(|_| matches!(how, 3 | 4)).collect();
+            done.push((base, root, side, cmd));
+        }
+    }
+    // Nothing of it is left: no file, and the placeholders the runs mounted
+    // read-only go once no run needs them.
+    for (base, root, side, cmd) in done {
+        eventually_entries(&root, &side, &cmd);
+        std::fs::remove_dir_all(base).unwrap();
+    }
+}
+
+#[test]
+fn protected_placeholders_are_shared_by_concurrent_runs_and_removed_after_the_last() {
+    let (base, root) = bare_root();
+    // A long run holds the placeholders while short ones come and go; the
+    // long one still cannot create the file after the short ones ended.
+    let r2 = root.clone();
+    let long =
+        std::thread::spawn(move || sandboxed_sh(&r2, "sleep 1; f=appro; echo forged > ${f}vals.jsonl && echo wrote"));
+    for _ in 0..5 {
+        let o = sandboxed_sh(&root, "true");
+        assert_eq!(o.exit_code, Some(0), "{o:?}");
+    }
+    let o = long.join().unwrap();
+    assert_ne!(o.exit_code, Some(0), "{o:?}");
+    assert!(!o.stdout.contains("wrote"), "{o:?}");
+    eventually_entries(&root, &[], "the runs");
+    // An approvals file the runtime writes while a run holds its
+    // placeholder is kept (the placeholder is no longer empty).
+    let r2 = root.clone();
+    let run = std::thread::spawn(move || sandboxed_sh(&r2, "sleep 1"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut f = car_runtime::sandbox::open_append_locked(&root.join("approvals.jsonl")).unwrap();
+    std::io::Write::write_all(&mut f, b"{}\n").unwrap();
+    drop(f);
+    assert_eq!(run.join().unwrap().exit_code, Some(0));
+    assert_eq!(std::fs::read_to_string(root.join("approvals.jsonl")).unwrap(), "{}\n");
+    std::fs::remove_dir_all(base).unwrap();
 }

@@ -471,7 +471,7 @@ impl ApprovalLedger for JsonlLedger {
         let stored = StoredLine { record: record.clone(), mac: self.key.as_ref().map(|k| k.mac(record)) };
         let mut line = serde_json::to_string(&stored).map_err(|e| Error::runtime("ledger_io_error", e.to_string()))?;
         line.push('\n');
-        let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(&self.path).map_err(io)?;
+        let mut f = crate::sandbox::open_append_locked(&self.path).map_err(io)?;
         // Complete a torn last line first, so the new record stays a line of
         // its own instead of being glued to the fragment.
         let len = f.metadata().map_err(io)?.len();

@@ -654,7 +654,7 @@ fn append_record(path: &Path, line: &str) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    let mut f = crate::sandbox::open_append_locked(path)?;
     let len = f.metadata()?.len();
     let mut buf = String::with_capacity(line.len() + 2);
     if len > 0 {

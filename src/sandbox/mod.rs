@@ -4,14 +4,17 @@
 //! A profile bounds a child process with the kernel, not with text:
 //!
 //! - filesystem (Landlock): read everywhere or only listed paths; writes
-//!   only under the root, a private temp directory and listed paths; the
-//!   root's `.car/` and approvals files mounted read-only in a private mount
-//!   namespace (so not even a write-allowed profile can change them);
+//!   only under the root, a private temp directory (a tmpfs of the run's
+//!   own) and listed paths; the root's `.car/` and approvals files mounted
+//!   read-only in a private mount namespace, with a placeholder for those
+//!   that do not exist yet (so not even a write-allowed profile can change
+//!   or create them);
 //! - network: `off` (a new network namespace, loopback down, and Landlock
 //!   TCP rules denying every bind and connect where the ABI has them),
 //!   `loopback` (a new network namespace whose own loopback is up: the
 //!   command can talk to servers it starts, nothing else) or `on`;
-//! - resources: CPU seconds, address space, processes (a pids cgroup, or
+//! - resources: CPU seconds, address space, processes (a pids cgroup, a
+//!   reused slot with a parked spawning thread on cgroup v1, or
 //!   `RLIMIT_NPROC` when not root), file size, open files; a wall-clock
 //!   timeout that kills the process group and every process in the cgroup;
 //! - environment: scrubbed to an allowlist.
@@ -20,7 +23,9 @@
 //! missing ([`Probe`]); only `sandbox = "none"`, set by the operator, runs a
 //! tool unconfined. See `docs/sandbox.md`.
 
+mod cgroup;
 mod probe;
+mod protect;
 mod run;
 pub mod template;
 
@@ -31,6 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use probe::{Probe, probe};
+pub use protect::open_append_locked;
 pub use run::{Outcome, RunError, RunSpec, run};
 
 /// The profile name that runs a tool unconfined (operator only).

@@ -84,7 +84,8 @@ fn probe_now() -> Probe {
                     user_ns: true,
                     uid_map,
                     gid_map,
-                    readonly_paths: vec![p],
+                    readonly_paths: vec![p.clone()],
+                    tmpfs: Some((p, c"mode=0700".to_owned())),
                     ..Default::default()
                 }),
                 Err(e) => Err(e.to_string()),
@@ -94,7 +95,7 @@ fn probe_now() -> Probe {
         }
         Err(e) => Err(format!("cannot create a probe directory under {}: {e}", std::env::temp_dir().display())),
     };
-    let pids_cgroup = super::run::pids_cgroup_parent();
+    let pids_cgroup = super::cgroup::pids_cgroup_parent();
     Probe {
         landlock_abi: abi,
         landlock,
@@ -141,7 +142,7 @@ impl Probe {
             m.push(format!("unprivileged user namespaces: {e}"));
         }
         if let Err(e) = &self.mount_ns {
-            m.push(format!("a private mount namespace (the protected files are mounted read-only): {e}"));
+            m.push(format!("a private mount namespace (the protected files are mounted read-only, the temp directory is a tmpfs): {e}"));
         }
         if profile.filesystem != Filesystem::Open {
             if let Err(e) = &self.landlock {

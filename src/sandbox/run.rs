@@ -142,46 +142,44 @@ pub(crate) fn landlock_ruleset(
     Ok(c.into())
 }
 
-/// The pids cgroup this process may create children of: cgroup v1's
-/// `pids` hierarchy, else v2 when `pids` is in the cgroup's
-/// `cgroup.subtree_control`. Tried by creating (and removing) a child.
-pub(crate) fn pids_cgroup_parent() -> Result<PathBuf, String> {
-    let text =
-        std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-    let mut candidates = Vec::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let rel = path.trim_start_matches('/');
-        if ctrl.split(',').any(|c| c == "pids") {
-            candidates.push(Path::new("/sys/fs/cgroup/pids").join(rel));
-        } else if ctrl.is_empty() {
-            let d = Path::new("/sys/fs/cgroup").join(rel);
-            let sub = std::fs::read_to_string(d.join("cgroup.subtree_control")).unwrap_or_default();
-            if sub.split_whitespace().any(|c| c == "pids") {
-                candidates.push(d);
-            }
-        }
-    }
-    if candidates.is_empty() {
-        return Err("no pids cgroup controller is available to this process (cgroup v1 `pids`, or v2 with `pids` in cgroup.subtree_control)".into());
-    }
-    let mut why = Vec::new();
-    for d in candidates {
-        let test = d.join(format!("car-sandbox-probe-{}", uuid::Uuid::new_v4()));
-        match std::fs::create_dir(&test) {
-            Ok(()) => {
-                let ok = test.join("pids.max").exists();
-                let _ = std::fs::remove_dir(&test);
-                if ok {
-                    return Ok(d);
+/// The directory the private temp directories are mounted on: made once
+/// per process (`$TMPDIR/car-sandbox-tmp-<pid>`, mode 0700, empty on the
+/// host), after removing those of processes that are gone.
+pub(crate) fn tmp_mountpoint() -> Result<PathBuf, String> {
+    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let base = std::env::temp_dir();
+        if let Ok(rd) = std::fs::read_dir(&base) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("car-sandbox-tmp-")) else { continue };
+                if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir(e.path());
                 }
-                why.push(format!("{}: a child cgroup has no pids.max", d.display()));
             }
-            Err(e) => why.push(format!("cannot create a child cgroup under {}: {e}", d.display())),
         }
-    }
-    Err(why.join("; "))
+        let d = base.join(format!("car-sandbox-tmp-{}", std::process::id()));
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A directory left by an earlier process with our pid: ours
+                // only if it is a plain directory we own.
+                use std::os::unix::fs::MetadataExt;
+                let m = std::fs::symlink_metadata(&d).map_err(|e| format!("`{}`: {e}", d.display()))?;
+                if !m.is_dir() || m.uid() != rustix::process::geteuid().as_raw() {
+                    return Err(format!("`{}` exists and is not a directory of this user", d.display()));
+                }
+                std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                    .map_err(|e| format!("`{}`: {e}", d.display()))?;
+            }
+            Err(e) => {
+                return Err(format!("cannot create the private temp directory's mount point `{}`: {e}", d.display()));
+            }
+        }
+        d.canonicalize().map_err(|e| format!("cannot resolve `{}`: {e}", d.display()))
+    })
+    .clone()
 }
 
 fn cstring(p: &Path) -> Result<CString, RunError> {
@@ -191,54 +189,29 @@ fn cstring(p: &Path) -> Result<CString, RunError> {
 
 /// What a run set up and must undo.
 struct Cleanup {
-    tmp: Option<PathBuf>,
-    cgroup: Option<PathBuf>,
-    made_config_dir: Option<PathBuf>,
+    cgroup: Option<super::cgroup::RunCgroup>,
+    protected: Option<super::protect::Protected>,
 }
 
 impl Cleanup {
     fn kill_cgroup(&self) {
-        let Some(cg) = &self.cgroup else { return };
-        for _ in 0..200 {
-            let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
-            let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
-            if pids.is_empty() {
-                return;
-            }
-            for p in pids {
-                if let Some(pid) = rustix::process::Pid::from_raw(p) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
         }
     }
 
     fn processes_limit_hit(&self) -> bool {
-        let Some(cg) = &self.cgroup else { return false };
-        let ev = std::fs::read_to_string(cg.join("pids.events")).unwrap_or_default();
-        ev.lines().any(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0))
+        self.cgroup.as_ref().is_some_and(|c| c.limit_hit())
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        self.kill_cgroup();
-        if let Some(cg) = &self.cgroup {
-            for _ in 0..200 {
-                if std::fs::remove_dir(cg).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        if let Some(t) = &self.tmp {
-            let _ = std::fs::remove_dir_all(t);
-        }
-        if let Some(d) = &self.made_config_dir {
-            // Still empty (it was mounted read-only): remove what we made.
-            let _ = std::fs::remove_dir(d);
-        }
+        // The cgroup first: no process of the run is left when the rest goes.
+        drop(self.cgroup.take());
+        // Then the protected names (a placeholder made for the run goes
+        // when no run needs it any more).
+        drop(self.protected.take());
     }
 }
 
@@ -256,36 +229,35 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
         .root
         .canonicalize()
         .map_err(|e| RunError::Spawn(format!("cannot resolve the root `{}`: {e}", spec.root.display())))?;
-    let tmp = std::env::temp_dir().join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(|e| {
-            RunError::Spawn(format!("cannot create the private temp directory `{}`: {e}", tmp.display()))
-        })?;
+    // Each run mounts a tmpfs of its own on this directory, in its own
+    // mount namespace: private, and gone when the run's last process is.
+    let tmp = tmp_mountpoint().map_err(RunError::Spawn)?;
+    let mut tmp_opts = "mode=0700".to_string();
+    if let Some(m) = profile.limits.memory_bytes {
+        tmp_opts.push_str(&format!(",size={m}"));
     }
-    cleanup.tmp = Some(tmp.clone());
+    let tmpfs = Some((cstring(&tmp)?, CString::new(tmp_opts).map_err(|e| RunError::Spawn(e.to_string()))?));
 
-    // The runtime's own files, read-only in the child's mount namespace.
+    // The runtime's own files, read-only in the child's mount namespace;
+    // those that do not exist yet get a placeholder for the run.
+    let mut readonly = Vec::new();
+    let mut held = super::protect::Protected::default();
     let config_dir = root.join(crate::tools::CONFIG_DIR);
-    if !config_dir.exists() {
-        std::fs::create_dir(&config_dir)
-            .map_err(|e| RunError::Spawn(format!("cannot create `{}` to protect it: {e}", config_dir.display())))?;
-        cleanup.made_config_dir = Some(config_dir.clone());
-    }
-    let mut readonly = vec![cstring(&config_dir)?];
+    held.hold(&config_dir, true).map_err(RunError::Spawn)?;
+    readonly.push(cstring(&config_dir)?);
     for name in crate::tools::PROTECTED_FILE_NAMES {
         let f = root.join(name);
-        if f.exists() {
-            readonly.push(cstring(&f)?);
-        }
+        held.hold(&f, false).map_err(RunError::Spawn)?;
+        readonly.push(cstring(&f)?);
     }
+    cleanup.protected = Some(held);
 
-    let mut writable = vec![tmp.clone()];
+    let mut writable = Vec::new();
     if profile.filesystem == Filesystem::WorkspaceWrite {
         writable.push(root.clone());
     }
     writable.extend(profile.write.iter().cloned());
-    let readable = [root.clone(), tmp.clone()];
+    let readable = [root.clone()];
     let landlock =
         landlock_ruleset(probe.landlock_abi, profile, &writable, Some(&readable)).map_err(RunError::Unavailable)?;
 
@@ -307,13 +279,9 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             rlimits.push((libc::RLIMIT_NPROC as i32, n));
         }
         if let Ok(parent) = &probe.pids_cgroup {
-            let cg = parent.join(format!("car-sandbox-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir(&cg)
-                .map_err(|e| RunError::Spawn(format!("cannot create the cgroup `{}`: {e}", cg.display())))?;
-            cleanup.cgroup = Some(cg.clone());
-            std::fs::write(cg.join("pids.max"), n.to_string())
-                .map_err(|e| RunError::Spawn(format!("cannot set pids.max of `{}`: {e}", cg.display())))?;
-            cgroup_procs = Some(cstring(&cg.join("cgroup.procs"))?);
+            let cg = super::cgroup::RunCgroup::new(parent, n).map_err(RunError::Spawn)?;
+            cgroup_procs = cg.join_path().map_err(RunError::Spawn)?;
+            cleanup.cgroup = Some(cg);
         }
     }
     let uid = rustix::process::getuid().as_raw();
@@ -329,6 +297,12 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             uid_map: CString::new(format!("{uid} {uid} 1")).ok(),
             gid_map: CString::new(format!("{gid} {gid} 1")).ok(),
             readonly_paths: readonly,
+            tmpfs,
+            tmpfs_access: if profile.filesystem == Filesystem::Open {
+                0
+            } else {
+                AccessFs::from_all(abi_of(probe.landlock_abi)).bits()
+            },
             landlock,
         },
     );
@@ -367,36 +341,30 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..]).current_dir(spec.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut cleanup = Cleanup { tmp: None, cgroup: None, made_config_dir: None };
+    let mut cleanup = Cleanup { cgroup: None, protected: None };
     if let Some(p) = spec.profile {
         confine(&mut cmd, spec, p, &mut cleanup)?;
     }
     let start = Instant::now();
     let deadline = start + timeout;
-    let mut child =
-        cmd.spawn().map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
-    let out = Pipe::start(child.stdout.take(), spec.max_output);
-    let err = Pipe::start(child.stderr.take(), spec.max_output);
-    let pid = rustix::process::Pid::from_child(&child);
-    let (exited, background) = loop {
-        let exited = exited_unreaped(pid);
-        let drained = out.done() && err.done();
-        if exited && drained {
-            break (true, false);
-        }
-        if Instant::now() >= deadline {
-            break (exited, exited);
-        }
-        std::thread::sleep(Duration::from_micros(500));
+    let spawned = match &cleanup.cgroup {
+        Some(cg) => cg.spawn(cmd),
+        None => cmd.spawn(),
     };
+    let mut child = spawned.map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
+    let mut out = Output::new(child.stdout.take(), child.stderr.take(), spec.max_output);
+    let pid = rustix::process::Pid::from_child(&child);
+    // One thread waits on the child's exit (a pidfd) and its two pipes with
+    // poll(2): no reader threads, no sleeping between checks.
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok();
+    let (exited, background) = out.wait(pid, pidfd.as_ref(), deadline);
     // The child is unreaped (a zombie or still running), so the group id is ours.
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     let _ = child.kill();
     let status = child.wait().map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
     // Processes that left the group (setsid) are still in the cgroup.
     cleanup.kill_cgroup();
-    let grace = Instant::now() + DRAIN_GRACE;
-    let (stdout, stderr) = (out.finish(grace), err.finish(grace));
+    let (stdout, stderr) = out.finish(Instant::now() + DRAIN_GRACE);
     use std::os::unix::process::ExitStatusExt;
     let (code, signal) = if exited { (status.code(), status.signal()) } else { (None, None) };
     let limits = spec.profile.map(|p| p.limits).unwrap_or_default();
@@ -427,54 +395,128 @@ fn exited_unreaped(pid: rustix::process::Pid) -> bool {
     !matches!(waitid(WaitId::Pid(pid), opts), Ok(None))
 }
 
-/// One of the command's output pipes, read on its own thread into a shared
-/// buffer (the first `cap` bytes kept, the rest drained so the command never
-/// blocks on a full pipe). The caller can stop waiting for it at any time
-/// and keep what was read.
-struct Pipe {
-    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    done: std::sync::mpsc::Receiver<()>,
-    finished: std::cell::Cell<bool>,
+/// The command's stdout and stderr, read on the waiting thread: the first
+/// `cap` bytes of each kept, the rest drained so the command never blocks
+/// on a full pipe.
+struct Output {
+    out: Option<std::process::ChildStdout>,
+    err: Option<std::process::ChildStderr>,
+    bufs: [Vec<u8>; 2],
+    cap: usize,
 }
 
-impl Pipe {
-    fn start<R: Read + Send + 'static>(r: Option<R>, cap: usize) -> Pipe {
-        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (tx, done) = std::sync::mpsc::channel();
-        let shared = buf.clone();
-        std::thread::spawn(move || {
-            if let Some(mut r) = r {
-                let mut chunk = [0u8; 8192];
-                loop {
-                    match r.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let mut b = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            let room = cap.saturating_sub(b.len());
-                            b.extend_from_slice(&chunk[..n.min(room)]);
+impl Output {
+    fn new(o: Option<std::process::ChildStdout>, e: Option<std::process::ChildStderr>, cap: usize) -> Output {
+        Output { out: o, err: e, bufs: [Vec::new(), Vec::new()], cap }
+    }
+
+    fn open(&self) -> bool {
+        self.out.is_some() || self.err.is_some()
+    }
+
+    /// Reads what is ready on either pipe (closing one at its end of file).
+    fn read_ready(&mut self, which: usize) {
+        let mut chunk = [0u8; 16384];
+        let r = match which {
+            0 => self.out.as_mut().map(|p| p.read(&mut chunk)),
+            _ => self.err.as_mut().map(|p| p.read(&mut chunk)),
+        };
+        match r {
+            Some(Ok(n)) if n > 0 => {
+                let b = &mut self.bufs[which];
+                let room = self.cap.saturating_sub(b.len());
+                b.extend_from_slice(&chunk[..n.min(room)]);
+            }
+            Some(Err(e))
+                if e.kind() == std::io::ErrorKind::Interrupted || e.kind() == std::io::ErrorKind::WouldBlock => {}
+            None => {}
+            // End of file, or a read error: this pipe is done.
+            Some(_) => {
+                if which == 0 {
+                    self.out = None;
+                } else {
+                    self.err = None;
+                }
+            }
+        }
+    }
+
+    /// Polls the pipes (and the child's pidfd, while `watch_exit`) once, for
+    /// at most `until`; returns whether the child has exited.
+    fn poll_once(&mut self, pidfd: Option<&OwnedFd>, watch_exit: bool, until: Instant) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let left = until.saturating_duration_since(Instant::now());
+        // Without a pidfd (a kernel before 5.3) exit is checked every millisecond.
+        let left = if watch_exit && pidfd.is_none() { left.min(Duration::from_millis(1)) } else { left };
+        let ts = Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ };
+        let flags = PollFlags::IN | PollFlags::HUP | PollFlags::ERR;
+        let (mut ready_out, mut ready_err, mut ready_pid) = (false, false, false);
+        {
+            let mut fds = Vec::with_capacity(3);
+            let mut which = Vec::with_capacity(3);
+            if let Some(p) = &self.out {
+                fds.push(PollFd::new(p, flags));
+                which.push(0);
+            }
+            if let Some(p) = &self.err {
+                fds.push(PollFd::new(p, flags));
+                which.push(1);
+            }
+            if watch_exit && let Some(p) = pidfd {
+                fds.push(PollFd::new(p, PollFlags::IN));
+                which.push(2);
+            }
+            if fds.is_empty() {
+                std::thread::sleep(left);
+                return false;
+            }
+            if rustix::event::poll(&mut fds, Some(&ts)).is_ok() {
+                for (fd, w) in fds.iter().zip(which) {
+                    if !fd.revents().is_empty() {
+                        match w {
+                            0 => ready_out = true,
+                            1 => ready_err = true,
+                            _ => ready_pid = true,
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
                     }
                 }
             }
-            let _ = tx.send(());
-        });
-        Pipe { buf, done, finished: std::cell::Cell::new(false) }
+        }
+        if ready_out {
+            self.read_ready(0);
+        }
+        if ready_err {
+            self.read_ready(1);
+        }
+        ready_pid
     }
 
-    fn done(&self) -> bool {
-        if !self.finished.get() && !matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
-            self.finished.set(true);
+    /// Waits until the child has exited and both pipes are at their end, or
+    /// the deadline: `(exited, exited but the pipes were held open)`.
+    fn wait(&mut self, pid: rustix::process::Pid, pidfd: Option<&OwnedFd>, deadline: Instant) -> (bool, bool) {
+        let mut exited = false;
+        loop {
+            if !exited && pidfd.is_none() {
+                exited = exited_unreaped(pid);
+            }
+            if exited && !self.open() {
+                return (true, false);
+            }
+            if Instant::now() >= deadline {
+                return (exited, exited);
+            }
+            if self.poll_once(pidfd, !exited, deadline) {
+                exited = true;
+            }
         }
-        self.finished.get()
     }
 
-    fn finish(self, until: Instant) -> String {
-        if !self.done() {
-            let _ = self.done.recv_timeout(until.saturating_duration_since(Instant::now()));
+    /// What was read, after giving the pipes until `until` to reach their end.
+    fn finish(mut self, until: Instant) -> (String, String) {
+        while self.open() && Instant::now() < until {
+            self.poll_once(None, false, until);
         }
-        let b = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        String::from_utf8_lossy(&b).into_owned()
+        let [o, e] = self.bufs;
+        (String::from_utf8_lossy(&o).into_owned(), String::from_utf8_lossy(&e).into_owned())
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! The order is fixed: join the cgroup, set the rlimits, enter new user
 //! (and network and mount) namespaces and write the id maps, bring the new
-//! network namespace's loopback up, mount the protected paths read-only,
+//! network namespace's loopback up, mount the private temp directory and
+//! the protected paths read-only,
 //! then restrict the process with Landlock (no new privileges), so that the
 //! mounts can no longer be undone.
 //!
@@ -43,17 +44,32 @@ pub struct Setup {
     /// The `gid_map` line, written after `setgroups` is set to `deny`.
     pub gid_map: Option<CString>,
     /// Paths bind-mounted read-only over themselves (needs a mount namespace,
-    /// which is entered when this is not empty).
+    /// which is entered when this or `tmpfs` is set).
     pub readonly_paths: Vec<CString>,
+    /// A fresh tmpfs mounted on this directory (the target, and the mount's
+    /// options such as `mode=0700`): a private temp directory that goes
+    /// with the mount namespace, when the last process of the run exits.
+    pub tmpfs: Option<(CString, CString)>,
+    /// The Landlock filesystem rights granted beneath the tmpfs, added to
+    /// `landlock` (whose rules name inodes, and the tmpfs is new) once it
+    /// is mounted; 0 adds no rule.
+    pub tmpfs_access: u64,
     /// A Landlock ruleset, already built; the child restricts itself with it.
     pub landlock: Option<OwnedFd>,
+}
+
+/// `struct landlock_path_beneath_attr` (packed, as the kernel declares it).
+#[repr(C, packed)]
+struct PathBeneath {
+    allowed_access: u64,
+    parent_fd: i32,
 }
 
 /// The multiplier of the step number in a failed spawn's raw OS error.
 pub const STEP_BASE: i32 = 100_000;
 
 /// The steps, by number.
-pub const STEPS: [&str; 8] = [
+pub const STEPS: [&str; 9] = [
     "",
     "joining the process-limit cgroup",
     "setting a resource limit",
@@ -62,6 +78,7 @@ pub const STEPS: [&str; 8] = [
     "bringing the network namespace's loopback up",
     "mounting a protected path read-only",
     "applying the Landlock ruleset",
+    "mounting the private temp directory (tmpfs)",
 ];
 
 /// The step and the errno of a spawn error made by the hook, if it was.
@@ -158,7 +175,7 @@ fn run(s: &Setup) -> io::Result<()> {
         // SAFETY: a plain struct passed by pointer.
         check(2, unsafe { libc::setrlimit(res as _, &lim) })?;
     }
-    let mount_ns = !s.readonly_paths.is_empty();
+    let mount_ns = !s.readonly_paths.is_empty() || s.tmpfs.is_some();
     if s.user_ns || s.net_ns || mount_ns {
         let mut flags = 0;
         if s.user_ns {
@@ -198,6 +215,40 @@ fn run(s: &Setup) -> io::Result<()> {
                     std::ptr::null(),
                 ),
             )?;
+            if let Some((target, opts)) = &s.tmpfs {
+                check(
+                    8,
+                    libc::mount(
+                        c"tmpfs".as_ptr(),
+                        target.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                        opts.as_ptr().cast(),
+                    ),
+                )?;
+                if let Some(ruleset) = &s.landlock
+                    && s.tmpfs_access != 0
+                {
+                    let fd = libc::open(target.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(fail(8));
+                    }
+                    let attr = PathBeneath { allowed_access: s.tmpfs_access, parent_fd: fd };
+                    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+                    let rc = libc::syscall(
+                        libc::SYS_landlock_add_rule,
+                        ruleset.as_raw_fd(),
+                        LANDLOCK_RULE_PATH_BENEATH,
+                        &attr as *const PathBeneath,
+                        0u32,
+                    );
+                    let err = if rc < 0 { Some(fail(8)) } else { None };
+                    libc::close(fd);
+                    if let Some(e) = err {
+                        return Err(e);
+                    }
+                }
+            }
             for p in &s.readonly_paths {
                 let kept = kept_flags(p);
                 check(
