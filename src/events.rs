@@ -359,9 +359,56 @@ impl Event {
         m
     }
 
-    /// The chain hash: SHA-256 of the JCS form of the content, hex.
+    /// The chain hash: SHA-256 of the JCS form of the content, hex
+    /// (written straight from the event, [`Event::write_canonical`]).
     fn compute_hash(&self) -> String {
-        crate::canonical::sha256_hex(&crate::canonical::canonical_object(&self.content()))
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            b.clear();
+            let data = self.data.to_value();
+            let mut ts = Vec::with_capacity(40);
+            let _ = serde_json::to_writer(&mut ts, &self.timestamp);
+            self.write_canonical(self.id, self.prev_hash.as_deref(), &data, &ts, &mut b);
+            crate::canonical::sha256_hex(&b)
+        })
+    }
+
+    /// Appends the RFC 8785 form of the content `{action_id, data, id, kind,
+    /// prev_hash?, proposal_id, timestamp}` (members in code-unit order) of
+    /// this event as record `id` linked to `prev`, with its `data` already
+    /// rendered and its timestamp as JSON text: byte for byte the
+    /// canonicalisation of [`Event::to_json`] without `hash`.
+    pub(crate) fn write_canonical(&self, id: u64, prev: Option<&str>, data: &Value, timestamp: &[u8], c: &mut Vec<u8>) {
+        fn string(out: &mut Vec<u8>, v: Option<&str>) {
+            match v {
+                // A string always serialises.
+                Some(v) => {
+                    let _ = serde_json::to_writer(&mut *out, v);
+                }
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        c.extend_from_slice(br#"{"action_id":"#);
+        string(c, self.action_id.as_deref());
+        c.extend_from_slice(br#","data":"#);
+        crate::canonical::write_canonical(data, c);
+        c.extend_from_slice(br#","id":"#);
+        // As a JSON number is canonicalised (past 2^53, the nearest double).
+        crate::canonical::write_canonical(&Value::from(id), c);
+        c.extend_from_slice(br#","kind":"#);
+        string(c, Some(self.kind.as_str()));
+        if prev.is_some() {
+            c.extend_from_slice(br#","prev_hash":"#);
+            string(c, prev);
+        }
+        c.extend_from_slice(br#","proposal_id":"#);
+        string(c, self.proposal_id.as_deref());
+        c.extend_from_slice(br#","timestamp":"#);
+        c.extend_from_slice(timestamp);
+        c.push(b'}');
     }
 }
 
@@ -774,5 +821,32 @@ mod tests {
         assert_eq!(log.set_retention(RetentionPolicy { max_events: Some(2), max_age_secs: None }), 3);
         assert_eq!(log.count(), 2);
         assert_eq!(log.verify_chain(), ChainVerification::Verified(2));
+    }
+
+    proptest::proptest! {
+        /// The chain hash written straight from the event is the SHA-256 of
+        /// the canonical form of its content (what a verifier recomputes
+        /// from the record), for any data, ids and link.
+        #[test]
+        fn the_direct_hash_is_that_of_the_canonical_content(
+            data in crate::canonical::tests::any_json(),
+            pid in proptest::option::of("\\PC{0,8}"),
+            aid in proptest::option::of("[a-z\"\\\u{1}\u{7f}é😀]{0,6}"),
+            prev in proptest::option::of("[0-9a-f]{64}"),
+            id in 0u64..u64::MAX,
+        ) {
+            let e = Event {
+                id,
+                kind: EventKind::ActionSucceeded,
+                timestamp: wall_now(),
+                proposal_id: pid.map(|p| Arc::from(p.as_str())),
+                action_id: aid.map(|a| Arc::from(a.as_str())),
+                data: EventData::Value(data),
+                prev_hash: prev,
+                hash: None,
+            };
+            let expected = crate::canonical::sha256_hex(&crate::canonical::canonical_object(&e.content()));
+            proptest::prop_assert_eq!(e.compute_hash(), expected);
+        }
     }
 }

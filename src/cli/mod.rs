@@ -495,11 +495,7 @@ fn approvals_resolve(dir: &std::path::Path, key: &str, decision: &str, reason: &
         .map_err(|e| CliError::Input(format!("{dir}: {e}")))?;
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     if v["applied"] == false {
-        println!(
-            "{}: already closed ({}); nothing changed",
-            shown(key),
-            shown(v["decision"].as_str().unwrap_or("?"))
-        );
+        println!("{}: already closed ({}); nothing changed", shown(key), shown(v["decision"].as_str().unwrap_or("?")));
         return Ok(1);
     }
     println!("{}: {decision}", shown(key));

@@ -394,27 +394,11 @@ fn write_record(buf: &mut Vec<u8>, s: &mut Scratch, e: &Event, id: u64, prev: Op
     let data = e.data.to_value();
     s.timestamp.clear();
     serde_json::to_writer(&mut s.timestamp, &e.timestamp).map_err(std::io::Error::other)?;
-    let id = id.to_string();
     // The canonical form: members in code-unit order.
     let c = &mut s.canonical;
     c.clear();
-    c.extend_from_slice(br#"{"action_id":"#);
-    string(c, e.action_id.as_deref())?;
-    c.extend_from_slice(br#","data":"#);
-    crate::canonical::write_canonical(&data, c);
-    c.extend_from_slice(br#","id":"#);
-    c.extend_from_slice(id.as_bytes());
-    c.extend_from_slice(br#","kind":"#);
-    string(c, Some(e.kind.as_str()))?;
-    if prev.is_some() {
-        c.extend_from_slice(br#","prev_hash":"#);
-        string(c, prev)?;
-    }
-    c.extend_from_slice(br#","proposal_id":"#);
-    string(c, e.proposal_id.as_deref())?;
-    c.extend_from_slice(br#","timestamp":"#);
-    c.extend_from_slice(&s.timestamp);
-    c.push(b'}');
+    e.write_canonical(id, prev, &data, &s.timestamp, c);
+    let id = id.to_string();
     let hash = crate::canonical::sha256_hex(c);
     // The line, in the record's own order.
     buf.extend_from_slice(br#"{"id":"#);
