@@ -133,6 +133,7 @@ def plan_decide_apply():
         rt.register_tool("migrate")
         rt.set_permissions(json.dumps({"ask": [{"tool": "migrate"}], "preset": "open"}), tmp)
         assert json.loads(rt.admission_config())["ask"] == [{"tool": "migrate"}]
+        assert json.loads(rt.mcp_status()) == {"servers": {}}, "no `mcp` section, no servers"
         tools = Stub()
         proposal = {"actions": [
             {"id": "a", "type": "tool_call", "tool": "migrate", "parameters": {"env": "a"}, "failure_behavior": "skip"},
