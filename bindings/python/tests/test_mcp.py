@@ -393,3 +393,45 @@ def test_gateway_holds_an_ask_until_car_approvals_resolve_answers_it(tmp_path):
     bad = subprocess.run([CAR, "mcp", "serve", "--config", str(everything_config(tmp_path)), "--wait-for-approvals"],
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert bad.returncode == 2 and "approvals_dir" in bad.stderr, bad.stderr
+
+
+def test_gateway_relays_log_messages_and_resource_updates(tmp_path):
+    """The upstream's `notifications/message` reach a client that set a
+    level, and `notifications/resources/updated` a client subscribed to the
+    URI (server-everything sends one of each at once when its toggle tools
+    are called, each call admitted like any other)."""
+    cfg = everything_config(tmp_path)
+    logs, updates = [], []
+    uri = "demo://resource/static/document/features.md"
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def on_message(message):
+        root = getattr(message, "root", message)
+        if getattr(root, "method", None) == "notifications/resources/updated":
+            updates.append(str(root.params.uri))
+
+    async def wait_for(seen, what):
+        for _ in range(150):
+            if seen:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no {what} reached the client")
+
+    async def run():
+        params = StdioServerParameters(command=CAR, args=["mcp", "serve", "--config", str(cfg)])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, logging_callback=on_log, message_handler=on_message) as s:
+                await s.initialize()
+                await s.set_logging_level("debug")
+                r = await s.call_tool("ev_toggle-simulated-logging", {})
+                assert not r.is_error, text(r)
+                await wait_for(logs, "log message")
+                await s.subscribe_resource(uri)
+                r = await s.call_tool("ev_toggle-subscriber-updates", {})
+                assert not r.is_error, text(r)
+                await wait_for(updates, "resource update")
+                assert updates[0] == uri, updates
+
+    asyncio.run(run())
