@@ -557,6 +557,11 @@ impl McpHub {
         self.tools.contains_key(tool)
     }
 
+    /// What a call of the imported tool `tool` does on its server.
+    pub fn kind(&self, tool: &str) -> Option<ImportKind> {
+        self.tools.get(tool).map(|(_, _, k)| *k)
+    }
+
     /// Forwards a call of an imported tool to its server (reconnecting a
     /// server that died; refusing a drifted tool under `pin`).
     pub async fn call(&self, tool: &str, params: Value) -> std::result::Result<Value, ToolFailure> {

@@ -126,7 +126,9 @@ impl Gateway {
     /// One `tools/call`: the upstream result verbatim when admitted and
     /// forwarded, else an `isError` result saying why.
     pub async fn call(&self, name: &str, arguments: Option<Value>) -> Result<Value, ErrorData> {
-        if !self.hub.serves(name) || self.hub.imported().iter().any(|t| t.name == name && t.kind != ImportKind::Tool) {
+        // Only remote tools are tools here; `read_resource` / `get_prompt`
+        // are reached through resources/read and prompts/get.
+        if self.hub.kind(name) != Some(ImportKind::Tool) {
             return Err(ErrorData::invalid_params(format!("unknown tool `{name}`"), None));
         }
         Ok(match self.admit_and_forward(name, arguments.unwrap_or_else(|| json!({}))).await {
