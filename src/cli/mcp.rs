@@ -88,15 +88,19 @@ pub fn serve(a: ServeArgs) -> CliResult {
     let config = load(&a.config)?;
     let rt = CarRuntime::new();
     rt.enable_event_log_hash_chaining();
-    let approvals_dir = config.approvals_dir.clone();
-    rt.configure_admission(config).map_err(|e| CliError::Input(format!("{}: {e}", a.config.display())))?;
-    if a.wait_for_approvals {
-        let Some(dir) = approvals_dir else {
+    // Bad flags are refused before any upstream server is started.
+    let approvals_dir = match (a.wait_for_approvals, config.approvals_dir.clone()) {
+        (true, None) => {
             return Err(CliError::Input(format!(
                 "--wait-for-approvals: {} has no `approvals_dir` (the store an approver answers in)",
                 a.config.display()
             )));
-        };
+        }
+        (true, dir) => dir,
+        (false, _) => None,
+    };
+    rt.configure_admission(config).map_err(|e| CliError::Input(format!("{}: {e}", a.config.display())))?;
+    if let Some(dir) = approvals_dir {
         // The approver: every pending ask is announced on stderr (the MCP
         // client's log); it is answered in the store.
         rt.on_approval_json(std::sync::Arc::new(move |event: String| {
