@@ -216,6 +216,110 @@ fn network_off_refuses_a_loopback_connect_and_on_allows_it() {
     assert_eq!(server.join().unwrap(), 1, "only the `on` run reached the host's server");
 }
 
+/// An echo server on the host's loopback: answers each line with `echo:
+/// LINE`, and counts the connections whose client closed (read end of file).
+fn echo_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, Write};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = closed.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                for line in std::io::BufReader::new(s).lines() {
+                    let Ok(line) = line else { break };
+                    let _ = writeln!(w, "echo:{line}");
+                }
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    });
+    (port, closed)
+}
+
+fn echo_cmd(port: u16) -> String {
+    format!(
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'ping\\n'); print(s.makefile().readline().strip())\""
+    )
+}
+
+#[test]
+fn loopback_ports_reach_the_listed_host_ports_and_no_other() {
+    let ws = Ws::new();
+    let (listed, closed) = echo_server();
+    let (unlisted, _) = echo_server();
+    let rt = runtime(
+        &ws,
+        json!({"profiles": {"fwd": {"network": "loopback", "loopback_ports": [listed]}}, "default": "fwd"}),
+    );
+    // Both directions cross, and the run's end closes the connection.
+    let (r, ev) = shell(&rt, &echo_cmd(listed), None);
+    assert_eq!(ok_stdout(&r), "echo:ping\n");
+    assert_eq!(ev["network"], "loopback");
+    assert_eq!(ev["loopback_ports"], json!([listed]));
+    assert_eq!(ev["forwarded_connections"], 1);
+    // Twice in one command: each connection is carried.
+    let (r, ev) = shell(&rt, &format!("{0} && {0}", echo_cmd(listed)), None);
+    assert_eq!(ok_stdout(&r), "echo:ping\necho:ping\n");
+    assert_eq!(ev["forwarded_connections"], 2);
+    // A port not listed is not there.
+    let (r, _) = shell(&rt, &echo_cmd(unlisted), None);
+    assert!(error(&r).contains("Connection refused"), "{r}");
+    // The command cannot take the forwarded port over: it is bound already.
+    let grab = format!(
+        "python3 -c \"import socket; l=socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); l.bind(('127.0.0.1',{listed})); print('bound')\""
+    );
+    let (r, _) = shell(&rt, &grab, None);
+    assert!(error(&r).contains("Address already in use"), "{r}");
+    // A connection a background process holds open is closed at the timeout.
+    let before = closed.load(std::sync::atomic::Ordering::SeqCst);
+    let hold = format!(
+        "python3 -c \"import socket,time; s=socket.create_connection(('127.0.0.1',{listed}),timeout=5); s.sendall(b'x\\n'); s.makefile().readline(); print('held', flush=True); time.sleep(60)\""
+    );
+    let (r, ev) = shell(&rt, &hold, Some(1500));
+    assert!(error(&r).starts_with("sandbox timeout:"), "{r}");
+    assert_eq!(ev["forwarded_connections"], 1);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while closed.load(std::sync::atomic::Ordering::SeqCst) == before && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(closed.load(std::sync::atomic::Ordering::SeqCst) > before, "the held connection was closed with the run");
+    // Under `off`, the listed port of another profile is not reachable.
+    let rt_off = runtime(&ws, json!({}));
+    let (r, _) = shell(&rt_off, &echo_cmd(listed), None);
+    let e = error(&r);
+    assert!(e.contains("Permission denied") || e.contains("Network is unreachable"), "{e}");
+}
+
+#[test]
+fn a_bad_loopback_ports_list_fails_the_load_and_changes_nothing() {
+    let ws = Ws::new();
+    let rt =
+        runtime(&ws, json!({"profiles": {"fwd": {"network": "loopback", "loopback_ports": [1]}}, "default": "fwd"}));
+    let many: Vec<u16> = (1..=17).collect();
+    for (profile, want) in [
+        (json!({"loopback_ports": [5432]}), "forwards ports into a `loopback` network only (this profile's is `off`)"),
+        (json!({"network": "on", "loopback_ports": [5432]}), "this profile's is `on`"),
+        (json!({"network": "loopback", "loopback_ports": [0]}), "port 0 is not a port"),
+        (json!({"network": "loopback", "loopback_ports": [80, 80]}), "port 80 is listed twice"),
+        (json!({"network": "loopback", "loopback_ports": many}), "at most 16 ports"),
+        (json!({"network": "loopback", "loopback_ports": [70000]}), "loopback_ports"),
+        (json!({"network": "loopback", "loopback_ports": "5432"}), "loopback_ports"),
+    ] {
+        let doc = json!({"sandbox": {"profiles": {"p": profile}}});
+        let e = rt.set_permissions(Some(&doc.to_string()), None).unwrap_err().to_string();
+        assert!(e.contains(want), "{profile}: {e}");
+        assert!(e.contains("sandbox.profiles.p") || e.contains("loopback_ports"), "{profile}: {e}");
+    }
+    // The profile in force is still the first one.
+    let (r, ev) = shell(&rt, "true", None);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(ev["loopback_ports"], json!([1]));
+}
+
 fn gone(pid: &str) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Gone, or a zombie waiting for its reaper.

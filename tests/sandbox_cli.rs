@@ -68,3 +68,59 @@ fn car_run_shell_is_sandboxed() {
     assert!(!outside.exists(), "the arithmetic substitution could not write outside");
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn car_run_reaches_a_host_loopback_server_only_through_loopback_ports() {
+    use std::io::{BufRead, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut w = s.try_clone().unwrap();
+            for line in std::io::BufReader::new(s).lines().map_while(Result::ok) {
+                let _ = writeln!(w, "echo:{line}");
+            }
+        }
+    });
+    let d = cli_common::tmp();
+    let ws = d.join("ws");
+    std::fs::create_dir_all(ws.join(".car")).unwrap();
+    std::fs::write(
+        ws.join(".car/permissions.toml"),
+        format!("[sandbox.profiles.fwd]\nnetwork = \"loopback\"\nloopback_ports = [{port}]\n"),
+    )
+    .unwrap();
+    let cmd = format!(
+        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'ping\\n'); print(s.makefile().readline().strip())\""
+    );
+    // Declared but not chosen, the profile changes nothing: `shell` runs
+    // under `workspace-write` (network off). Then it is made the default.
+    let plan = serde_json::json!({"actions": [
+        {"id": "off", "type": "tool_call", "tool": "shell", "parameters": {"command": cmd}, "failure_behavior": "skip", "max_retries": 0}
+    ]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    let run = |d: &std::path::Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_car"))
+            .args(["run", "plan.json", "--root", "ws", "--yes", "--json"])
+            .current_dir(d)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let v: Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {}", String::from_utf8_lossy(&o.stderr)));
+        v["results"][0].clone()
+    };
+    let r = run(&d);
+    let e = r["error"].as_str().unwrap_or_default();
+    assert!(e.contains("Permission denied") || e.contains("Network is unreachable"), "{r}");
+    std::fs::write(
+        ws.join(".car/permissions.toml"),
+        format!("[sandbox]\ndefault = \"fwd\"\n\n[sandbox.profiles.fwd]\nnetwork = \"loopback\"\nloopback_ports = [{port}]\n"),
+    )
+    .unwrap();
+    let r = run(&d);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["output"]["stdout"], "echo:ping\n", "{r}");
+    std::fs::remove_dir_all(d).unwrap();
+}

@@ -24,6 +24,7 @@
 //! tool unconfined. See `docs/sandbox.md`.
 
 mod cgroup;
+mod forward;
 mod probe;
 mod protect;
 mod run;
@@ -134,6 +135,12 @@ pub struct ProfileSpec {
     /// `off`, `loopback` or `on`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Network>,
+    /// Ports of the host's loopback the command may reach, under
+    /// `network = "loopback"`: the run listens on `127.0.0.1:PORT` in its
+    /// own namespace and the runtime forwards each connection to the
+    /// host's `127.0.0.1:PORT`, for as long as the run lasts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loopback_ports: Vec<u16>,
     /// Wall-clock timeout in milliseconds; a call may ask for less, never more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
@@ -187,6 +194,8 @@ pub struct Profile {
     pub write: Vec<PathBuf>,
     /// Network access.
     pub network: Network,
+    /// The host's loopback ports forwarded into the run (`loopback` only).
+    pub loopback_ports: Vec<u16>,
     /// The wall-clock timeout.
     pub timeout: Duration,
     /// Resource limits.
@@ -208,6 +217,7 @@ fn preset(name: &str) -> Option<Profile> {
         read: None,
         write: Vec::new(),
         network: if fs == Filesystem::Open { Network::On } else { Network::Off },
+        loopback_ports: Vec::new(),
         timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
         limits: Limits {
             cpu_seconds: None,
@@ -291,6 +301,31 @@ impl SandboxConfig {
         }
         if let Some(n) = spec.network {
             p.network = n;
+        }
+        if !spec.loopback_ports.is_empty() {
+            let f = format!("{field}.loopback_ports");
+            if p.network != Network::Loopback {
+                return Err(bad(
+                    &f,
+                    format!(
+                        "forwards ports into a `loopback` network only (this profile's is `{}`)",
+                        p.network.as_str()
+                    ),
+                ));
+            }
+            if spec.loopback_ports.len() > car_sandbox_child::MAX_FORWARDED {
+                return Err(bad(&f, format!("at most {} ports", car_sandbox_child::MAX_FORWARDED)));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for &port in &spec.loopback_ports {
+                if port == 0 {
+                    return Err(bad(&f, "port 0 is not a port".into()));
+                }
+                if !seen.insert(port) {
+                    return Err(bad(&f, format!("port {port} is listed twice")));
+                }
+            }
+            p.loopback_ports = spec.loopback_ports.clone();
         }
         if let Some(t) = spec.timeout_ms {
             if t == 0 {
@@ -387,6 +422,9 @@ pub fn execute_command(
     if let Some(p) = &profile {
         ev["filesystem"] = serde_json::to_value(p.filesystem).unwrap_or_default();
         ev["network"] = json!(p.network.as_str());
+        if !p.loopback_ports.is_empty() {
+            ev["loopback_ports"] = json!(p.loopback_ports);
+        }
     }
     let spec = RunSpec { argv, root, profile: profile.as_ref(), timeout, max_output };
     let res = run(&spec);
@@ -405,6 +443,9 @@ pub fn execute_command(
         }
     };
     ev["exit_code"] = json!(o.exit_code);
+    if profile.as_ref().is_some_and(|p| !p.loopback_ports.is_empty()) {
+        ev["forwarded_connections"] = json!(o.forwarded_connections);
+    }
     ev["signal"] = json!(o.signal);
     ev["timeout_ms"] = json!(o.timeout_ms);
     let tail = |s: &str| -> String { s.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect() };

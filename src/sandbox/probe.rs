@@ -114,6 +114,7 @@ fn read_only() -> Profile {
         read: None,
         write: vec![],
         network: Network::Off,
+        loopback_ports: vec![],
         timeout: std::time::Duration::from_secs(1),
         limits: Default::default(),
         env: vec![],

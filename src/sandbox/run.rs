@@ -51,6 +51,8 @@ pub struct Outcome {
     /// The command exited but left processes holding its output until the
     /// timeout; they were killed.
     pub background_killed: bool,
+    /// Connections carried to the host's loopback (`loopback_ports`).
+    pub forwarded_connections: usize,
 }
 
 /// Why a command did not run.
@@ -191,6 +193,9 @@ fn cstring(p: &Path) -> Result<CString, RunError> {
 struct Cleanup {
     cgroup: Option<super::cgroup::RunCgroup>,
     protected: Option<super::protect::Protected>,
+    /// The runtime's end of the channel the forwarded listeners come over.
+    forward_channel: Option<OwnedFd>,
+    forwarder: Option<super::forward::Forwarder>,
 }
 
 impl Cleanup {
@@ -209,6 +214,7 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         // The cgroup first: no process of the run is left when the rest goes.
         drop(self.cgroup.take());
+        drop(self.forwarder.take());
         // Then the protected names (a placeholder made for the run goes
         // when no run needs it any more).
         drop(self.protected.take());
@@ -284,6 +290,13 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             cleanup.cgroup = Some(cg);
         }
     }
+    let mut forward_socket = None;
+    if profile.network == Network::Loopback && !profile.loopback_ports.is_empty() {
+        let (ours, theirs) = car_sandbox_child::forward_channel()
+            .map_err(|e| RunError::Spawn(format!("cannot create the loopback forwarding channel: {e}")))?;
+        cleanup.forward_channel = Some(ours);
+        forward_socket = Some(theirs);
+    }
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     car_sandbox_child::install(
@@ -294,6 +307,8 @@ fn confine(cmd: &mut Command, spec: &RunSpec<'_>, profile: &Profile, cleanup: &m
             user_ns: true,
             net_ns: profile.network != Network::On,
             loopback_up: profile.network == Network::Loopback,
+            forward_ports: if forward_socket.is_some() { profile.loopback_ports.clone() } else { Vec::new() },
+            forward_socket,
             uid_map: CString::new(format!("{uid} {uid} 1")).ok(),
             gid_map: CString::new(format!("{gid} {gid} 1")).ok(),
             readonly_paths: readonly,
@@ -341,7 +356,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..]).current_dir(spec.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut cleanup = Cleanup { cgroup: None, protected: None };
+    let mut cleanup = Cleanup { cgroup: None, protected: None, forward_channel: None, forwarder: None };
     if let Some(p) = spec.profile {
         confine(&mut cmd, spec, p, &mut cleanup)?;
     }
@@ -352,6 +367,22 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
         None => cmd.spawn(),
     };
     let mut child = spawned.map_err(|e| RunError::Spawn(format!("cannot start `{program}`: {}", spawn_error(&e))))?;
+    if let (Some(ch), Some(p)) = (cleanup.forward_channel.take(), spec.profile) {
+        // The child listened before `exec`, so the listeners are there.
+        match super::forward::receive(&ch, p.loopback_ports.len()) {
+            Ok(ls) => cleanup.forwarder = Some(super::forward::Forwarder::start(ls, &p.loopback_ports)),
+            Err(m) => {
+                let _ = rustix::process::kill_process_group(
+                    rustix::process::Pid::from_child(&child),
+                    rustix::process::Signal::KILL,
+                );
+                let _ = child.kill();
+                let _ = child.wait();
+                cleanup.kill_cgroup();
+                return Err(RunError::Spawn(m));
+            }
+        }
+    }
     let mut out = Output::new(child.stdout.take(), child.stderr.take(), spec.max_output);
     let pid = rustix::process::Pid::from_child(&child);
     // One thread waits on the child's exit (a pidfd) and its two pipes with
@@ -364,6 +395,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     let status = child.wait().map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
     // Processes that left the group (setsid) are still in the cgroup.
     cleanup.kill_cgroup();
+    let forwarded_connections = cleanup.forwarder.as_ref().map_or(0, |f| f.connections());
+    if let Some(mut f) = cleanup.forwarder.take() {
+        f.stop();
+    }
     let (stdout, stderr) = out.finish(Instant::now() + DRAIN_GRACE);
     use std::os::unix::process::ExitStatusExt;
     let (code, signal) = if exited { (status.code(), status.signal()) } else { (None, None) };
@@ -384,6 +419,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
         timeout_ms: timeout.as_millis() as u64,
         limit,
         background_killed: background,
+        forwarded_connections,
     })
 }
 

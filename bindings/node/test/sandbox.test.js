@@ -43,3 +43,37 @@ test('shell runs under workspace-write by default', async () => {
     fs.rmSync(base, { recursive: true, force: true });
   }
 });
+
+test('a host loopback server is refused with network off and reached through loopback_ports', async () => {
+  const net = require('node:net');
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'car-node-sandbox-'));
+  const srv = net.createServer((c) => {
+    let buf = '';
+    c.on('data', (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        c.write(`echo:${buf.slice(0, i + 1)}`);
+        buf = buf.slice(i + 1);
+      }
+    });
+    c.on('error', () => {});
+  });
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  try {
+    const { port } = srv.address();
+    const cmd = `python3 -c "import socket; s=socket.create_connection(('127.0.0.1',${port}),timeout=5); s.sendall(b'ping\\n'); print(s.makefile().readline().strip())"`;
+    const rt = new CarRuntime();
+    await rt.registerShellTool(base);
+    let r = await shell(rt, cmd); // workspace-write: network off
+    assert.strictEqual(r.status, 'failed', JSON.stringify(r));
+    assert.match(r.error, /Permission denied|Network is unreachable/);
+    await rt.setPermissions({ sandbox: { default: 'fwd', profiles: { fwd: { network: 'loopback', loopback_ports: [port] } } } });
+    r = await shell(rt, cmd);
+    assert.strictEqual(r.status, 'succeeded', JSON.stringify(r));
+    assert.strictEqual(r.output.stdout, 'echo:ping\n');
+  } finally {
+    srv.close();
+    fs.rmSync(base, { recursive: true, force: true });
+  }
+});

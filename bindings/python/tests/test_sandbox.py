@@ -67,3 +67,51 @@ def test_the_document_picks_the_profile_and_a_bad_one_changes_nothing():
         assert r["status"] == "failed", "the read-only document is still in force"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _echo_server():
+    """A server on the host's loopback answering each line with `echo:LINE`."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c, c.makefile("rw") as f:
+                for line in f:
+                    f.write("echo:" + line)
+                    f.flush()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_a_host_loopback_server_is_refused_with_network_off_and_reached_through_loopback_ports():
+    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
+    srv = _echo_server()
+    try:
+        port = srv.getsockname()[1]
+        cmd = ("python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',%d),timeout=5); "
+               "s.sendall(b'ping\\n'); print(s.makefile().readline().strip())\"" % port)
+        rt = car.CarRuntime()
+        rt.register_shell_tool(base)
+        r = _shell(rt, cmd)  # workspace-write: network off
+        assert r["status"] == "failed", r
+        assert "Permission denied" in r["error"] or "Network is unreachable" in r["error"], r
+        rt.set_permissions({"sandbox": {"default": "fwd", "profiles": {
+            "fwd": {"network": "loopback", "loopback_ports": [port]}}}})
+        r = _shell(rt, cmd)
+        assert r["status"] == "succeeded", r
+        assert r["output"]["stdout"] == "echo:ping\n", r
+        evs = json.loads(rt.event_query(json.dumps({"kinds": ["SandboxRun"]})))["events"]
+        ev = next(e["data"] for e in evs if e["data"]["network"] == "loopback")
+        assert ev["loopback_ports"] == [port] and ev["forwarded_connections"] == 1, ev
+    finally:
+        srv.close()
+        shutil.rmtree(base, ignore_errors=True)

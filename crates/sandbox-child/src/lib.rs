@@ -10,7 +10,8 @@
 //!
 //! The order is fixed: join the cgroup, set the rlimits, enter new user
 //! (and network and mount) namespaces and write the id maps, bring the new
-//! network namespace's loopback up, mount the private temp directory and
+//! network namespace's loopback up (and listen on the ports forwarded to
+//! the host's loopback, handing the listeners to the runtime), mount the private temp directory and
 //! the protected paths read-only,
 //! then restrict the process with Landlock (no new privileges), so that the
 //! mounts can no longer be undone.
@@ -39,6 +40,14 @@ pub struct Setup {
     pub net_ns: bool,
     /// Bring `lo` up in the new network namespace.
     pub loopback_up: bool,
+    /// Ports to listen on at `127.0.0.1` in the new network namespace
+    /// (after `lo` is up, before `exec`, so they exist before the command
+    /// runs); the listeners are sent over `forward_socket` and closed in
+    /// the child. At most [`MAX_FORWARDED`].
+    pub forward_ports: Vec<u16>,
+    /// The child's end of a unix socket pair ([`forward_channel`]) the
+    /// listeners are sent over (`SCM_RIGHTS`, one message).
+    pub forward_socket: Option<OwnedFd>,
     /// The `uid_map` line (`inside outside 1`), written after `unshare`.
     pub uid_map: Option<CString>,
     /// The `gid_map` line, written after `setgroups` is set to `deny`.
@@ -68,8 +77,11 @@ struct PathBeneath {
 /// The multiplier of the step number in a failed spawn's raw OS error.
 pub const STEP_BASE: i32 = 100_000;
 
+/// The most ports one run may forward.
+pub const MAX_FORWARDED: usize = 16;
+
 /// The steps, by number.
-pub const STEPS: [&str; 9] = [
+pub const STEPS: [&str; 10] = [
     "",
     "joining the process-limit cgroup",
     "setting a resource limit",
@@ -79,6 +91,7 @@ pub const STEPS: [&str; 9] = [
     "mounting a protected path read-only",
     "applying the Landlock ruleset",
     "mounting the private temp directory (tmpfs)",
+    "listening on a forwarded loopback port",
 ];
 
 /// The step and the errno of a spawn error made by the hook, if it was.
@@ -166,6 +179,89 @@ fn loopback_up() -> io::Result<()> {
     }
 }
 
+/// Listens on `127.0.0.1:port` for each port (in the calling process's
+/// network namespace) and sends the listeners over `sock` in one message.
+fn forward_listeners(ports: &[u16], sock: &OwnedFd) -> io::Result<()> {
+    if ports.is_empty() || ports.len() > MAX_FORWARDED {
+        return Err(io::Error::from_raw_os_error(9 * STEP_BASE + libc::EINVAL));
+    }
+    let mut fds = [-1 as libc::c_int; MAX_FORWARDED];
+    let close_all = |fds: &[libc::c_int]| {
+        for &fd in fds.iter().filter(|&&fd| fd >= 0) {
+            // SAFETY: descriptors this function opened.
+            unsafe { libc::close(fd) };
+        }
+    };
+    for (i, &port) in ports.iter().enumerate() {
+        // SAFETY: a socket, a sockaddr_in on the stack, bind and listen.
+        let ok = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            fds[i] = fd;
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_port = port.to_be();
+            addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+            fd >= 0
+                && libc::bind(
+                    fd,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                ) == 0
+                && libc::listen(fd, 128) == 0
+        };
+        if !ok {
+            let e = fail(9);
+            close_all(&fds);
+            return Err(e);
+        }
+    }
+    // One message: a byte of data and the descriptors as SCM_RIGHTS.
+    #[repr(C, align(8))]
+    struct Control([u8; 128]);
+    let mut control = Control([0; 128]);
+    let n = ports.len();
+    let mut byte = [b'L'];
+    // SAFETY: the control buffer is aligned for cmsghdr and large enough
+    // for CMSG_SPACE(16 descriptors) (16 + 64 bytes); the iovec and the
+    // message header point at locals that outlive the sendmsg call.
+    let rc = unsafe {
+        let data_len = (n * std::mem::size_of::<libc::c_int>()) as libc::c_uint;
+        let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(data_len) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), n);
+        libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    let err = if rc < 0 { Some(fail(9)) } else { None };
+    // The runtime holds them now; the command never does.
+    close_all(&fds);
+    match err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A unix socket pair for [`Setup::forward_socket`]: `(the runtime's end,
+/// the child's end)`, both close-on-exec.
+pub fn forward_channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: socketpair fills two descriptors we then own.
+    unsafe {
+        if libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        use std::os::fd::FromRawFd;
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
 fn run(s: &Setup) -> io::Result<()> {
     if let Some(p) = &s.cgroup_procs {
         write_file(1, p.as_c_str(), b"0")?;
@@ -201,6 +297,12 @@ fn run(s: &Setup) -> io::Result<()> {
     }
     if s.net_ns && s.loopback_up {
         loopback_up()?;
+    }
+    if !s.forward_ports.is_empty() {
+        let Some(sock) = &s.forward_socket else {
+            return Err(io::Error::from_raw_os_error(9 * STEP_BASE + libc::EBADF));
+        };
+        forward_listeners(&s.forward_ports, sock)?;
     }
     if mount_ns {
         // SAFETY: NUL-terminated paths; null pointers where mount(2) allows them.
