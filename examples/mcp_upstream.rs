@@ -9,6 +9,10 @@
 //! - `drifty {x}`: its description is the content of the file named by
 //!   `MCP_UPSTREAM_DESCRIPTION` at each `tools/list` (to make contracts drift).
 //!
+//! With `MCP_UPSTREAM_RESOURCES=1` it also declares resources with
+//! `subscribe`, lists none and refuses every `resources/subscribe` (the
+//! SDK's default answer, method not found).
+//!
 //! Run: `cargo run --example mcp_upstream --features mcp` (stdio), or with
 //! `--http 127.0.0.1:0 [--bearer TOKEN]` over streamable HTTP at `/mcp`
 //! (it prints `listening on http://ADDR/mcp` on stdout; with `--bearer`
@@ -32,9 +36,13 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
 
 impl ServerHandler for Upstream {
     fn get_info(&self) -> rmcp::model::ServerConfig {
+        let mut caps = json!({"tools": {}});
+        if std::env::var("MCP_UPSTREAM_RESOURCES").is_ok_and(|v| v == "1") {
+            caps["resources"] = json!({"subscribe": true});
+        }
         serde_json::from_value(json!({
             "protocolVersion": "2025-06-18",
-            "capabilities": {"tools": {}},
+            "capabilities": caps,
             "serverInfo": {"name": "mcp-upstream", "version": "0.1.0"}
         }))
         .unwrap_or_default()

@@ -766,7 +766,12 @@ impl McpHub {
                     .map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
                 if self.downstream.subscribe(uri, id, peer) {
                     #[allow(deprecated)]
-                    self.on(&s, |p| async move { p.subscribe(params).await }).await?;
+                    let asked = self.on(&s, |p| async move { p.subscribe(params).await }).await;
+                    if let Err(e) = asked {
+                        // The upstream refused: the client is not subscribed.
+                        self.downstream.unsubscribe(uri, id);
+                        return Err(e);
+                    }
                 }
             }
             None => {

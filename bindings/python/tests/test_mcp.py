@@ -435,3 +435,61 @@ def test_gateway_relays_log_messages_and_resource_updates(tmp_path):
                 assert updates[0] == uri, updates
 
     asyncio.run(run())
+
+
+def test_a_subscribe_the_upstream_refuses_leaves_no_client_half_subscribed(tmp_path):
+    """The upstream refuses `resources/subscribe`. Each of two clients of one
+    gateway (`--http`, two MCP sessions) gets the refusal: the first client's
+    failed subscribe is not kept, so the second is asked upstream again
+    instead of succeeding without it."""
+    import re
+    import subprocess
+    import time
+    from mcp.client.streamable_http import streamable_http_client
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f"""
+preset = "open"
+
+[mcp.servers.t]
+command = {json.dumps(UPSTREAM)}
+prefix = "up_"
+resources = true
+env = {{ MCP_UPSTREAM_RESOURCES = "1" }}
+""")
+    log = tmp_path / "gateway.log"
+    gw = subprocess.Popen([CAR, "mcp", "serve", "--config", str(cfg), "--http", "127.0.0.1:0"],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        url = None
+        for _ in range(200):
+            m = re.search(r"listening on (\S+)", log.read_text())
+            if m:
+                url = m.group(1)
+                break
+            assert gw.poll() is None, log.read_text()
+            time.sleep(0.05)
+        assert url, log.read_text()
+
+        async def subscribe(s):
+            try:
+                await s.subscribe_resource("up://nothing")
+            except Exception as e:  # the SDK raises the upstream's JSON-RPC error
+                return str(e)
+            return None
+
+        async def run():
+            # Both sessions open at once: the first stays connected while
+            # the second subscribes.
+            async with streamable_http_client(url) as a, streamable_http_client(url) as b:
+                async with ClientSession(a[0], a[1]) as s1, ClientSession(b[0], b[1]) as s2:
+                    for s in (s1, s2):
+                        init = await s.initialize()
+                        assert init.capabilities.resources.subscribe is True
+                    return [await subscribe(s1), await subscribe(s2)]
+
+        first, second = asyncio.run(run())
+        assert first is not None, "the first client's subscribe succeeded though the upstream refused it"
+        assert second is not None, "the second client's subscribe succeeded without the upstream"
+    finally:
+        gw.terminate()
+        gw.wait(10)
