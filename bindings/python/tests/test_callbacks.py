@@ -7,6 +7,7 @@ slow tools still overlap, and concurrent callers each serve their own calls."""
 import _thread
 import json
 import threading
+import time
 
 import pytest
 
@@ -194,14 +195,21 @@ def test_ctrl_c_while_the_caller_waits_cancels_the_rest_of_the_run():
 
     helper = threading.Thread(target=interrupt_then_release)
     helper.start()
+    t0 = time.monotonic()
     try:
-        with pytest.raises(KeyboardInterrupt):
-            rt.execute_proposal(proposal(
+        try:
+            out = rt.execute_proposal(proposal(
                 {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": "after"}},
                 tool_call("a"),
                 tool_call("b"),
                 tool_call("c", dependencies=["b"]),
             ), tool)
+        except KeyboardInterrupt:
+            pass
+        else:
+            # Seen twice under a heavily loaded machine: say what happened.
+            pytest.fail(f"no KeyboardInterrupt after {time.monotonic() - t0:.3f} s; "
+                        f"ran {ran}, b started: {b_started.is_set()}; result {out}")
     finally:
         release.set()
         helper.join()
