@@ -6,6 +6,7 @@ KeyboardInterrupt aborts and rolls back, per-attempt timeouts still hold,
 slow tools still overlap, and concurrent callers each serve their own calls."""
 import _thread
 import json
+import signal
 import threading
 import time
 
@@ -193,6 +194,13 @@ def test_ctrl_c_while_the_caller_waits_cancels_the_rest_of_the_run():
         threading.Event().wait(0.2)
         release.set()
 
+    # Ctrl-C as Python delivers it by default. A Python started with SIGINT
+    # ignored (a shell without job control starts `cmd &` that way, so a
+    # backgrounded `scripts/test` did) installs no handler, and then
+    # `interrupt_main` does nothing at all; what an application's own
+    # handler does with Ctrl-C is its business.
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     helper = threading.Thread(target=interrupt_then_release)
     helper.start()
     t0 = time.monotonic()
@@ -211,6 +219,7 @@ def test_ctrl_c_while_the_caller_waits_cancels_the_rest_of_the_run():
             pytest.fail(f"no KeyboardInterrupt after {time.monotonic() - t0:.3f} s; "
                         f"ran {ran}, b started: {b_started.is_set()}; result {out}")
     finally:
+        signal.signal(signal.SIGINT, previous)
         release.set()
         helper.join()
     assert "c" not in ran, "no tool runs after the interrupt"
