@@ -1,6 +1,8 @@
 //! The sandbox through `car run`: a plan whose shell commands are allowed
-//! (`--yes`) still cannot write outside the root, change `.car/`, see the
-//! host's environment or leave a process behind; `car sandbox check`.
+//! (`--yes`) still cannot write outside the root or through a symlink out of
+//! it, change `.car/`, see the host's environment, leave a process behind,
+//! fork past the process limit or reach the host's loopback other than
+//! through `loopback_ports`; `car sandbox check`.
 
 use crate::cli_common;
 use std::process::{Command, Stdio};
@@ -26,8 +28,11 @@ fn car_run_shell_is_sandboxed() {
     let d = cli_common::tmp();
     let ws = d.join("ws");
     std::fs::create_dir_all(ws.join(".car")).unwrap();
-    std::fs::write(ws.join(".car/permissions.toml"), "[sandbox.profiles.small]\nlimits = { processes = 16 }\n")
-        .unwrap();
+    std::fs::write(
+        ws.join(".car/permissions.toml"),
+        "[sandbox]\ndefault = \"small\"\n\n[sandbox.profiles.small]\nlimits = { processes = 16 }\n",
+    )
+    .unwrap();
     let outside = d.join("outside.txt");
     let plan = serde_json::json!({"actions": [
         {"id": "inside", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo in > in.txt"}},
@@ -35,8 +40,13 @@ fn car_run_shell_is_sandboxed() {
         {"id": "config", "type": "tool_call", "tool": "shell", "parameters": {"command": "d=.ca; echo evil >> ${d}r/permissions.toml"}, "failure_behavior": "skip", "max_retries": 0},
         {"id": "env", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo ${CAR_TEST_SECRET:-unset}"}},
         {"id": "bg", "type": "tool_call", "tool": "shell", "parameters": {"command": "sleep 60 & echo $! > bg.pid; sleep 60", "timeout_ms": 1000}, "failure_behavior": "skip", "max_retries": 0},
-        {"id": "arith", "type": "tool_call", "tool": "shell", "parameters": {"command": format!("echo $(( $(echo 1 > {}; echo 2) ))", outside.display())}, "failure_behavior": "skip", "max_retries": 0}
+        {"id": "arith", "type": "tool_call", "tool": "shell", "parameters": {"command": format!("echo $(( $(echo 1 > {}; echo 2) ))", outside.display())}, "failure_behavior": "skip", "max_retries": 0},
+        {"id": "symlink", "type": "tool_call", "tool": "shell", "parameters": {"command": "echo pwned > link"}, "failure_behavior": "skip", "max_retries": 0},
+        {"id": "forks", "type": "tool_call", "tool": "shell", "parameters": {"command": "i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done; echo $i", "timeout_ms": 20000}, "failure_behavior": "skip", "max_retries": 0}
     ]});
+    let victim = d.join("victim.txt");
+    std::fs::write(&victim, "original\n").unwrap();
+    std::os::unix::fs::symlink(&victim, ws.join("link")).unwrap();
     std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_car"))
         .args(["run", "plan.json", "--root", "ws", "--yes", "--json"])
@@ -55,7 +65,7 @@ fn car_run_shell_is_sandboxed() {
     assert_eq!(by("config")["status"], "skipped", "{v}");
     assert_eq!(
         std::fs::read_to_string(ws.join(".car/permissions.toml")).unwrap(),
-        "[sandbox.profiles.small]\nlimits = { processes = 16 }\n"
+        "[sandbox]\ndefault = \"small\"\n\n[sandbox.profiles.small]\nlimits = { processes = 16 }\n"
     );
     assert_eq!(by("env")["output"]["stdout"], "unset\n", "{v}");
     assert!(by("bg")["error"].as_str().unwrap().starts_with("sandbox timeout:"), "{v}");
@@ -66,6 +76,11 @@ fn car_run_shell_is_sandboxed() {
         "sleep {pid} left behind"
     );
     assert!(!outside.exists(), "the arithmetic substitution could not write outside");
+    assert!(by("symlink")["error"].as_str().unwrap().contains("Permission denied"), "{v}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original\n");
+    // `.car/permissions.toml` makes `small` (16 processes) the default.
+    let forks = by("forks")["error"].as_str().unwrap().to_string();
+    assert!(forks.starts_with("sandbox limit:") && forks.contains("`processes` limit"), "{v}");
     std::fs::remove_dir_all(d).unwrap();
 }
 

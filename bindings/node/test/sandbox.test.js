@@ -8,8 +8,10 @@ const path = require('node:path');
 const car = require('..');
 const { CarRuntime } = car;
 
-async function shell(rt, command) {
-  const p = { id: 'p', actions: [{ id: 's', type: 'tool_call', tool: 'shell', parameters: { command }, max_retries: 0 }] };
+async function shell(rt, command, timeoutMs) {
+  const parameters = { command };
+  if (timeoutMs !== undefined) parameters.timeout_ms = timeoutMs; // the shell's own (the sandbox's) timeout
+  const p = { id: 'p', actions: [{ id: 's', type: 'tool_call', tool: 'shell', parameters, max_retries: 0 }] };
   const out = JSON.parse(await car.executeProposal(rt, p, () => ({ host: true })));
   return out.results[0];
 }
@@ -74,6 +76,55 @@ test('a host loopback server is refused with network off and reached through loo
     assert.strictEqual(r.output.stdout, 'echo:ping\n');
   } finally {
     srv.close();
+    fs.rmSync(base, { recursive: true, force: true });
+  }
+});
+
+function gone(pid) {
+  let stat;
+  try {
+    stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return true;
+  }
+  return stat.slice(stat.lastIndexOf(')') + 1).trim().startsWith('Z');
+}
+
+test('symlinks, own files, background processes and fork loops are bounded', async () => {
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'car-node-sandbox-'));
+  try {
+    const root = path.join(base, 'root');
+    const outside = path.join(base, 'outside');
+    fs.mkdirSync(path.join(root, '.car'), { recursive: true });
+    fs.mkdirSync(outside);
+    const perms = path.join(root, '.car', 'permissions.toml');
+    fs.writeFileSync(perms, "# the operator's\n");
+    const victim = path.join(outside, 'victim.txt');
+    fs.writeFileSync(victim, 'original\n');
+    fs.symlinkSync(victim, path.join(root, 'link'));
+    const rt = new CarRuntime();
+    await rt.registerShellTool(root);
+    let r = await shell(rt, 'echo pwned > link');
+    assert.strictEqual(r.status, 'failed', JSON.stringify(r));
+    assert.match(r.error, /Permission denied/);
+    assert.strictEqual(fs.readFileSync(victim, 'utf8'), 'original\n');
+    // Spelled so no text check sees `.car`: the kernel refuses it.
+    for (const cmd of ['d=.ca; echo evil >> ${d}r/permissions.toml', 'd=.ca; rm -f ${d}r/permissions.toml']) {
+      r = await shell(rt, cmd);
+      assert.strictEqual(r.status, 'failed', `${cmd}: ${JSON.stringify(r)}`);
+    }
+    assert.strictEqual(fs.readFileSync(perms, 'utf8'), "# the operator's\n");
+    r = await shell(rt, 'sleep 60 & echo $! > bg.pid; sleep 60', 1000);
+    assert.strictEqual(r.status, 'failed', JSON.stringify(r));
+    assert.match(r.error, /^sandbox timeout:/);
+    const pid = fs.readFileSync(path.join(root, 'bg.pid'), 'utf8').trim();
+    assert.ok(gone(pid), `sleep ${pid} was left behind`);
+    await rt.setPermissions({ sandbox: { default: 'small', profiles: { small: { limits: { processes: 16 } } } } });
+    r = await shell(rt, 'i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done; echo $i', 20000);
+    assert.strictEqual(r.status, 'failed', JSON.stringify(r));
+    assert.match(r.error, /^sandbox limit:/);
+    assert.match(r.error, /`processes` limit/);
+  } finally {
     fs.rmSync(base, { recursive: true, force: true });
   }
 });

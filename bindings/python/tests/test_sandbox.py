@@ -8,9 +8,12 @@ import tempfile
 import car_runtime as car
 
 
-def _shell(rt, command, **kw):
+def _shell(rt, command, timeout_ms=None, **kw):
+    params = {"command": command}
+    if timeout_ms is not None:
+        params["timeout_ms"] = timeout_ms  # the shell's own timeout (the sandbox's)
     p = {"id": "p", "actions": [{"id": "s", "type": "tool_call", "tool": "shell",
-                                 "parameters": {"command": command}, "max_retries": 0, **kw}]}
+                                 "parameters": params, "max_retries": 0, **kw}]}
     out = json.loads(rt.execute_proposal(p, lambda call: {"host": True}))
     return out["results"][0]
 
@@ -114,4 +117,52 @@ def test_a_host_loopback_server_is_refused_with_network_off_and_reached_through_
         assert ev["loopback_ports"] == [port] and ev["forwarded_connections"] == 1, ev
     finally:
         srv.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _gone(pid):
+    """True when the process is gone or a zombie waiting for its reaper."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_symlinks_own_files_background_processes_and_fork_loops_are_bounded():
+    """The rest of the issue's cases through Python: a symlink out of the
+    root cannot be written through, the runtime's own `.car/` files cannot be
+    changed, `sleep 60 &` under a 1 s timeout leaves no process behind, and a
+    fork loop is stopped by the process limit."""
+    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
+    try:
+        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
+        os.makedirs(os.path.join(root, ".car"))
+        os.makedirs(outside)
+        perms = os.path.join(root, ".car", "permissions.toml")
+        with open(perms, "w") as f:
+            f.write("# the operator's\n")
+        victim = os.path.join(outside, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("original\n")
+        os.symlink(victim, os.path.join(root, "link"))
+        rt = car.CarRuntime()
+        rt.register_shell_tool(root)
+        r = _shell(rt, "echo pwned > link")
+        assert r["status"] == "failed" and "Permission denied" in r["error"], r
+        assert open(victim).read() == "original\n"
+        # Spelled so no text check sees `.car`: the kernel refuses it.
+        for cmd in ["d=.ca; echo evil >> ${d}r/permissions.toml", "d=.ca; rm -f ${d}r/permissions.toml"]:
+            r = _shell(rt, cmd)
+            assert r["status"] == "failed", (cmd, r)
+        assert open(perms).read() == "# the operator's\n"
+        r = _shell(rt, "sleep 60 & echo $! > bg.pid; sleep 60", timeout_ms=1000)
+        assert r["status"] == "failed" and r["error"].startswith("sandbox timeout:"), r
+        pid = open(os.path.join(root, "bg.pid")).read().strip()
+        assert _gone(pid), f"sleep {pid} was left behind"
+        rt.set_permissions({"sandbox": {"default": "small", "profiles": {"small": {"limits": {"processes": 16}}}}})
+        r = _shell(rt, "i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done; echo $i", timeout_ms=20000)
+        assert r["status"] == "failed" and r["error"].startswith("sandbox limit:"), r
+        assert "`processes` limit" in r["error"], r
+    finally:
         shutil.rmtree(base, ignore_errors=True)
