@@ -128,3 +128,24 @@ test('symlinks, own files, background processes and fork loops are bounded', asy
     fs.rmSync(base, { recursive: true, force: true });
   }
 });
+
+test('constructs the matcher asks about run harmlessly when allowed', async () => {
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'car-node-sandbox-'));
+  try {
+    const root = path.join(base, 'root');
+    const outside = path.join(base, 'outside');
+    fs.mkdirSync(root);
+    fs.mkdirSync(outside);
+    const a = path.join(outside, 'arith');
+    const b = path.join(outside, 'wrapped');
+    const rt = new CarRuntime();
+    await rt.registerShellTool(root);
+    for (const cmd of [`echo $(( $(echo 1 > ${a}; echo 2) + 1 ))`, `env sh -c 'echo x > ${b}'`, `timeout 5 sh -c 'echo x > ${b}'`]) {
+      const r = await shell(rt, cmd);
+      assert.ok(['succeeded', 'failed'].includes(r.status), `${cmd} ran: ${JSON.stringify(r)}`);
+    }
+    assert.ok(!fs.existsSync(a) && !fs.existsSync(b));
+  } finally {
+    fs.rmSync(base, { recursive: true, force: true });
+  }
+});

@@ -166,3 +166,26 @@ def test_symlinks_own_files_background_processes_and_fork_loops_are_bounded():
         assert "`processes` limit" in r["error"], r
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_constructs_the_matcher_asks_about_run_harmlessly_when_allowed():
+    """Nothing configured asks here, so these run: a command substitution in
+    arithmetic and wrappers the matcher cannot read through still cannot
+    write outside the root."""
+    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
+    try:
+        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
+        os.makedirs(root)
+        os.makedirs(outside)
+        a, b = os.path.join(outside, "arith"), os.path.join(outside, "wrapped")
+        rt = car.CarRuntime()
+        rt.register_shell_tool(root)
+        for cmd in [f"echo $(( $(echo 1 > {a}; echo 2) + 1 ))", f"env sh -c 'echo x > {b}'",
+                    f"timeout 5 sh -c 'echo x > {b}'"]:
+            r = _shell(rt, cmd)
+            assert r["status"] in ("succeeded", "failed"), (cmd, r)  # it ran
+        assert not os.path.exists(a) and not os.path.exists(b)
+        ev = json.loads(rt.event_query(json.dumps({"kinds": ["SandboxRun"]})))
+        assert ev["count"] == 3, ev
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
