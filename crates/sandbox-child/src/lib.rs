@@ -11,8 +11,8 @@
 //! The order is fixed: join the cgroup, set the rlimits, enter new user
 //! (and network and mount) namespaces and write the id maps, bring the new
 //! network namespace's loopback up (and listen on the ports forwarded to
-//! the host's loopback, handing the listeners to the runtime), mount the private temp directory and
-//! the protected paths read-only,
+//! the host's loopback, handing the listeners to the runtime), mount the
+//! private temp directory and the protected paths read-only,
 //! then restrict the process with Landlock (no new privileges), so that the
 //! mounts can no longer be undone.
 //!
@@ -299,6 +299,11 @@ fn run(s: &Setup) -> io::Result<()> {
         loopback_up()?;
     }
     if !s.forward_ports.is_empty() {
+        // Only inside a network namespace of the run's own: listening on
+        // the host's loopback would take the very ports being forwarded.
+        if !s.net_ns {
+            return Err(io::Error::from_raw_os_error(9 * STEP_BASE + libc::EINVAL));
+        }
         let Some(sock) = &s.forward_socket else {
             return Err(io::Error::from_raw_os_error(9 * STEP_BASE + libc::EBADF));
         };
