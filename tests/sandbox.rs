@@ -218,7 +218,7 @@ fn network_off_refuses_a_loopback_connect_and_on_allows_it() {
 
 /// An echo server on the host's loopback: answers each line with `echo:
 /// LINE`, and counts the connections whose client closed (read end of file).
-fn echo_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+pub(crate) fn echo_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{BufRead, Write};
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -240,7 +240,9 @@ fn echo_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     (port, closed)
 }
 
-fn echo_cmd(port: u16) -> String {
+/// A command that sends `ping` to the host's `127.0.0.1:port` and prints
+/// the answer's line.
+pub(crate) fn echo_cmd(port: u16) -> String {
     format!(
         "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'ping\\n'); print(s.makefile().readline().strip())\""
     )

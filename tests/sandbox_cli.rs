@@ -86,17 +86,7 @@ fn car_run_shell_is_sandboxed() {
 
 #[test]
 fn car_run_reaches_a_host_loopback_server_only_through_loopback_ports() {
-    use std::io::{BufRead, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let mut w = s.try_clone().unwrap();
-            for line in std::io::BufReader::new(s).lines().map_while(Result::ok) {
-                let _ = writeln!(w, "echo:{line}");
-            }
-        }
-    });
+    let (port, _) = crate::sandbox::echo_server();
     let d = cli_common::tmp();
     let ws = d.join("ws");
     std::fs::create_dir_all(ws.join(".car")).unwrap();
@@ -105,9 +95,7 @@ fn car_run_reaches_a_host_loopback_server_only_through_loopback_ports() {
         format!("[sandbox.profiles.fwd]\nnetwork = \"loopback\"\nloopback_ports = [{port}]\n"),
     )
     .unwrap();
-    let cmd = format!(
-        "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(b'ping\\n'); print(s.makefile().readline().strip())\""
-    );
+    let cmd = crate::sandbox::echo_cmd(port);
     // Declared but not chosen, the profile changes nothing: `shell` runs
     // under `workspace-write` (network off). Then it is made the default.
     let plan = serde_json::json!({"actions": [

@@ -24,7 +24,8 @@ const MAX_CONNECTIONS: usize = 64;
 /// before `exec`, so already there once `spawn` has returned).
 pub(crate) fn receive(sock: &OwnedFd, expected: usize) -> Result<Vec<TcpListener>, String> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
-    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(16))];
+    let mut space =
+        [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(car_sandbox_child::MAX_FORWARDED))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
     let mut iov = [io::IoSliceMut::new(&mut byte)];
@@ -64,8 +65,8 @@ impl Conn {
     }
 }
 
-/// The forwarding of one run's ports, stopped by [`Forwarder::stop`] (or
-/// when dropped).
+/// The forwarding of one run's ports, for as long as the value lives:
+/// dropping it stops accepting and closes every carried connection.
 pub(crate) struct Forwarder {
     stop: Arc<AtomicBool>,
     listeners: Vec<Arc<TcpListener>>,
@@ -102,7 +103,7 @@ impl Forwarder {
 
     /// Stops accepting, closes every forwarded connection and waits for the
     /// threads.
-    pub(crate) fn stop(&mut self) {
+    fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         for l in &self.listeners {
             // Wakes a blocked accept (EINVAL on a shut-down listener).

@@ -372,13 +372,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
         match super::forward::receive(&ch, p.loopback_ports.len()) {
             Ok(ls) => cleanup.forwarder = Some(super::forward::Forwarder::start(ls, &p.loopback_ports)),
             Err(m) => {
-                let _ = rustix::process::kill_process_group(
-                    rustix::process::Pid::from_child(&child),
-                    rustix::process::Signal::KILL,
-                );
-                let _ = child.kill();
-                let _ = child.wait();
-                cleanup.kill_cgroup();
+                let _ = kill_run(&mut child, &cleanup);
                 return Err(RunError::Spawn(m));
             }
         }
@@ -389,16 +383,11 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
     // poll(2): no reader threads, no sleeping between checks.
     let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok();
     let (exited, background) = out.wait(pid, pidfd.as_ref(), deadline);
-    // The child is unreaped (a zombie or still running), so the group id is ours.
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    let _ = child.kill();
-    let status = child.wait().map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
-    // Processes that left the group (setsid) are still in the cgroup.
-    cleanup.kill_cgroup();
+    let status =
+        kill_run(&mut child, &cleanup).map_err(|e| RunError::Spawn(format!("cannot wait for the command: {e}")))?;
     let forwarded_connections = cleanup.forwarder.as_ref().map_or(0, |f| f.connections());
-    if let Some(mut f) = cleanup.forwarder.take() {
-        f.stop();
-    }
+    // Stops accepting and closes every carried connection.
+    drop(cleanup.forwarder.take());
     let (stdout, stderr) = out.finish(Instant::now() + DRAIN_GRACE);
     use std::os::unix::process::ExitStatusExt;
     let (code, signal) = if exited { (status.code(), status.signal()) } else { (None, None) };
@@ -421,6 +410,18 @@ pub fn run(spec: &RunSpec<'_>) -> Result<Outcome, RunError> {
         background_killed: background,
         forwarded_connections,
     })
+}
+
+/// Kills whatever is left of a run: its process group (the child is still
+/// unreaped, a zombie or running, so the group id is ours), the child, and
+/// the processes that left the group (`setsid`) but not the cgroup; reaps
+/// the child.
+fn kill_run(child: &mut std::process::Child, cleanup: &Cleanup) -> std::io::Result<std::process::ExitStatus> {
+    let _ = rustix::process::kill_process_group(rustix::process::Pid::from_child(child), rustix::process::Signal::KILL);
+    let _ = child.kill();
+    let status = child.wait();
+    cleanup.kill_cgroup();
+    status
 }
 
 /// Whether the child `pid` has exited, without reaping it.

@@ -1,11 +1,25 @@
 """The sandbox under `shell` through the Python binding (issue #26): the
 same kernel-enforced profile the core tests exercise, reached from Python."""
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 
 import car_runtime as car
+
+
+@contextlib.contextmanager
+def _workspace():
+    """A scratch directory with `root/.car` and `outside`: (root, outside)."""
+    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
+    try:
+        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
+        os.makedirs(os.path.join(root, ".car"))
+        os.makedirs(outside)
+        yield root, outside
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _shell(rt, command, timeout_ms=None, **kw):
@@ -19,11 +33,7 @@ def _shell(rt, command, timeout_ms=None, **kw):
 
 
 def test_shell_runs_under_workspace_write_by_default():
-    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
-    try:
-        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
-        os.makedirs(root)
-        os.makedirs(outside)
+    with _workspace() as (root, outside):
         rt = car.CarRuntime()
         rt.register_shell_tool(root)
         # Inside the root: written.
@@ -48,8 +58,6 @@ def test_shell_runs_under_workspace_write_by_default():
         ev = json.loads(rt.event_query(json.dumps({"kinds": ["SandboxRun"]})))
         assert ev["count"] >= 3
         assert {e["data"]["profile"] for e in ev["events"]} == {"workspace-write"}
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_the_document_picks_the_profile_and_a_bad_one_changes_nothing():
@@ -134,11 +142,7 @@ def test_symlinks_own_files_background_processes_and_fork_loops_are_bounded():
     root cannot be written through, the runtime's own `.car/` files cannot be
     changed, `sleep 60 &` under a 1 s timeout leaves no process behind, and a
     fork loop is stopped by the process limit."""
-    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
-    try:
-        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
-        os.makedirs(os.path.join(root, ".car"))
-        os.makedirs(outside)
+    with _workspace() as (root, outside):
         perms = os.path.join(root, ".car", "permissions.toml")
         with open(perms, "w") as f:
             f.write("# the operator's\n")
@@ -164,19 +168,13 @@ def test_symlinks_own_files_background_processes_and_fork_loops_are_bounded():
         r = _shell(rt, "i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done; echo $i", timeout_ms=20000)
         assert r["status"] == "failed" and r["error"].startswith("sandbox limit:"), r
         assert "`processes` limit" in r["error"], r
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_constructs_the_matcher_asks_about_run_harmlessly_when_allowed():
     """Nothing configured asks here, so these run: a command substitution in
     arithmetic and wrappers the matcher cannot read through still cannot
     write outside the root."""
-    base = tempfile.mkdtemp(prefix="car-py-sandbox-")
-    try:
-        root, outside = os.path.join(base, "root"), os.path.join(base, "outside")
-        os.makedirs(root)
-        os.makedirs(outside)
+    with _workspace() as (root, outside):
         a, b = os.path.join(outside, "arith"), os.path.join(outside, "wrapped")
         rt = car.CarRuntime()
         rt.register_shell_tool(root)
@@ -187,5 +185,3 @@ def test_constructs_the_matcher_asks_about_run_harmlessly_when_allowed():
         assert not os.path.exists(a) and not os.path.exists(b)
         ev = json.loads(rt.event_query(json.dumps({"kinds": ["SandboxRun"]})))
         assert ev["count"] == 3, ev
-    finally:
-        shutil.rmtree(base, ignore_errors=True)

@@ -216,13 +216,16 @@ fn forward_listeners(ports: &[u16], sock: &OwnedFd) -> io::Result<()> {
         }
     }
     // One message: a byte of data and the descriptors as SCM_RIGHTS.
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    const CONTROL_LEN: usize =
+        unsafe { libc::CMSG_SPACE((MAX_FORWARDED * std::mem::size_of::<libc::c_int>()) as libc::c_uint) } as usize;
     #[repr(C, align(8))]
-    struct Control([u8; 128]);
-    let mut control = Control([0; 128]);
+    struct Control([u8; CONTROL_LEN]);
+    let mut control = Control([0; CONTROL_LEN]);
     let n = ports.len();
     let mut byte = [b'L'];
-    // SAFETY: the control buffer is aligned for cmsghdr and large enough
-    // for CMSG_SPACE(16 descriptors) (16 + 64 bytes); the iovec and the
+    // SAFETY: the control buffer is aligned for cmsghdr and CMSG_SPACE of
+    // MAX_FORWARDED descriptors long (n is at most that); the iovec and the
     // message header point at locals that outlive the sendmsg call.
     let rc = unsafe {
         let data_len = (n * std::mem::size_of::<libc::c_int>()) as libc::c_uint;
