@@ -494,3 +494,67 @@ async fn a_compensation_ask_is_decided_on_the_plan() {
     assert!(e.to_string().contains("d#compensation"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Plan mode, over every declaration a tool can have (kind x risk, and
+/// undeclared): what the stage offers is exactly what runs, a refusal is the
+/// `plan` layer's recorded decision, and neither a hook's allow nor a
+/// `session`-scoped allow gets a removed tool past it.
+#[tokio::test]
+async fn plan_mode_admits_exactly_the_tools_it_offers() {
+    let kinds = ["resource", "data_source", "interactive"];
+    let risks = [None, Some("read"), Some("write"), Some("network"), Some("execute"), Some("destructive")];
+    let mut tools = Vec::new();
+    let mut expect = Vec::new();
+    for (k, kind) in kinds.iter().enumerate() {
+        for (r, risk) in risks.iter().enumerate() {
+            let name = format!("t{k}{r}");
+            let mut def = json!({"name": name, "description": "", "parameters": {"type": "object"}, "kind": kind});
+            if let Some(risk) = risk {
+                def["risk"] = json!(risk);
+            }
+            tools.push(def);
+            expect.push((name, *kind == "data_source" || (*kind == "resource" && *risk == Some("read"))));
+        }
+    }
+    expect.push(("undeclared".to_string(), false));
+    let doc = json!({"plan_mode": true, "tools": tools, "preset": "open",
+                     "hooks": [{"tool": "t00", "verdict": "allow"}]});
+    let (rt, _dir) = runtime(doc);
+    for (name, _) in &expect {
+        rt.register_tool_schema(&json!({"name": name, "parameters": {"type": "object"}}).to_string()).unwrap();
+    }
+    let stage = rt.runtime().admission_stage();
+    for (name, reads) in &expect {
+        assert_eq!(stage.offers(name), *reads, "offers({name})");
+    }
+    let session = rt.open_session().unwrap();
+    rt.runtime().admission_stage().session_state().remember(Some(&session), "t02", true, "allowed for the session");
+    let actions: Vec<Value> = expect.iter().map(|(n, _)| tc(n, n, json!({}))).collect();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let out = run(&rt, &proposal(Value::Array(actions)), Some(&session), &calls).await;
+    let got = statuses(&out);
+    for ((name, reads), (id, status)) in expect.iter().zip(&got) {
+        assert_eq!(id, name);
+        assert_eq!(status, if *reads { "succeeded" } else { "rejected" }, "{name}: {out}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), expect.iter().filter(|(_, r)| *r).count());
+    let mut plan: Vec<String> = admission_events(&rt)
+        .into_iter()
+        .filter(|e| e["data"]["layer"] == "plan")
+        .map(|e| e["data"]["tool"].as_str().unwrap().to_string())
+        .collect();
+    plan.sort();
+    let refused: Vec<String> = expect.iter().filter(|(_, r)| !r).map(|(n, _)| n.clone()).collect();
+    assert_eq!(plan, refused);
+}
+
+/// Plan mode off (the default) removes nothing.
+#[tokio::test]
+async fn without_plan_mode_every_tool_is_offered() {
+    let (rt, _dir) = runtime(json!({"preset": "open"}));
+    let stage = rt.runtime().admission_stage();
+    assert!(!stage.plan_mode());
+    for t in ["lookup", "migrate", "shell", "write_file", "undeclared"] {
+        assert!(stage.offers(t), "{t}");
+    }
+}

@@ -22,7 +22,8 @@
 //!   "retry_cap": 5,
 //!   "retry_backoff_ms": 50,
 //!   "breaker": {"max_consecutive_denials": 3, "max_window_denials": 5, "window_secs": 300},
-//!   "sandbox": {"default": "workspace-write", "tools": {"shell": "read-only"}}
+//!   "sandbox": {"default": "workspace-write", "tools": {"shell": "read-only"}},
+//!   "plan_mode": true
 //! }
 //! ```
 //!
@@ -193,6 +194,11 @@ pub struct AdmissionConfig {
     /// Only the operator sets it (it is refused over the wire).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::SandboxConfig>,
+    /// Plan mode (`plan-apply-gate.md`): only the tools that read are
+    /// offered and admitted (kind `data_source`, or risk `read`); a call of
+    /// any other tool is refused by the `plan` layer. Off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan_mode: bool,
     /// MCP servers as tool sources (`docs/mcp.md`). Only the operator sets
     /// it (it starts programs; it is refused over the wire).
     #[serde(default, skip_serializing_if = "Option::is_none")]

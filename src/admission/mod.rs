@@ -16,7 +16,7 @@
 //! | 4 | `policy` | engine ([`crate::policy::PolicyEngine`]) | deny |
 //! | 5 | `tier` | this stage | deny (the whole proposal, as the daemon does) |
 //! | 6 | `supervision` | this stage's supervisor (the daemon's supervisors) | deny (the whole proposal), after a park |
-//! | 7 | `protected`, then the permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default`; an ask for a `data_source` or `interactive` tool is a deny (`downgraded_from_ask`) | this stage | allow, ask, deny |
+//! | 7 | `plan` (plan mode: only tools that read), `protected`, then the permission chain: `hook`, `deny-rule`, `shell-allow`, `ask-rule`, `can_use_tool`, `default`; an ask for a `data_source` or `interactive` tool is a deny (`downgraded_from_ask`) | this stage | allow, ask, deny |
 //! | 8 | `session` | this stage: a `session`-scoped answer for the tool | an ask becomes allow; any non-deny becomes deny |
 //! | 9 | `approval` | this stage | an ask becomes allow (approved), deny, or a hold |
 //! | 10 | `host` | the engine's admission hook (a Rust host's own check) | allow, deny, hold |
@@ -84,6 +84,8 @@ pub mod layer {
     pub const SESSION: &str = "session";
     /// The circuit breaker on repeated denials.
     pub const BREAKER: &str = "breaker";
+    /// Plan mode: a tool that does not only read.
+    pub const PLAN: &str = "plan";
 
     /// True for a layer that refuses by decision (a rule, a tier, a person,
     /// a supervisor), not because the action itself is malformed or its
@@ -528,6 +530,51 @@ impl AdmissionStage {
             && self.inspectors.is_none()
             && self.breaker.is_none()
             && self.supervisor.is_none()
+            && !self.config.plan_mode
+    }
+
+    /// True when plan mode is on (`plan_mode`).
+    pub fn plan_mode(&self) -> bool {
+        self.config.plan_mode
+    }
+
+    /// The `plan` layer: in plan mode, a call of `tool` is refused unless
+    /// the tool only reads: kind `data_source`, or risk `read` and not
+    /// `interactive` (an MCP tool declares no kind; its `readOnlyHint` or
+    /// the server's `risk` map makes it `read`). An undeclared tool is
+    /// refused (fail closed). `None` when plan mode is off or the tool reads.
+    pub fn plan_refusal(&self, tool: &str) -> Option<Decision> {
+        if !self.config.plan_mode {
+            return None;
+        }
+        let (kind, risk) = match self.defs.get(tool) {
+            Some(d) => (d.kind, d.risk),
+            None => (crate::permission::ToolKind::Resource, None),
+        };
+        let reads = kind == crate::permission::ToolKind::DataSource
+            || (kind == crate::permission::ToolKind::Resource && risk == Some(crate::permission::Risk::Read));
+        if reads {
+            return None;
+        }
+        let what = match (kind, risk) {
+            (crate::permission::ToolKind::Interactive, _) => "an interactive tool".to_string(),
+            (_, Some(r)) => format!("a tool of risk `{}`", r.as_str()),
+            (_, None) => "an undeclared tool".to_string(),
+        };
+        let mut d = Decision::deny(
+            layer::PLAN,
+            format!(
+                "tool `{tool}` is removed by plan mode: it is {what}, and only tools that read (kind `data_source` or risk `read`) are offered"
+            ),
+        );
+        d.rule = Some(json!({"plan_mode": true}));
+        Some(d)
+    }
+
+    /// True when the tool list offered to a model includes `tool`: plan
+    /// mode does not remove it ([`AdmissionStage::plan_refusal`]).
+    pub fn offers(&self, tool: &str) -> bool {
+        self.plan_refusal(tool).is_none()
     }
 
     /// True for a tool declared `kind: "interactive"`: the engine runs such
@@ -754,6 +801,9 @@ impl AdmissionStage {
             return Judged::Admit(None);
         }
         let name = a.tool.as_deref().unwrap_or_default();
+        if let Some(d) = self.plan_refusal(name) {
+            return Judged::Refuse(d);
+        }
         if let Some(d) = self.protected(a) {
             return Judged::Refuse(d);
         }

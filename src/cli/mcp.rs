@@ -16,7 +16,9 @@ pub struct ServeArgs {
     /// upstream servers under `[mcp.servers.NAME]`.
     #[arg(long)]
     pub config: PathBuf,
-    /// Offer and admit only the tools whose risk is `read`.
+    /// Plan mode: offer and admit only the tools that read (kind
+    /// `data_source` or risk `read`); the same as `plan_mode = true` in the
+    /// document.
     #[arg(long)]
     pub plan_mode: bool,
     /// When the client disconnects, write the event log (every call and
@@ -85,7 +87,8 @@ async fn serve_http(gateway: car_runtime::mcp::gateway::Gateway, addr: &str) -> 
 
 /// Serves until the client closes stdin (or, with `--http`, until stopped).
 pub fn serve(a: ServeArgs) -> CliResult {
-    let config = load(&a.config)?;
+    let mut config = load(&a.config)?;
+    config.plan_mode |= a.plan_mode;
     let rt = CarRuntime::new();
     rt.enable_event_log_hash_chaining();
     // Bad flags are refused before any upstream server is started.
@@ -115,8 +118,7 @@ pub fn serve(a: ServeArgs) -> CliResult {
             }
         }));
     }
-    let gateway =
-        car_runtime::mcp::gateway::Gateway::new(rt.clone(), a.plan_mode).map_err(|e| CliError::Input(e.to_string()))?;
+    let gateway = car_runtime::mcp::gateway::Gateway::new(rt.clone()).map_err(|e| CliError::Input(e.to_string()))?;
     // Served on the MCP runtime's worker thread, where the upstream
     // connections run: a forwarded call stays on one thread (each hop to
     // another thread costs a wake-up and a context switch).

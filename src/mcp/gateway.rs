@@ -3,7 +3,7 @@
 //! the runtime, so it passes the admission stage like any other call (a
 //! refusal is an `isError` result naming the layer and rule), is recorded
 //! in the event log, and is forwarded only once admitted. `tools/list`
-//! hides the tools a deny rule (or plan mode) removes.
+//! hides the tools a deny rule or the `plan` layer (plan mode) removes.
 //!
 //! Like the daemon and the CLI, this is a front end over
 //! [`crate::api::runtime::CarRuntime`]: it translates, it does not decide.
@@ -33,7 +33,6 @@ pub struct Gateway {
     rt: CarRuntime,
     hub: Arc<super::McpHub>,
     session: Option<String>,
-    plan_mode: bool,
     /// This client's id (one per MCP session), for its subscriptions.
     client: String,
 }
@@ -49,9 +48,9 @@ enum Outcome {
 }
 
 impl Gateway {
-    /// A gateway over a runtime already configured with an `mcp` section.
-    /// `plan_mode` offers and admits only the tools whose risk is `read`.
-    pub fn new(rt: CarRuntime, plan_mode: bool) -> crate::Result<Self> {
+    /// A gateway over a runtime already configured with an `mcp` section
+    /// (its document's `plan_mode` offers and admits only the tools that read).
+    pub fn new(rt: CarRuntime) -> crate::Result<Self> {
         let hub = rt.mcp_hub().ok_or_else(|| {
             crate::Error::config(
                 "invalid_mcp_config",
@@ -61,7 +60,7 @@ impl Gateway {
         })?;
         hub.keep_raw_results(true);
         let session = rt.open_session().ok();
-        Ok(Gateway { rt, hub, session, plan_mode, client: uuid::Uuid::new_v4().to_string() })
+        Ok(Gateway { rt, hub, session, client: uuid::Uuid::new_v4().to_string() })
     }
 
     /// The same gateway for another client (an MCP session of its own).
@@ -80,8 +79,10 @@ impl Gateway {
         &self.rt
     }
 
-    fn read_only(&self, name: &str) -> bool {
-        self.rt.runtime().admission_stage().definition(name).risk == Some(crate::permission::Risk::Read)
+    /// True when the admission stage offers the tool at all (plan mode
+    /// removes every tool that does not only read).
+    fn offered(&self, name: &str) -> bool {
+        self.rt.runtime().admission_stage().offers(name)
     }
 
     /// True when a deny rule refuses the tool whatever its arguments: the
@@ -102,7 +103,7 @@ impl Gateway {
     /// True when source `i`'s tool of `kind` is removed by a deny rule or
     /// plan mode (so its resources or prompts are not listed).
     fn removed(&self, i: usize, kind: ImportKind) -> bool {
-        self.hub.tool_of(i, kind).is_none_or(|t| (self.plan_mode && !self.read_only(&t)) || self.denied_outright(&t))
+        self.hub.tool_of(i, kind).is_none_or(|t| !self.offered(&t) || self.denied_outright(&t))
     }
 
     /// The tools offered: every imported tool not removed by a deny rule or plan mode.
@@ -111,7 +112,7 @@ impl Gateway {
             .imported()
             .iter()
             .filter(|t| t.kind == ImportKind::Tool)
-            .filter(|t| !self.plan_mode || self.read_only(&t.name))
+            .filter(|t| self.offered(&t.name))
             .filter(|t| !self.denied_outright(&t.name))
             .map(|t| {
                 let mut v = json!({"name": t.name, "description": t.description, "inputSchema": t.parameters});
@@ -145,9 +146,6 @@ impl Gateway {
     /// A call of an imported tool as a one-action proposal: admitted by the
     /// stage, recorded in the event log, forwarded only once admitted.
     async fn admit_and_forward(&self, name: &str, parameters: Value) -> Outcome {
-        if self.plan_mode && !self.read_only(name) {
-            return Outcome::Refused(format!("tool `{name}` is removed by plan mode (only read tools are offered)"));
-        }
         let action_id = format!("mcp-{}", uuid::Uuid::new_v4());
         let proposal = json!({
             "id": uuid::Uuid::new_v4().to_string(),

@@ -155,6 +155,28 @@ def test_gateway_plan_mode_offers_only_read_tools(tmp_path):
     asyncio.run(with_gateway(cfg, body, "--plan-mode"))
 
 
+def test_gateway_plan_mode_is_the_admission_stage_plan_layer(tmp_path):
+    """`plan_mode = true` in the document does what --plan-mode does, and the
+    refusal is an admission decision of the `plan` layer in the event log."""
+    cfg, _, _ = gateway_config(tmp_path)
+    cfg.write_text("plan_mode = true\n" + cfg.read_text())
+    events = tmp_path / "events.json"
+
+    async def body(s):
+        assert [t.name for t in (await s.list_tools()).tools] == ["up_echo"]
+        for tool, args in [("up_calls", {}), ("up_add", {"a": 1, "b": 2}), ("up_drifty", {"x": "1"})]:
+            r = await s.call_tool(tool, args)
+            assert r.is_error and "removed by plan mode" in text(r), (tool, text(r))
+        r = await s.call_tool("up_echo", {"text": "reads"})
+        assert not r.is_error and text(r) == "reads"
+
+    asyncio.run(with_gateway(cfg, body, "--events", str(events)))
+    logged = json.loads(events.read_text())["events"]["events"]
+    plan = [e for e in logged if e["kind"] == "AdmissionDecided" and e["data"]["layer"] == "plan"]
+    assert len(plan) == 3 and all(e["data"]["verdict"] == "deny" for e in plan), plan
+    assert sorted(e["data"]["tool"] for e in plan) == ["up_add", "up_calls", "up_drifty"], plan
+
+
 def test_the_readme_gateway_in_front_of_server_filesystem(tmp_path):
     """The README's three lines (with a temporary directory for /srv/data),
     npx resolving the server from tests/mcp/node_modules."""

@@ -151,6 +151,27 @@ case("a data_source tool no rule asks about runs", {"preset": "standard", "tools
      exp(("l", "succeeded", "default")))
 case("an undeclared data_source tool the preset asks about is denied", {"preset": "standard", "tools": [LOOKUP_DS]}, [tc("l", "lookup", **SKIP)],
      exp(("l", "rejected", "ask-rule")), approver="approve")
+# --- plan mode: only the tools that read are admitted ---
+MIGRATE_WRITE = {"name": "migrate", "description": "", "parameters": {"type": "object"}, "risk": "write"}
+ASK_HUMAN = {"name": "fetch", "description": "", "parameters": {"type": "object"}, "risk": "read", "kind": "interactive"}
+WORK_DS = {"name": "work", "description": "", "parameters": {"type": "object"}, "kind": "data_source"}
+case("plan mode admits data_source and read tools only", {"plan_mode": True, "tools": [LOOKUP_DS]},
+     [tc("l", "lookup"), tc("r", "read_file", {"path": "x"}), tc("w", "write_file", {"path": "x"}, **SKIP), tc("m", "migrate", {"env": "dev"}, **SKIP)],
+     exp(("l", "succeeded", "default"), ("r", "succeeded", "default"), ("w", "rejected", "plan"), ("m", "rejected", "plan")))
+case("plan mode refuses write and interactive tools under a preset", {"plan_mode": True, "preset": "open", "tools": [MIGRATE_WRITE, ASK_HUMAN]},
+     [tc("d", "migrate", {"env": "dev"}, **SKIP), tc("f", "fetch", {"url": "x"}, **SKIP), tc("r", "read_file", {"path": "x"})],
+     exp(("d", "rejected", "plan"), ("f", "rejected", "plan"), ("r", "succeeded", "default")))
+case("plan mode comes before the chain's allow", {"plan_mode": True, "can_use_tool": {"tool": "migrate", "verdict": "allow"}},
+     [tc("m", "migrate", {"env": "dev"}, **SKIP), tc("l", "lookup", **SKIP)],
+     exp(("m", "rejected", "plan"), ("l", "rejected", "plan")))
+case("plan mode refuses a shell command whatever it is", {"plan_mode": True, "shell": {"allow": ["ls **"]}},
+     [tc("s", "shell", {"command": "ls"}, **SKIP), tc("r", "read_file", {"path": "x"})],
+     exp(("s", "rejected", "plan"), ("r", "succeeded", "default")))
+case("plan mode refuses a mutating compensation", {"plan_mode": True, "compensate_on_abort": True, "tools": [LOOKUP_DS, WORK_DS]},
+     [tc("step", "lookup", reversibility="compensable", compensation={"type": "tool", "tool": "migrate", "parameters": {"env": "prod"}}),
+      tc("boom", "work", {"fail": True}, dependencies=["step"], max_retries=0)],
+     exp(("step", "succeeded", "default"), ("boom", "failed", "default")),
+     compensation={"step": "refused"})
 # --- the circuit breaker on repeated denials ---
 BREAKER2 = {"max_consecutive_denials": 2, "max_window_denials": 0}
 case("the breaker refuses the rest after consecutive denials", {"deny": [{"tool": "migrate"}], "breaker": BREAKER2},
