@@ -11,7 +11,10 @@
 //!
 //! With `MCP_UPSTREAM_RESOURCES=1` it also declares resources with
 //! `subscribe`, lists none and refuses every `resources/subscribe` (the
-//! SDK's default answer, method not found).
+//! SDK's default answer, method not found); it declares prompts too, with
+//! one prompt `greet {name}` and one resource template `note://{id}` (read
+//! as `note <id>`), and the tool `lists` returns how many `prompts/list`
+//! and `resources/templates/list` requests it has served (listed only then).
 //!
 //! Run: `cargo run --example mcp_upstream --features mcp` (stdio), or with
 //! `--http 127.0.0.1:0 [--bearer TOKEN]` over streamable HTTP at `/mcp`
@@ -20,14 +23,25 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult, PaginatedRequestParams};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse,
+    ListPromptsResult, ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse,
+};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
+/// `MCP_UPSTREAM_RESOURCES=1`: resources, prompts and the `lists` tool too.
+fn resources() -> bool {
+    std::env::var("MCP_UPSTREAM_RESOURCES").is_ok_and(|v| v == "1")
+}
+
 #[derive(Default)]
 struct Upstream {
     calls: AtomicU64,
+    /// `prompts/list` and `resources/templates/list` requests served.
+    lists: AtomicU64,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
@@ -37,8 +51,9 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
 impl ServerHandler for Upstream {
     fn get_info(&self) -> rmcp::model::ServerConfig {
         let mut caps = json!({"tools": {}});
-        if std::env::var("MCP_UPSTREAM_RESOURCES").is_ok_and(|v| v == "1") {
+        if resources() {
             caps["resources"] = json!({"subscribe": true});
+            caps["prompts"] = json!({});
         }
         serde_json::from_value(json!({
             "protocolVersion": "2025-06-18",
@@ -58,7 +73,7 @@ impl ServerHandler for Upstream {
             .and_then(|p| std::fs::read_to_string(p).ok())
             .unwrap_or_else(|| "takes x".to_string());
         let obj = |props: Value, required: Value| json!({"type": "object", "properties": props, "required": required, "additionalProperties": false});
-        parse(json!({"tools": [
+        let mut tools = json!([
             {"name": "echo", "description": "returns its text",
              "inputSchema": obj(json!({"text": {"type": "string"}}), json!(["text"])),
              "annotations": {"readOnlyHint": true}},
@@ -70,7 +85,13 @@ impl ServerHandler for Upstream {
             {"name": "calls", "description": "calls served by this process", "inputSchema": {"type": "object"}},
             {"name": "drifty", "description": drifty.trim(),
              "inputSchema": obj(json!({"x": {"type": "string"}}), json!([]))}
-        ]}))
+        ]);
+        if resources() {
+            tools.as_array_mut().unwrap().push(
+                json!({"name": "lists", "description": "list requests served", "inputSchema": {"type": "object"}}),
+            );
+        }
+        parse(json!({"tools": tools}))
     }
 
     async fn call_tool(
@@ -93,10 +114,60 @@ impl ServerHandler for Upstream {
             }
             "die" => std::process::exit(3),
             "calls" => text(n.to_string()),
+            "lists" => text(self.lists.load(Ordering::SeqCst).to_string()),
             "drifty" => text(format!("x={}", args["x"].as_str().unwrap_or_default())),
             other => return Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
         };
         Ok(parse::<CallToolResult>(result)?.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        parse(json!({"prompts": [{"name": "greet", "arguments": [{"name": "name", "required": true}]}]}))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let v = serde_json::to_value(&request).unwrap_or_default();
+        if v["name"] != "greet" {
+            return Err(ErrorData::invalid_params(format!("unknown prompt {}", v["name"]), None));
+        }
+        let text = format!("hello {}", v["arguments"]["name"].as_str().unwrap_or("you"));
+        Ok(parse::<rmcp::model::GetPromptResult>(
+            json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}),
+        )?
+        .into())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        parse(json!({"resourceTemplates": [{"uriTemplate": "note://{id}", "name": "note"}]}))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = serde_json::to_value(&request).unwrap_or_default()["uri"].as_str().unwrap_or_default().to_string();
+        let Some(id) = uri.strip_prefix("note://") else {
+            return Err(ErrorData::resource_not_found(format!("no resource {uri}"), None));
+        };
+        Ok(parse::<rmcp::model::ReadResourceResult>(
+            json!({"contents": [{"uri": uri, "text": format!("note {id}")}]}),
+        )?
+        .into())
     }
 }
 

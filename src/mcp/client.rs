@@ -457,6 +457,13 @@ pub struct McpHub {
     downstream: Arc<Downstream>,
     /// Resource URI → source index, from the latest `resources/list`.
     resource_owner: Mutex<HashMap<String, usize>>,
+    /// (source index, URI template) of the forwarding servers, from the
+    /// latest `resources/templates/list` (or the first read that needed
+    /// them); `None` until then.
+    templates: Mutex<Option<Vec<(usize, String)>>>,
+    /// Local prompt name → (source index, remote name), from the latest
+    /// `prompts/list` and the prompts found since.
+    prompt_owner: Mutex<HashMap<String, (usize, String)>>,
     imported: Vec<ImportedTool>,
     rt: Option<tokio::runtime::Runtime>,
     /// Raw results by action id, kept for the gateway (`keep_raw_results`).
@@ -514,6 +521,8 @@ impl McpHub {
             tools: HashMap::new(),
             downstream: downstream.clone(),
             resource_owner: Mutex::new(HashMap::new()),
+            templates: Mutex::new(None),
+            prompt_owner: Mutex::new(HashMap::new()),
             imported: Vec::new(),
             rt: Some(rt),
             raw: Mutex::new(None),
@@ -716,16 +725,28 @@ impl McpHub {
         hidden: impl Fn(usize) -> bool,
     ) -> std::result::Result<Value, rmcp::ErrorData> {
         let mut all = Vec::new();
-        for (_, s) in self.forwarding("resources").into_iter().filter(|(i, _)| !hidden(*i)) {
+        let mut fits = Vec::new();
+        for (i, s) in self.forwarding("resources") {
             let templates = self.on(&s, |p| async move { p.list_all_resource_templates().await }).await?;
-            all.extend(templates.iter().map(|t| serde_json::to_value(t).unwrap_or_default()));
+            for t in templates {
+                let v = serde_json::to_value(&t).unwrap_or_default();
+                if let Some(t) = v["uriTemplate"].as_str() {
+                    fits.push((i, t.to_string()));
+                }
+                if !hidden(i) {
+                    all.push(v);
+                }
+            }
         }
+        *lock(&self.templates) = Some(fits);
         Ok(json!({"resourceTemplates": all}))
     }
 
     /// The source serving a resource URI: the one that listed it, else the
     /// first whose URI template it fits, else the only server forwarding
-    /// resources.
+    /// resources. The lists and templates are those of the latest
+    /// `resources/list` and `resources/templates/list` (asked for here only
+    /// when there is none yet, or when no known template fits the URI).
     pub async fn resource_source(&self, uri: &str) -> Option<usize> {
         if lock(&self.resource_owner).is_empty() {
             let _ = self.list_resources(|_| false).await;
@@ -733,18 +754,19 @@ impl McpHub {
         if let Some(i) = lock(&self.resource_owner).get(uri) {
             return Some(*i);
         }
-        let forwarding = self.forwarding("resources");
-        for (i, s) in &forwarding {
-            let templates = self.on(s, |p| async move { p.list_all_resource_templates().await }).await;
-            let fits = templates.unwrap_or_default().iter().any(|t| {
-                serde_json::to_value(t).ok().and_then(|v| v["uriTemplate"].as_str().map(|t| template_fits(t, uri)))
-                    == Some(true)
-            });
-            if fits {
-                return Some(*i);
-            }
+        let fitting =
+            |templates: &[(usize, String)]| templates.iter().find(|(_, t)| template_fits(t, uri)).map(|(i, _)| *i);
+        let known = lock(&self.templates).as_deref().map(fitting);
+        if let Some(Some(i)) = known {
+            return Some(i);
         }
-        match forwarding.as_slice() {
+        // None known yet, or none fits: the servers' templates as they are now.
+        if self.list_resource_templates(|_| true).await.is_ok()
+            && let Some(i) = lock(&self.templates).as_deref().and_then(fitting)
+        {
+            return Some(i);
+        }
+        match self.forwarding("resources").as_slice() {
             [(i, _)] => Some(*i),
             _ => None,
         }
@@ -790,27 +812,40 @@ impl McpHub {
     /// the server's prefix.
     pub async fn list_prompts(&self, hidden: impl Fn(usize) -> bool) -> std::result::Result<Value, rmcp::ErrorData> {
         let mut all = Vec::new();
-        for (_, s) in self.forwarding("prompts").into_iter().filter(|(i, _)| !hidden(*i)) {
+        let mut owners = HashMap::new();
+        for (i, s) in self.forwarding("prompts").into_iter().filter(|(i, _)| !hidden(*i)) {
             let prompts = self.on(&s, |p| async move { p.list_all_prompts().await }).await?;
             for p in prompts {
                 let mut v = serde_json::to_value(&p).unwrap_or_default();
                 if let Some(name) = v["name"].as_str() {
-                    v["name"] = json!(s.cfg.local_name(name));
+                    let local = s.cfg.local_name(name);
+                    owners.entry(local.clone()).or_insert((i, name.to_string()));
+                    v["name"] = json!(local);
                 }
                 all.push(v);
             }
         }
+        // The owners of the listed prompts replace the known ones (hidden
+        // servers' prompts are looked up again when asked for).
+        *lock(&self.prompt_owner) = owners;
         Ok(json!({"prompts": all}))
     }
 
     /// The source and remote name of a prompt listed as `local`: the
-    /// server whose listed prompts include it (the first, in server order).
+    /// server whose listed prompts include it (the first, in server order),
+    /// from the latest `prompts/list`; the servers are asked only for a
+    /// name not known from it.
     pub async fn prompt_source(&self, local: &str) -> Option<(usize, String)> {
+        if let Some(known) = lock(&self.prompt_owner).get(local) {
+            return Some(known.clone());
+        }
         for (i, s) in self.forwarding("prompts") {
             let Some(remote) = local.strip_prefix(s.cfg.prefix.as_deref().unwrap_or("")) else { continue };
             let prompts = self.on(&s, |p| async move { p.list_all_prompts().await }).await.unwrap_or_default();
             if prompts.iter().any(|p| p.name == remote) {
-                return Some((i, remote.to_string()));
+                let found = (i, remote.to_string());
+                lock(&self.prompt_owner).insert(local.to_string(), found.clone());
+                return Some(found);
             }
         }
         None

@@ -515,3 +515,40 @@ env = {{ MCP_UPSTREAM_RESOURCES = "1" }}
     finally:
         gw.terminate()
         gw.wait(10)
+
+
+def test_prompts_and_templated_reads_do_not_list_the_upstream_each_time(tmp_path):
+    """After `prompts/list` and `resources/templates/list`, the gateway knows
+    which server owns a prompt and which template a URI fits: `prompts/get`
+    and `resources/read` are forwarded without listing the upstream again."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f"""
+preset = "open"
+
+[mcp.servers.t]
+command = {json.dumps(UPSTREAM)}
+prefix = "up_"
+resources = true
+prompts = true
+env = {{ MCP_UPSTREAM_RESOURCES = "1" }}
+""")
+
+    async def body(s):
+        assert [p.name for p in (await s.list_prompts()).prompts] == ["up_greet"]
+        templates = (await s.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["note://{id}"]
+        before = int(text(await s.call_tool("up_lists", {})))
+        for i in range(5):
+            r = await s.get_prompt("up_greet", {"name": f"n{i}"})
+            assert r.messages[0].content.text == f"hello n{i}", r
+            r = await s.read_resource(f"note://{i}")
+            assert r.contents[0].text == f"note {i}", r
+        assert int(text(await s.call_tool("up_lists", {}))) == before
+        # An unknown prompt is still looked up (and refused).
+        try:
+            await s.get_prompt("up_nope", {})
+            raise AssertionError("an unknown prompt was served")
+        except Exception as e:
+            assert "unknown prompt" in str(e), e
+
+    asyncio.run(with_gateway(cfg, body))
