@@ -164,10 +164,8 @@ impl ServerHandler for Upstream {
         let Some(id) = uri.strip_prefix("note://") else {
             return Err(ErrorData::resource_not_found(format!("no resource {uri}"), None));
         };
-        Ok(parse::<rmcp::model::ReadResourceResult>(
-            json!({"contents": [{"uri": uri, "text": format!("note {id}")}]}),
-        )?
-        .into())
+        Ok(parse::<rmcp::model::ReadResourceResult>(json!({"contents": [{"uri": uri, "text": format!("note {id}")}]}))?
+            .into())
     }
 }
 

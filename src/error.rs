@@ -36,6 +36,17 @@ pub enum InputError {
         /// The field name.
         field: String,
     },
+    /// A field no part of the IR knows, refused in strict mode
+    /// (`CarRuntime::set_strict_fields`; otherwise it is a `verify` warning).
+    #[error("{message}")]
+    UnknownField {
+        /// JSON path of the first unknown field.
+        path: String,
+        /// Its name.
+        field: String,
+        /// Every unknown field, with the known field each probably meant.
+        message: String,
+    },
     /// An argument of a facade call is invalid.
     #[error("invalid argument `{name}`: {message}")]
     InvalidArgument {
@@ -53,6 +64,7 @@ impl InputError {
             InputError::Json { .. } => "invalid_json",
             InputError::Shape { .. } => "invalid_document",
             InputError::MissingField { .. } => "missing_field",
+            InputError::UnknownField { .. } => "unknown_field",
             InputError::InvalidArgument { .. } => "invalid_argument",
         }
     }
@@ -62,6 +74,7 @@ impl InputError {
             InputError::Json { line, column, .. } => json!({"line": line, "column": column}),
             InputError::Shape { path, .. } => json!({"path": path}),
             InputError::MissingField { path, field } => json!({"path": path, "field": field}),
+            InputError::UnknownField { path, field, .. } => json!({"path": path, "field": field}),
             InputError::InvalidArgument { name, .. } => json!({"argument": name}),
         }
     }

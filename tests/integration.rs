@@ -65,6 +65,7 @@ mod shell_reference;
 mod shell_variants;
 mod store_conformance;
 mod tools_confinement;
+mod unknown_fields;
 mod verify_facade;
 mod verify_oracle_bridge;
 mod verify_props;

@@ -119,6 +119,14 @@ export declare class CarRuntime {
   stateKeys(tenant?: string | undefined | null): Array<string>
   /** `{key: value}` as JSON text. */
   stateSnapshot(tenant?: string | undefined | null): string
+  /**
+   * Strict mode on or off (off by default): on, a proposal with a field
+   * the IR does not know is refused (`CarInputError`, code
+   * `unknown_field`) instead of run without it.
+   */
+  setStrictFields(strict: boolean): void
+  /** True in strict mode (`setStrictFields`). */
+  strictFields(): boolean
   /** Verifies a proposal against this runtime's state and tool schemas. */
   verifyProposal(proposalJson: string | import('./types').ActionProposal): Promise<string>
   /**

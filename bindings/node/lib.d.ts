@@ -64,7 +64,7 @@ declare module './index' {
 }
 
 /** The stable codes of `CarInputError` (the input family is closed). */
-export type CarInputErrorCode = 'invalid_json' | 'invalid_document' | 'missing_field' | 'invalid_argument';
+export type CarInputErrorCode = 'invalid_json' | 'invalid_document' | 'missing_field' | 'unknown_field' | 'invalid_argument';
 
 /** Codes of `CarConfigError` known to this version. */
 export type CarConfigErrorCode =

@@ -18,8 +18,8 @@ use crate::admission::{AdmissionConfig, AdmissionStage, HostLayers};
 use crate::engine::{CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
 use crate::events::{EventQuery, RetentionPolicy};
 use crate::gate::{ApprovalCallback, ApprovalEvent, ApprovalStore, input_digest};
+use crate::ir::{ActionProposal, ToolSchema, from_json_str};
 use crate::ir::{ToolFailure, ToolSource};
-use crate::ir::{ToolSchema, from_json_str};
 use crate::permission::{CanUseToolFn, HookFn};
 use crate::policy::{
     DenyCallback, PermissionTier, PolicyFn, deny_tool, deny_tool_callback, deny_tool_param, require_state,
@@ -45,6 +45,9 @@ pub struct CarRuntime {
     /// The MCP servers of the document's `mcp` section, connected.
     #[cfg(feature = "mcp")]
     mcp: Arc<RwLock<Option<Arc<crate::mcp::McpHub>>>>,
+    /// Strict mode: a proposal with a field the IR does not know is refused
+    /// (`unknown_field`) instead of run without it.
+    strict_fields: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The approvals side of the facade: the store `set_permissions` opened and
@@ -177,6 +180,7 @@ impl CarRuntime {
             approvals: Arc::new(Mutex::new(Approvals::default())),
             #[cfg(feature = "mcp")]
             mcp: Arc::new(RwLock::new(None)),
+            strict_fields: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -382,16 +386,52 @@ impl CarRuntime {
         Ok(to_text(&Value::Object(self.rt.state().snapshot(&Scope::from_option(tenant)?))))
     }
 
-    /// Verifies a proposal against this runtime's state and tool schemas.
+    /// Strict mode on or off (off by default): on, a proposal with a field
+    /// the IR does not know (a misspelling such as `dependecies`) is refused
+    /// by `execute_proposal`, `proposal_plan` and `verify_proposal` with
+    /// `unknown_field`, naming every such field and the known field each
+    /// probably meant. Off, it runs without it and `verify` warns of it.
+    pub fn set_strict_fields(&self, strict: bool) {
+        self.strict_fields.store(strict, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// True in strict mode ([`CarRuntime::set_strict_fields`]).
+    pub fn strict_fields(&self) -> bool {
+        self.strict_fields.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Parses a proposal's text; in strict mode a field the IR does not
+    /// know refuses it. Returns the unknown fields (none in strict mode).
+    fn parse_checked(&self, proposal_json: &str) -> Result<(ActionProposal, Vec<crate::ir::UnknownField>)> {
+        let (p, unknown) = crate::ir::parse_proposal_reporting(proposal_json)?;
+        if self.strict_fields() {
+            crate::ir::refuse_unknown(&unknown)?;
+        }
+        Ok((p, unknown))
+    }
+
+    /// Parses a proposal to run: in strict mode, as [`Self::parse_checked`];
+    /// otherwise by the plain parser (unknown fields are ignored unread).
+    fn parse_strict(&self, proposal_json: &str) -> Result<ActionProposal> {
+        if self.strict_fields() {
+            return self.parse_checked(proposal_json).map(|(p, _)| p);
+        }
+        crate::ir::parse_proposal(proposal_json)
+    }
+
+    /// Verifies a proposal against this runtime's tools, state and budget:
+    /// the `VerificationResult` as JSON text, with a `warning` for each
+    /// field the IR does not know (refused instead in strict mode).
     pub fn verify_proposal(&self, proposal_json: &str) -> Result<String> {
-        let p = crate::ir::parse_proposal(proposal_json)?;
+        let (p, unknown) = self.parse_checked(proposal_json)?;
         let opts = crate::verify::VerifyOptions {
             initial_state: self.rt.state().snapshot(&Scope::global()),
             tool_names: None,
             max_actions: self.rt.options().cost_budget.as_ref().and_then(|b| b.max_actions),
             tool_schemas: Some(self.rt.list_tools()),
         };
-        Ok(serde_json::to_string(&crate::verify::verify(&p, &opts)).unwrap_or_else(|_| "{}".into()))
+        let result = crate::api::verify::with_unknown(crate::verify::verify(&p, &opts), &unknown);
+        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
     }
 
     /// Executes a proposal with the host's executor; the ProposalResult as
@@ -403,7 +443,7 @@ impl CarRuntime {
         session_id: Option<&str>,
         scope_json: Option<&str>,
     ) -> Result<String> {
-        let proposal = crate::ir::parse_proposal(proposal_json)?;
+        let proposal = self.parse_strict(proposal_json)?;
         let result = self.execute_parsed(proposal, executor, session_id, scope_json).await?;
         Ok(result.to_json_string())
     }
@@ -720,7 +760,7 @@ impl CarRuntime {
         session_id: Option<&str>,
         scope_json: Option<&str>,
     ) -> Result<String> {
-        let proposal = crate::ir::parse_proposal(proposal_json)?;
+        let proposal = self.parse_strict(proposal_json)?;
         if let Some(&(i, first)) = crate::dag::duplicate_ids(&proposal.actions).first() {
             return Err(crate::error::InputError::Shape {
                 path: format!("actions[{i}].id"),

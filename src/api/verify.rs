@@ -53,10 +53,20 @@ pub fn verify(
     max_actions: Option<u64>,
     tool_schemas_json: Option<&str>,
 ) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let (p, unknown) = crate::ir::parse_proposal_reporting(proposal_json)?;
     let state = parse_arg("initial_state", initial_state_json)?;
     let schemas = parse_arg("tool_schemas", tool_schemas_json)?;
-    Ok(to_text(&verify::verify(&p, &options(state, tool_names, max_actions, schemas))))
+    Ok(to_text(&with_unknown(verify::verify(&p, &options(state, tool_names, max_actions, schemas)), &unknown)))
+}
+
+/// A verification result with a `warning` for each unknown field of the
+/// proposal (after the checks' own issues; warnings leave `valid` as it is).
+pub(crate) fn with_unknown(
+    mut r: crate::ir::VerificationResult,
+    unknown: &[crate::ir::UnknownField],
+) -> crate::ir::VerificationResult {
+    r.issues.extend(unknown.iter().map(crate::ir::UnknownField::issue));
+    r
 }
 
 /// `simulate(proposal, initial_state?)` → the final state as JSON text.
@@ -106,6 +116,7 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
     let run = || -> Result<Value> {
         match method {
             "verify" => {
+                let unknown = params.get("proposal").map(crate::ir::unknown_fields).unwrap_or_default();
                 let p = proposal_arg(params, "proposal")?;
                 let opts = options(
                     value_arg(params, "initial_state")?,
@@ -113,7 +124,7 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
                     value_arg(params, "max_actions")?,
                     value_arg(params, "tool_schemas")?,
                 );
-                Ok(to_value(&verify::verify(&p, &opts)))
+                Ok(to_value(&with_unknown(verify::verify(&p, &opts), &unknown)))
             }
             "simulate" => {
                 let p = proposal_arg(params, "proposal")?;

@@ -1,7 +1,8 @@
 //! The Agent IR: the wire types models propose and the runtime returns.
 //!
 //! Field names, enum spellings and defaults follow `agent-ir-spec.md`
-//! exactly; unknown fields are ignored everywhere.
+//! exactly; unknown fields are ignored everywhere (and reported: `verify`
+//! warns of each, strict mode refuses them; see [`unknown_fields`]).
 
 mod parse;
 mod precondition;
@@ -11,6 +12,7 @@ mod reversibility;
 mod stream;
 pub mod strict;
 mod tool;
+mod unknown;
 mod verification;
 
 pub use parse::{from_json_str, from_value, parse_proposal, parse_proposal_value, to_json_path_error};
@@ -26,4 +28,5 @@ pub use stream::{
     ToolControl, ToolHandle, ToolInvocationMode, ToolPollResult, ToolStatus, ToolStreamChunk, ToolStreamEvent,
 };
 pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
+pub use unknown::{UnknownField, parse_proposal_reporting, refuse_unknown, unknown_fields};
 pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};

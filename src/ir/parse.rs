@@ -58,7 +58,7 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
 }
 
 /// Checks what the type system cannot: `tool` is required on a `tool_call`.
-fn validate(p: ActionProposal) -> Result<ActionProposal, Error> {
+pub(super) fn validate(p: ActionProposal) -> Result<ActionProposal, Error> {
     for (i, a) in p.actions.iter().enumerate() {
         if a.action_type == ActionType::ToolCall && a.tool.is_none() {
             return Err(InputError::MissingField { path: format!("actions[{i}].tool"), field: "tool".into() }.into());

@@ -341,6 +341,20 @@ impl JsCarRuntime {
         self.core.state_snapshot(tenant.as_deref()).map_err(to_js_err)
     }
 
+    /// Strict mode on or off (off by default): on, a proposal with a field
+    /// the IR does not know is refused (`CarInputError`, code
+    /// `unknown_field`) instead of run without it.
+    #[napi]
+    pub fn set_strict_fields(&self, strict: bool) {
+        self.core.set_strict_fields(strict);
+    }
+
+    /// True in strict mode (`setStrictFields`).
+    #[napi]
+    pub fn strict_fields(&self) -> bool {
+        self.core.strict_fields()
+    }
+
     /// Verifies a proposal against this runtime's state and tool schemas.
     #[napi]
     pub async fn verify_proposal(

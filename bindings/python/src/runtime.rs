@@ -594,6 +594,18 @@ impl PyCarRuntime {
         run_with(py, &self.core, car_runtime::api::proposal_to_json(&proposal), tool_fn, session, scope)
     }
 
+    /// Strict mode on or off (off by default): on, a proposal with a field
+    /// the IR does not know is refused (`CarInputError`, code
+    /// `unknown_field`) instead of run without it.
+    fn set_strict_fields(&self, strict: bool) {
+        self.core.set_strict_fields(strict);
+    }
+
+    /// True in strict mode (`set_strict_fields`).
+    fn strict_fields(&self) -> bool {
+        self.core.strict_fields()
+    }
+
     /// Verifies a proposal against this runtime's state and tool schemas.
     fn verify_proposal(&self, py: Python<'_>, proposal_json: &Bound<'_, PyAny>) -> PyResult<String> {
         let text = json_text(py, proposal_json)?;

@@ -623,6 +623,17 @@ impl CarRuntime {
         Ok(self.core.state_snapshot(tenant.as_deref())?)
     }
 
+    /// Strict mode on or off (off by default): on, a proposal with a field
+    /// the IR does not know is refused (code `unknown_field`).
+    pub fn set_strict_fields(&self, strict: bool) {
+        self.core.set_strict_fields(strict);
+    }
+
+    /// True in strict mode (`set_strict_fields`).
+    pub fn strict_fields(&self) -> bool {
+        self.core.strict_fields()
+    }
+
     /// Verifies a proposal against this runtime's state and tool schemas.
     pub fn verify_proposal(&self, proposal_json: String) -> Result<String, CarError> {
         Ok(self.core.verify_proposal(&proposal_json)?)

@@ -188,8 +188,14 @@ class CarRuntime:
     def state_exists(self, key: str, tenant: Optional[str] = None) -> bool: ...
     def state_keys(self, tenant: Optional[str] = None) -> List[str]: ...
     def state_snapshot(self, tenant: Optional[str] = None) -> str: ...
+    def set_strict_fields(self, strict: bool) -> None:
+        """Strict mode: a proposal with a field the IR does not know is refused
+        (CarInputError, code ``unknown_field``) instead of run without it."""
+    def strict_fields(self) -> bool:
+        """True in strict mode."""
     def verify_proposal(self, proposal_json: _ProposalArg) -> str:
-        """Verifies against this runtime's state and tool schemas."""
+        """Verifies against this runtime's state and tool schemas (a
+        ``warning`` for each unknown field)."""
     def admission_config(self) -> str:
         """The admission configuration document in force, as JSON text."""
         ...
