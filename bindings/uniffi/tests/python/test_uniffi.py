@@ -66,7 +66,27 @@ def main():
     else:
         raise AssertionError("expected CarError")
     pumped(rt)
+    strict()
     print("uniffi python: ok")
+
+
+def strict():
+    """Unknown fields: a verify warning; refused with unknown_field in strict mode."""
+    plan = json.dumps({"actions": [{"id": "a", "type": "state_write", "parameters": {"key": "k", "value": 1}},
+                                   {"id": "b", "type": "state_read", "parameters": {"key": "k"},
+                                    "dependecies": ["a"]}]})
+    rt = car.CarRuntime()
+    warned = [i["message"] for i in json.loads(rt.verify_proposal(plan))["issues"] if i["severity"] == "warning"]
+    assert any("did you mean `dependencies`" in m for m in warned), warned
+    assert rt.strict_fields() is False
+    rt.set_strict_fields(True)
+    try:
+        rt.verify_proposal(plan)
+    except car.CarError.Failed as e:
+        assert e.code == "unknown_field", e.code
+        assert "actions[1].dependecies" in e.msg
+    else:
+        raise AssertionError("expected CarError in strict mode")
 
 
 class Pumped(car.ToolHandler):
