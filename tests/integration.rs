@@ -14,6 +14,7 @@ mod admission_conformance;
 mod admission_layers;
 mod approval_always;
 mod cli_admission_conformance;
+mod cli_colour;
 mod cli_escape;
 mod cli_inspect;
 mod cli_mcp;

@@ -69,7 +69,8 @@ fn print_verification(plan: &Path, proposal: &ActionProposal, r: &VerificationRe
             Severity::Warning => "warning",
             Severity::Info => "info",
         };
-        println!("{}", shown(&format!("  {sev:<7} {}: {}", i.action_id, i.message)));
+        let on = super::colour::enabled(false);
+        println!("  {}{}", super::colour::word(on, sev, 7), shown(&format!(" {}: {}", i.action_id, i.message)));
     }
     println!("execution levels:");
     for (n, level) in r.execution_levels.iter().enumerate() {

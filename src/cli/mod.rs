@@ -3,6 +3,7 @@
 //! decides. Exit codes: 0 success, 1 an action failed or was denied (or the
 //! checked plan is invalid), 2 bad input (file, JSON path and reason).
 
+mod colour;
 mod events;
 mod inspect;
 #[cfg(feature = "mcp")]

@@ -108,6 +108,21 @@ impl Out {
             let _ = o.flush();
         }
     }
+
+    /// Prints `lead`, `word` in its colour (one of the CLI's own words,
+    /// padded to `width`) and `rest`; `lead` and `rest` are escaped.
+    fn marked(self, lead: &str, word: &str, width: usize, rest: impl AsRef<str>) {
+        let on = super::colour::enabled(self.err);
+        let s = format!("{}{}{}", shown(lead), super::colour::word(on, word, width), shown(rest.as_ref()));
+        if self.err {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "{s}");
+        } else {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{s}");
+            let _ = o.flush();
+        }
+    }
 }
 
 /// One action as planned: an item of the runtime's own plan
@@ -243,7 +258,7 @@ fn print_plan(
         let mark = item.verdict.as_str();
         let deps =
             if a.dependencies.is_empty() { String::new() } else { format!("  (after {})", a.dependencies.join(", ")) };
-        out.line(format!("  [{mark:<5}] {}: {}{deps}", item.id, summary(a)));
+        out.marked("  [", mark, 5, format!("] {}: {}{deps}", item.id, summary(a)));
         match &item.policy {
             Some((name, reason)) => out.line(format!("            policy {name}: {reason}")),
             None => out.line(format!("            permission {}: {}", item.verdict.as_str(), item.why)),
@@ -296,7 +311,7 @@ fn print_verification(out: Out, rt: &CarRuntime, text: &str) {
     out.line("Verification:");
     for i in &v.issues {
         let sev = serde_json::to_value(i.severity).ok().and_then(|s| s.as_str().map(str::to_string));
-        out.line(format!("  {:<7} {}: {}", sev.unwrap_or_default(), i.action_id, i.message));
+        out.marked("  ", &sev.unwrap_or_default(), 7, format!(" {}: {}", i.action_id, i.message));
     }
 }
 
@@ -443,8 +458,10 @@ impl ToolExecutor for Progress {
         if compensation {
             let r = self.call_tool(call).await;
             match &r {
-                Ok(_) => self.out.line(format!("  undone   {id} ({tool}): compensation ran")),
-                Err(f) => self.out.line(format!("  FAILED   {id} ({tool}): compensation failed: {}", f.message)),
+                Ok(_) => self.out.marked("  ", "undone", 8, format!(" {id} ({tool}): compensation ran")),
+                Err(f) => {
+                    self.out.marked("  ", "FAILED", 8, format!(" {id} ({tool}): compensation failed: {}", f.message))
+                }
             }
             return r;
         }
@@ -467,10 +484,15 @@ impl ToolExecutor for Progress {
         }
         let total = self.total;
         match &r {
-            Ok(_) => self.out.line(format!("  ok       {id} ({tool}) {ms:.0} ms  [{n}/{total}]")),
+            Ok(_) => self.out.marked("  ", "ok", 8, format!(" {id} ({tool}) {ms:.0} ms  [{n}/{total}]")),
             Err(f) => {
                 let first = f.message.lines().next().unwrap_or("");
-                self.out.line(format!("  failed   {id} ({tool}) attempt {attempt}, {ms:.0} ms: {first}  [{n}/{total}]"))
+                self.out.marked(
+                    "  ",
+                    "failed",
+                    8,
+                    format!(" {id} ({tool}) attempt {attempt}, {ms:.0} ms: {first}  [{n}/{total}]"),
+                )
             }
         }
         r

@@ -459,6 +459,22 @@ def test_gateway_relays_log_messages_and_resource_updates(tmp_path):
     asyncio.run(run())
 
 
+def resources_config(tmp_path, prompts=False):
+    """The gateway in front of mcp_upstream with its resources (and prompts) on."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f"""
+preset = "open"
+
+[mcp.servers.t]
+command = {json.dumps(UPSTREAM)}
+prefix = "up_"
+resources = true
+prompts = {str(prompts).lower()}
+env = {{ MCP_UPSTREAM_RESOURCES = "1" }}
+""")
+    return cfg
+
+
 def test_a_subscribe_the_upstream_refuses_leaves_no_client_half_subscribed(tmp_path):
     """The upstream refuses `resources/subscribe`. Each of two clients of one
     gateway (`--http`, two MCP sessions) gets the refusal: the first client's
@@ -468,16 +484,7 @@ def test_a_subscribe_the_upstream_refuses_leaves_no_client_half_subscribed(tmp_p
     import subprocess
     import time
     from mcp.client.streamable_http import streamable_http_client
-    cfg = tmp_path / "gateway.toml"
-    cfg.write_text(f"""
-preset = "open"
-
-[mcp.servers.t]
-command = {json.dumps(UPSTREAM)}
-prefix = "up_"
-resources = true
-env = {{ MCP_UPSTREAM_RESOURCES = "1" }}
-""")
+    cfg = resources_config(tmp_path)
     log = tmp_path / "gateway.log"
     gw = subprocess.Popen([CAR, "mcp", "serve", "--config", str(cfg), "--http", "127.0.0.1:0"],
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
@@ -521,17 +528,7 @@ def test_prompts_and_templated_reads_do_not_list_the_upstream_each_time(tmp_path
     """After `prompts/list` and `resources/templates/list`, the gateway knows
     which server owns a prompt and which template a URI fits: `prompts/get`
     and `resources/read` are forwarded without listing the upstream again."""
-    cfg = tmp_path / "gateway.toml"
-    cfg.write_text(f"""
-preset = "open"
-
-[mcp.servers.t]
-command = {json.dumps(UPSTREAM)}
-prefix = "up_"
-resources = true
-prompts = true
-env = {{ MCP_UPSTREAM_RESOURCES = "1" }}
-""")
+    cfg = resources_config(tmp_path, prompts=True)
 
     async def body(s):
         assert [p.name for p in (await s.list_prompts()).prompts] == ["up_greet"]
