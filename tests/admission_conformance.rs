@@ -604,3 +604,81 @@ fn shell_commands_naming_protected_files_are_refused() {
         assert!(matches!(strict.decide(&shell(fine), None), StageVerdict::Admit(_)), "{fine}");
     }
 }
+
+/// Issue #25: a tier ledger and its key under names of the operator's
+/// choosing are protected like the fixed names: a shell command naming
+/// either (every writer, quoted, escaped and ANSI-C spellings, globs) and a
+/// built-in file tool's `path` naming either are refused by the `protected`
+/// layer; so an agent cannot append a forged line to an unkeyed ledger or
+/// read the key of a keyed one. Generated over writers and spellings.
+#[test]
+fn a_ledger_and_key_of_any_name_are_protected() {
+    use car_runtime::admission::{AdmissionConfig, AdmissionStage, HostLayers, StageVerdict};
+    let dir = scratch("ledger-names");
+    let ledger = dir.join("grants.log");
+    let key = dir.join("secret.bin");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let build = |doc: Value| {
+        AdmissionStage::build(AdmissionConfig::from_value(doc).unwrap(), &HostLayers::default(), None).unwrap()
+    };
+    let keyed = build(json!({"preset": "open", "tier": "full_access", "ledger_path": ledger.to_string_lossy(),
+                             "ledger_key_path": key.to_string_lossy()}));
+    let unkeyed = build(json!({"preset": "open", "tier": "full_access", "ledger_path": ledger.to_string_lossy()}));
+    let operator =
+        build(json!({"preset": "open", "ledger_path": ledger.to_string_lossy(), "allow_protected_writes": true}));
+    let call = |tool: &str, params: Value| {
+        let mut a = car_runtime::ir::Action::tool_call(tool);
+        a.parameters = params.as_object().unwrap().clone();
+        a
+    };
+    let refused = |stage: &AdmissionStage, a: &car_runtime::ir::Action| matches!(stage.decide(a, None), StageVerdict::Refuse(d) if d.layer == "protected");
+    let writers =
+        ["echo '{\"r\":1}' >> {}", "printf x>{}", "cp forged {}", "tee -a {} < x", "sh -c 'cat > \"{}\"'", "cat {}"];
+    let ledger_s = ledger.to_string_lossy().to_string();
+    let spellings = [
+        ledger_s.clone(),
+        "grants.log".to_string(),
+        "./GRANTS.LOG".to_string(),
+        "gra'nts'.log".to_string(),
+        "grants.lo\\g".to_string(),
+        "$'grants\\x2elog'".to_string(),
+    ];
+    // Globs the shell expands to the name (where it expands them: unquoted).
+    let globbed = ["grants.l?g", "gr*.log", "grant[s].log"];
+    let unquoted = ["printf x>{}", "cp forged {}", "tee -a {} < x", "cat {}"];
+    let cases: Vec<String> = spellings
+        .iter()
+        .flat_map(|s| writers.iter().map(move |w| w.replacen("{}", s, 1)))
+        .chain(globbed.iter().flat_map(|g| unquoted.iter().map(move |w| w.replacen("{}", g, 1))))
+        .collect();
+    let mut n = 0;
+    for cmd in cases {
+        let a = call("shell", json!({"command": cmd}));
+        assert!(refused(&unkeyed, &a), "unkeyed: {cmd}");
+        assert!(refused(&keyed, &a), "keyed: {cmd}");
+        assert!(!refused(&operator, &a), "operator: {cmd}");
+        n += 1;
+    }
+    for cmd in ["cat secret.bin", "base64 /x/SECRET.BIN", "cp secret.b'i'n /tmp/k"] {
+        assert!(refused(&keyed, &call("shell", json!({"command": cmd}))), "{cmd}");
+    }
+    for (tool, params) in [
+        ("write_file", json!({"path": "grants.log", "content": "{}"})),
+        ("edit_file", json!({"path": "sub/Grants.Log", "old_text": "a", "new_text": "b"})),
+        ("read_file", json!({"path": "secret.bin"})),
+    ] {
+        assert!(refused(&keyed, &call(tool, params.clone())), "{tool} {params}");
+    }
+    // Other files and commands pass.
+    for cmd in ["ls", "cat grants.txt", "echo log"] {
+        assert!(!refused(&keyed, &call("shell", json!({"command": cmd}))), "{cmd}");
+    }
+    assert!(!refused(&keyed, &call("write_file", json!({"path": "notes.log", "content": ""}))));
+    assert_eq!(n, 48);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -290,6 +290,9 @@ pub struct AdmissionStage {
     supervisor: Option<SupervisorFn>,
     discounted_reviewer: Option<String>,
     session: Arc<SessionState>,
+    /// File names protected beside the fixed ones: the tier ledger's and
+    /// its key file's (whatever they are called, wherever they lie).
+    protected_names: Vec<String>,
 }
 
 impl std::fmt::Debug for AdmissionStage {
@@ -311,11 +314,17 @@ impl Default for AdmissionStage {
 /// at blanks, quotes, `=` and the shell's operators as well, which can only
 /// find more. A command that only reads them is refused too (fail closed:
 /// the matcher cannot tell a read from a write).
-fn names_protected_path(cmd: &str) -> Option<String> {
+fn names_protected_path(cmd: &str, extra: &[String]) -> Option<String> {
     static NAMES: std::sync::LazyLock<Vec<&str>> = std::sync::LazyLock::new(|| {
         std::iter::once(".car").chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect()
     });
-    let names = &NAMES[..];
+    let with_extra: Vec<&str>;
+    let names = if extra.is_empty() {
+        &NAMES[..]
+    } else {
+        with_extra = NAMES.iter().copied().chain(extra.iter().map(String::as_str)).collect();
+        &with_extra[..]
+    };
     if let Some(w) = crate::permission::shell::protected_word(cmd, names) {
         return Some(w);
     }
@@ -324,6 +333,24 @@ fn names_protected_path(cmd: &str) -> Option<String> {
         let hit = w.split(['/', '\\']).any(|part| names.iter().any(|n| part.eq_ignore_ascii_case(n)));
         hit.then(|| w.to_string())
     })
+}
+
+/// The built-in tools that take a file `path` (checked against the tier
+/// ledger's and its key's names by the `protected` layer).
+const FILE_TOOLS: &[&str] = &["read_file", "write_file", "edit_file", "list_dir", "find_files", "grep_files"];
+
+/// The file names of the tier ledger and its key, when they are not among
+/// the names protected anyway.
+fn protected_names_of(ledger: Option<&Path>, key: Option<&str>) -> Vec<String> {
+    let fixed = |n: &str| {
+        n.eq_ignore_ascii_case(".car") || crate::tools::PROTECTED_FILE_NAMES.iter().any(|f| n.eq_ignore_ascii_case(f))
+    };
+    [ledger, key.map(Path::new)]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string))
+        .filter(|n| !n.is_empty() && !fixed(n))
+        .collect()
 }
 
 /// The chain's view of the built-in tools: their declared risk.
@@ -358,6 +385,7 @@ impl AdmissionStage {
             supervisor: None,
             discounted_reviewer: None,
             session: Arc::new(SessionState::default()),
+            protected_names: Vec::new(),
         }
     }
 
@@ -459,7 +487,10 @@ impl AdmissionStage {
             .filter(|d| d.kind == crate::permission::ToolKind::Interactive)
             .map(|d| d.name.clone())
             .collect();
+        let protected_names =
+            protected_names_of(ledger.as_deref().map(JsonlLedger::path), config.ledger_key_path.as_deref());
         Ok(AdmissionStage {
+            protected_names,
             tier: config.tier,
             ledger,
             chain,
@@ -494,6 +525,7 @@ impl AdmissionStage {
             supervisor: self.supervisor.clone(),
             discounted_reviewer: self.discounted_reviewer.clone(),
             session: self.session.clone(),
+            protected_names: self.protected_names.clone(),
         }
     }
 
@@ -766,16 +798,31 @@ impl AdmissionStage {
     }
 
     /// The `protected` layer alone: a `shell` call whose command names one
-    /// of the runtime's own files is refused unless the operator allows it.
-    /// The engine asks it even when nothing else is configured.
+    /// of the runtime's own files is refused unless the operator allows it,
+    /// and so is a built-in file tool's `path` naming the tier ledger or its
+    /// key file (the fixed names the tools refuse themselves). The engine
+    /// asks it even when nothing else is configured.
     pub fn protected(&self, a: &Action) -> Option<Decision> {
-        if a.action_type != ActionType::ToolCall
-            || a.tool.as_deref() != Some(SHELL_TOOL)
-            || self.config.allow_protected_writes
-        {
+        if a.action_type != ActionType::ToolCall || self.config.allow_protected_writes {
             return None;
         }
-        let word = names_protected_path(a.parameters.get("command").and_then(Value::as_str)?)?;
+        let tool = a.tool.as_deref()?;
+        if tool != SHELL_TOOL {
+            if self.protected_names.is_empty() || !FILE_TOOLS.contains(&tool) {
+                return None;
+            }
+            let path = a.parameters.get("path").and_then(Value::as_str)?;
+            let named = path.split(['/', '\\']).any(|p| self.protected_names.iter().any(|n| p.eq_ignore_ascii_case(n)));
+            return named.then(|| {
+                Decision::deny(
+                    layer::PROTECTED,
+                    format!(
+                        "`{tool}` names `{path}`, the approvals ledger or its key; only the operator may allow that (`allow_protected_writes`)"
+                    ),
+                )
+            });
+        }
+        let word = names_protected_path(a.parameters.get("command").and_then(Value::as_str)?, &self.protected_names)?;
         Some(Decision::deny(
             layer::PROTECTED,
             format!(
