@@ -727,7 +727,13 @@ impl McpHub {
         let mut all = Vec::new();
         let mut fits = Vec::new();
         for (i, s) in self.forwarding("resources") {
-            let templates = self.on(&s, |p| async move { p.list_all_resource_templates().await }).await?;
+            // A hidden server is listed only to know its templates; its
+            // failure fails nothing the client asked for.
+            let templates = match self.on(&s, |p| async move { p.list_all_resource_templates().await }).await {
+                Ok(t) => t,
+                Err(_) if hidden(i) => continue,
+                Err(e) => return Err(e),
+            };
             for t in templates {
                 let v = serde_json::to_value(&t).unwrap_or_default();
                 if let Some(t) = v["uriTemplate"].as_str() {
