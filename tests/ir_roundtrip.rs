@@ -344,3 +344,35 @@ mod repeated_keys {
         }
     }
 }
+
+/// The builders make the same actions as the JSON they stand for.
+#[test]
+fn builders_match_the_json_they_stand_for() {
+    use car_runtime::ir::{Action, ActionProposal, Compensation, FailureBehavior, parse_proposal_value};
+    let built = ActionProposal::new(vec![
+        Action::tool_call("deploy")
+            .with_id("d")
+            .with_param("env", "staging")
+            .with_timeout_ms(5000)
+            .with_max_retries(1)
+            .on_failure(FailureBehavior::Retry)
+            .compensated_by(Compensation::Tool {
+                tool: "rollback".into(),
+                parameters: serde_json::json!({"env": "staging"}).as_object().unwrap().clone(),
+            }),
+        Action::state_write("k", 3).with_id("w").after("d"),
+    ])
+    .with_id("p")
+    .with_source("bot")
+    .with_action(Action::state_read("k").with_id("r").after("w"));
+    let mut parsed = parse_proposal_value(serde_json::json!({"id": "p", "source": "bot", "actions": [
+        {"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {"env": "staging"}, "timeout_ms": 5000,
+         "max_retries": 1, "failure_behavior": "retry", "reversibility": "compensable",
+         "compensation": {"type": "tool", "tool": "rollback", "parameters": {"env": "staging"}}},
+        {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 3}, "dependencies": ["d"]},
+        {"id": "r", "type": "state_read", "parameters": {"key": "k"}, "dependencies": ["w"]},
+    ]}))
+    .unwrap();
+    parsed.timestamp = built.timestamp;
+    assert_eq!(built, parsed);
+}

@@ -78,6 +78,27 @@ impl ActionProposal {
         ActionProposal { id: short_id(), source: default_source(), actions, timestamp: now(), context: Map::new() }
     }
 
+    /// The same proposal with this `id`.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// The same proposal with this `source` (who produced it).
+    #[must_use]
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
+    /// The same proposal with `action` appended.
+    #[must_use]
+    pub fn with_action(mut self, action: Action) -> Self {
+        self.actions.push(action);
+        self
+    }
+
     /// The batch's derived rollback contract: the worst declared
     /// reversibility of its actions; an empty batch is `reversible`.
     pub fn rollback_contract(&self) -> Reversibility {
@@ -236,6 +257,67 @@ impl Action {
         let mut a = Action::new(ActionType::ToolCall);
         a.tool = Some(tool.into());
         a
+    }
+
+    /// A `state_write` of `value` at `key` with every default.
+    pub fn state_write(key: impl Into<String>, value: impl Into<Value>) -> Self {
+        Action::new(ActionType::StateWrite).with_param("key", key.into()).with_param("value", value)
+    }
+
+    /// A `state_read` of `key` with every default.
+    pub fn state_read(key: impl Into<String>) -> Self {
+        Action::new(ActionType::StateRead).with_param("key", key.into())
+    }
+
+    /// The same action with this `id`.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// The same action with parameter `name` set to `value`
+    /// (`Action::tool_call("deploy").with_param("env", "staging")`).
+    #[must_use]
+    pub fn with_param(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.parameters.insert(name.into(), value.into());
+        self
+    }
+
+    /// The same action, run only after the action `id` (a `dependencies` edge).
+    #[must_use]
+    pub fn after(mut self, id: impl Into<String>) -> Self {
+        self.dependencies.push(id.into());
+        self
+    }
+
+    /// The same action with this `failure_behavior`.
+    #[must_use]
+    pub fn on_failure(mut self, behavior: FailureBehavior) -> Self {
+        self.failure_behavior = behavior;
+        self
+    }
+
+    /// The same action with this `timeout_ms`.
+    #[must_use]
+    pub fn with_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = Some(ms);
+        self
+    }
+
+    /// The same action with this `max_retries`.
+    #[must_use]
+    pub fn with_max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// The same action, `compensable` by `compensation`.
+    #[must_use]
+    pub fn compensated_by(mut self, compensation: Compensation) -> Self {
+        self.reversibility = Reversibility::Compensable;
+        self.compensation = Some(compensation);
+        self
     }
 
     /// `compensable` with no `compensation`: representable but incoherent.
