@@ -98,22 +98,18 @@ impl Out {
     /// Prints one line; every character that could drive the terminal
     /// (from an id, a command, a path, a message) is escaped ([`shown`]).
     fn line(self, s: impl AsRef<str>) {
-        let s = shown(s.as_ref());
-        if self.err {
-            let mut e = std::io::stderr().lock();
-            let _ = writeln!(e, "{s}");
-        } else {
-            let mut o = std::io::stdout().lock();
-            let _ = writeln!(o, "{s}");
-            let _ = o.flush();
-        }
+        self.emit(&shown(s.as_ref()));
     }
 
     /// Prints `lead`, `word` in its colour (one of the CLI's own words,
     /// padded to `width`) and `rest`; `lead` and `rest` are escaped.
     fn marked(self, lead: &str, word: &str, width: usize, rest: impl AsRef<str>) {
         let on = super::colour::enabled(self.err);
-        let s = format!("{}{}{}", shown(lead), super::colour::word(on, word, width), shown(rest.as_ref()));
+        self.emit(&format!("{}{}{}", shown(lead), super::colour::word(on, word, width), shown(rest.as_ref())));
+    }
+
+    /// Writes one line already made safe for a terminal.
+    fn emit(self, s: &str) {
         if self.err {
             let mut e = std::io::stderr().lock();
             let _ = writeln!(e, "{s}");
