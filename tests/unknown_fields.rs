@@ -54,9 +54,14 @@ fn verify_warns_of_each_unknown_field_with_its_path_and_a_suggestion() {
             ),
         ]
     );
-    // The same through the runtime and through the facade's value form.
+    // The same through the runtime and through the facade (the daemon's and
+    // the MCP endpoint's `verify`), the proposal as a value or as JSON text.
     let rt = CarRuntime::new();
     assert_eq!(warnings(&rt.verify_proposal(&text).unwrap()), warnings(&out));
+    for proposal in [misspelled(), Value::String(text.clone())] {
+        let v = car_runtime::api::call("verify", &json!({"proposal": proposal})).unwrap();
+        assert_eq!(warnings(&v.to_string()), warnings(&out), "{proposal}");
+    }
     // Maps take any key: nothing is reported inside parameters or metadata.
     assert!(!out.contains("anything") && !out.contains("`free`"), "{out}");
     // A proposal without unknown fields gets none.

@@ -34,6 +34,15 @@ pub(crate) fn proposal_arg(params: &Value, name: &str) -> Result<ActionProposal>
     crate::ir::parse_proposal_value(super::json_arg(super::required(params, name)?)?)
 }
 
+/// [`proposal_arg`] with the proposal's unknown fields, in one parse
+/// (JSON text or a value alike).
+fn proposal_arg_reporting(params: &Value, name: &str) -> Result<(ActionProposal, Vec<crate::ir::UnknownField>)> {
+    match super::required(params, name)? {
+        Value::String(text) => crate::ir::parse_proposal_reporting(text),
+        other => crate::ir::parse_proposal_value_reporting(other.clone()),
+    }
+}
+
 fn options(
     initial_state: Option<Map<String, Value>>,
     tool_names: Option<Vec<String>>,
@@ -116,8 +125,7 @@ pub(crate) fn call(method: &str, params: &Value) -> Option<Result<Value>> {
     let run = || -> Result<Value> {
         match method {
             "verify" => {
-                let unknown = params.get("proposal").map(crate::ir::unknown_fields).unwrap_or_default();
-                let p = proposal_arg(params, "proposal")?;
+                let (p, unknown) = proposal_arg_reporting(params, "proposal")?;
                 let opts = options(
                     value_arg(params, "initial_state")?,
                     value_arg(params, "tool_names")?,

@@ -2,7 +2,7 @@
 //!
 //! Field names, enum spellings and defaults follow `agent-ir-spec.md`
 //! exactly; unknown fields are ignored everywhere (and reported: `verify`
-//! warns of each, strict mode refuses them; see [`unknown_fields`]).
+//! warns of each, strict mode refuses them; see [`parse_proposal_reporting`]).
 
 mod parse;
 mod precondition;
@@ -28,5 +28,5 @@ pub use stream::{
     ToolControl, ToolHandle, ToolInvocationMode, ToolPollResult, ToolStatus, ToolStreamChunk, ToolStreamEvent,
 };
 pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
-pub use unknown::{UnknownField, parse_proposal_reporting, refuse_unknown, unknown_fields};
+pub use unknown::{UnknownField, parse_proposal_reporting, parse_proposal_value_reporting, refuse_unknown};
 pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};

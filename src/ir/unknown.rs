@@ -66,14 +66,17 @@ pub fn parse_proposal_reporting(text: &str) -> Result<(ActionProposal, Vec<Unkno
     Ok((proposal, found))
 }
 
-/// The unknown fields of a proposal given as a JSON value.
-pub fn unknown_fields(value: &Value) -> Vec<UnknownField> {
+/// [`parse_proposal_reporting`] for a proposal given as a JSON value (the
+/// same errors as [`super::parse_proposal_value`]).
+pub fn parse_proposal_value_reporting(value: Value) -> Result<(ActionProposal, Vec<UnknownField>), Error> {
     let mut paths: Vec<Vec<Seg>> = Vec::new();
-    let parsed: Result<ActionProposal, _> = serde_ignored::deserialize(value, |p| paths.push(segments(&p)));
-    match parsed {
-        Ok(p) => paths.iter().map(|segs| describe(segs, &p)).collect(),
-        Err(_) => Vec::new(),
-    }
+    let parsed: Result<ActionProposal, _> = serde_ignored::deserialize(&value, |p| paths.push(segments(&p)));
+    let proposal = match parsed {
+        Ok(p) => super::parse::validate(p)?,
+        Err(_) => return super::parse_proposal_value(value).map(|p| (p, Vec::new())),
+    };
+    let found = paths.iter().map(|segs| describe(segs, &proposal)).collect();
+    Ok((proposal, found))
 }
 
 /// Refuses a proposal with unknown fields (strict mode): `unknown_field`,
