@@ -3,21 +3,11 @@
 //! `CLICOLOR_FORCE`, never under `NO_COLOR`; text from a proposal stays
 //! escaped with colour on.
 
-use std::process::{Command, Stdio};
-
 use crate::cli_common::tmp;
 
 fn car_env(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_car"));
-    c.args(args).current_dir(dir).stdin(Stdio::null()).env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let o = c.output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
-    )
+    let r = crate::cli_common::car_env(dir, args, env);
+    (r.code, format!("{}{}", r.stdout, r.stderr))
 }
 
 #[test]

@@ -315,41 +315,56 @@ impl Default for AdmissionStage {
 /// find more. A command that only reads them is refused too (fail closed:
 /// the matcher cannot tell a read from a write).
 fn names_protected_path(cmd: &str, extra: &[String]) -> Option<String> {
-    static NAMES: std::sync::LazyLock<Vec<&str>> = std::sync::LazyLock::new(|| {
-        std::iter::once(".car").chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect()
-    });
     let with_extra: Vec<&str>;
     let names = if extra.is_empty() {
-        &NAMES[..]
+        fixed_protected_names()
     } else {
-        with_extra = NAMES.iter().copied().chain(extra.iter().map(String::as_str)).collect();
+        with_extra = fixed_protected_names().iter().copied().chain(extra.iter().map(String::as_str)).collect();
         &with_extra[..]
     };
     if let Some(w) = crate::permission::shell::protected_word(cmd, names) {
         return Some(w);
     }
     let is_sep = |c: char| c.is_whitespace() || "'\"`=;&|<>(){}$,".contains(c);
-    cmd.split(is_sep).filter(|w| !w.is_empty()).find_map(|w| {
-        let hit = w.split(['/', '\\']).any(|part| names.iter().any(|n| part.eq_ignore_ascii_case(n)));
-        hit.then(|| w.to_string())
-    })
+    cmd.split(is_sep).filter(|w| !w.is_empty()).find(|w| names_a_part(w, names)).map(str::to_string)
 }
 
-/// The built-in tools that take a file `path` (checked against the tier
-/// ledger's and its key's names by the `protected` layer).
-const FILE_TOOLS: &[&str] = &["read_file", "write_file", "edit_file", "list_dir", "find_files", "grep_files"];
+/// The names protected wherever they lie: `.car` and the runtime's own files.
+fn fixed_protected_names() -> &'static [&'static str] {
+    static NAMES: std::sync::LazyLock<Vec<&str>> = std::sync::LazyLock::new(|| {
+        std::iter::once(crate::tools::CONFIG_DIR).chain(crate::tools::PROTECTED_FILE_NAMES.iter().copied()).collect()
+    });
+    &NAMES
+}
+
+/// True when a component of `path` (split at `/` and `\`) is one of
+/// `names`, ASCII case-insensitively.
+fn names_a_part<S: AsRef<str>>(path: &str, names: &[S]) -> bool {
+    path.split(['/', '\\']).any(|part| names.iter().any(|n| part.eq_ignore_ascii_case(n.as_ref())))
+}
+
+/// The built-in tools that take a file `path` (their schemas say so),
+/// checked against the tier ledger's and its key's names by the
+/// `protected` layer.
+fn is_file_tool(tool: &str) -> bool {
+    static FILE_TOOLS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        crate::tools::builtin_tools()
+            .into_iter()
+            .filter(|t| t.schema.parameters.pointer("/properties/path").is_some())
+            .map(|t| t.schema.name)
+            .collect()
+    });
+    FILE_TOOLS.iter().any(|t| t == tool)
+}
 
 /// The file names of the tier ledger and its key, when they are not among
 /// the names protected anyway.
 fn protected_names_of(ledger: Option<&Path>, key: Option<&str>) -> Vec<String> {
-    let fixed = |n: &str| {
-        n.eq_ignore_ascii_case(".car") || crate::tools::PROTECTED_FILE_NAMES.iter().any(|f| n.eq_ignore_ascii_case(f))
-    };
     [ledger, key.map(Path::new)]
         .into_iter()
         .flatten()
         .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string))
-        .filter(|n| !n.is_empty() && !fixed(n))
+        .filter(|n| !n.is_empty() && !names_a_part(n, fixed_protected_names()))
         .collect()
 }
 
@@ -808,12 +823,11 @@ impl AdmissionStage {
         }
         let tool = a.tool.as_deref()?;
         if tool != SHELL_TOOL {
-            if self.protected_names.is_empty() || !FILE_TOOLS.contains(&tool) {
+            if self.protected_names.is_empty() || !is_file_tool(tool) {
                 return None;
             }
             let path = a.parameters.get("path").and_then(Value::as_str)?;
-            let named = path.split(['/', '\\']).any(|p| self.protected_names.iter().any(|n| p.eq_ignore_ascii_case(n)));
-            return named.then(|| {
+            return names_a_part(path, &self.protected_names).then(|| {
                 Decision::deny(
                     layer::PROTECTED,
                     format!(

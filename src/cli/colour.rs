@@ -20,16 +20,19 @@ pub enum Hue {
     Red,
 }
 
-/// Whether output to stdout (`err = false`) or stderr is coloured.
+/// Whether output to stdout (`err = false`) or stderr is coloured (decided
+/// once per process and stream).
 pub fn enabled(err: bool) -> bool {
-    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
-    if set("NO_COLOR") {
-        return false;
-    }
-    if set("CLICOLOR_FORCE") && std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
-        return true;
-    }
-    if err { std::io::stderr().is_terminal() } else { std::io::stdout().is_terminal() }
+    static STDOUT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    static STDERR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let decide = || {
+        let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty() && v != "0");
+        if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+            return false;
+        }
+        set("CLICOLOR_FORCE") || if err { std::io::stderr().is_terminal() } else { std::io::stdout().is_terminal() }
+    };
+    *if err { STDERR.get_or_init(decide) } else { STDOUT.get_or_init(decide) }
 }
 
 /// `word` in `hue` when `on` (the word is one of the CLI's own: no escaping).

@@ -67,8 +67,18 @@ fn finish(o: Output) -> Run {
 
 /// Runs `car ARGS` in `cwd` with stdin closed (never a terminal).
 pub fn car_in(cwd: &Path, args: &[&str]) -> Run {
-    let o = Command::new(env!("CARGO_BIN_EXE_car")).args(args).current_dir(cwd).stdin(Stdio::null()).output().unwrap();
-    finish(o)
+    car_env(cwd, args, &[])
+}
+
+/// [`car_in`] with these environment variables set, and `NO_COLOR` and
+/// `CLICOLOR_FORCE` cleared unless given.
+pub fn car_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_car"));
+    c.args(args).current_dir(cwd).stdin(Stdio::null()).env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    finish(c.output().unwrap())
 }
 
 /// Runs `car ARGS` in the examples copy `ex`.

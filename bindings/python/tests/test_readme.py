@@ -12,17 +12,19 @@ def test_readme_python_async_example_runs():
     exec(compile(m.group(1), "README.md", "exec"), {"__name__": "readme"})
 
 
-def test_binding_readme_asyncio_example_runs(capsys):
+def run_binding_readme_section(heading):
+    """Runs the first Python block under `## heading` of bindings/python/README.md."""
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
-    m = re.search(r"## asyncio\n.*?```python\n(.*?)```", text, re.S)
-    assert m, "bindings/python/README.md has the asyncio example"
+    m = re.search(r"## " + re.escape(heading) + r"\n.*?```python\n(.*?)```", text, re.S)
+    assert m, f"bindings/python/README.md has the {heading!r} example"
     exec(compile(m.group(1), "bindings/python/README.md", "exec"), {"__name__": "readme"})
+
+
+def test_binding_readme_asyncio_example_runs(capsys):
+    run_binding_readme_section("asyncio")
     assert capsys.readouterr().out.strip() == "succeeded"
 
 
 def test_binding_readme_strict_mode_example_runs(capsys):
-    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
-    m = re.search(r"## Unknown fields and strict mode\n.*?```python\n(.*?)```", text, re.S)
-    assert m, "bindings/python/README.md has the strict-mode example"
-    exec(compile(m.group(1), "bindings/python/README.md", "exec"), {"__name__": "readme"})
+    run_binding_readme_section("Unknown fields and strict mode")
     assert capsys.readouterr().out.strip() == "unknown_field actions[1].dependecies"
