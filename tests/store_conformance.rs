@@ -339,6 +339,13 @@ async fn consume_once(u: &Under) {
     // Used up: a second wait finds nothing; the next request asks afresh.
     assert!(a.wait(&p.key, None).await.is_err());
     assert!(matches!(a.request(None, "tool", "once", None).await.unwrap(), Ticket::Pending(_)));
+    // A resolution met by a request (no waiter) is used up by that request:
+    // the next request asks afresh instead of applying it again.
+    let Ticket::Pending(p) = a.request(None, "tool", "met", None).await.unwrap() else { panic!("pending") };
+    assert!(a.resolve(&p.key, ApprovalDecision::Allow, "yes").await.unwrap().applied);
+    assert!(matches!(a.request(None, "tool", "met", None).await.unwrap(), Ticket::Resolved(r) if r.decision == ApprovalDecision::Allow));
+    assert!(matches!(a.request(None, "tool", "met", None).await.unwrap(), Ticket::Pending(_)));
+    assert!(a.wait(&p.key, Some(chrono::Utc::now())).await.is_ok_and(|r| r.decision == ApprovalDecision::Deny));
 }
 
 async fn rate_windows(u: &Under) {

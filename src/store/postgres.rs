@@ -718,10 +718,23 @@ impl ApprovalBackend for PgBackends {
                 Ticket::Pending(p)
             }
             None => {
-                let row = tx.query_one("SELECT * FROM car_approvals WHERE key = $1", &[&key]).await.map_err(db_err)?;
-                match resolution_of(&row) {
+                // A resolution not yet used applies to this request and is
+                // used up by it (one conditional update: consume once).
+                let used = tx
+                    .query_opt(
+                        "UPDATE car_approvals SET consumed_at = clock_timestamp() \
+                         WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *",
+                        &[&key],
+                    )
+                    .await
+                    .map_err(db_err)?;
+                match used.as_ref().and_then(resolution_of) {
                     Some(r) => Ticket::Resolved(r),
-                    None => Ticket::Pending(pending_of(&row)),
+                    None => {
+                        let row =
+                            tx.query_one("SELECT * FROM car_approvals WHERE key = $1", &[&key]).await.map_err(db_err)?;
+                        Ticket::Pending(pending_of(&row))
+                    }
                 }
             }
         };
