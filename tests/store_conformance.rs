@@ -130,6 +130,7 @@ conformance!(
     tenancy,
     rollback_restores_only_unmoved_keys,
     first_closing_wins,
+    many_racing_resolutions,
     deadline_closes_as_a_deny,
     consume_once,
     rate_windows,
@@ -249,6 +250,34 @@ async fn rollback_restores_only_unmoved_keys(u: &Under) {
     assert_eq!(not_restored, ["theirs"]);
     assert_eq!(s.get(None, "mine").await.unwrap().value, Some(json!("orig")));
     assert_eq!(s.get(None, "theirs").await.unwrap().value, Some(json!("other")));
+}
+
+/// More racing resolutions than a backend has connections (PostgreSQL's
+/// pool holds 16): every one is answered, exactly one per approval applied.
+/// A losing resolution once held its connection while asking for another,
+/// so 16 losers at once deadlocked the pool.
+async fn many_racing_resolutions(u: &Under) {
+    let mut keys = Vec::new();
+    for i in 0..40 {
+        let Ticket::Pending(p) = u.b.approvals.request(None, "tool", &format!("many{i}"), None).await.unwrap() else {
+            panic!("pending")
+        };
+        keys.push(p.key);
+    }
+    let mut tasks = Vec::new();
+    for key in &keys {
+        for d in [ApprovalDecision::Allow, ApprovalDecision::Deny] {
+            let (ap, key) = (u.b.approvals.clone(), key.clone());
+            tasks.push(tokio::spawn(async move { ap.resolve(&key, d, "race").await.unwrap().applied }));
+        }
+    }
+    let all = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(tasks))
+        .await
+        .expect("every resolution is answered");
+    let applied: Vec<bool> = all.into_iter().map(Result::unwrap).collect();
+    for pair in applied.chunks(2) {
+        assert_eq!(pair.iter().filter(|a| **a).count(), 1, "{applied:?}");
+    }
 }
 
 async fn first_closing_wins(u: &Under) {

@@ -762,8 +762,13 @@ impl ApprovalBackend for PgBackends {
             return Ok(ResolveOutcome { resolution: res, applied: true });
         }
         tx.commit().await.map_err(db_err)?;
+        // One pooled connection at a time: holding this one while
+        // `expire_due` takes another deadlocks a full pool.
+        drop(client);
         self.expire_due().await?;
-        let row = client
+        let row = self
+            .client()
+            .await?
             .query_opt("SELECT * FROM car_approvals WHERE key = $1", &[&key])
             .await
             .map_err(db_err)?
