@@ -259,6 +259,28 @@ pub struct HostLayers {
     /// daemon shares one across its connections). Part of every stage built
     /// while it is attached, so no reconfiguration runs without it.
     pub tier_ledger: Option<Arc<JsonlLedger>>,
+    /// A shared approvals backend (a daemon's `--store postgres://...`):
+    /// when set and the document names no `approvals_dir`, the `approval`
+    /// layer asks and waits through it, so an approval granted on any host
+    /// of the store applies here.
+    pub shared_approvals: Option<SharedApprovals>,
+}
+
+/// An approvals backend shared beyond this process, and the directory of
+/// the `always` rules that answer its asks.
+#[derive(Clone)]
+pub struct SharedApprovals {
+    /// The backend (request, wait, resolve).
+    pub backend: Arc<dyn crate::store::ApprovalBackend>,
+    /// The directory whose `always` rules file answers asks before the
+    /// backend is asked.
+    pub rules_dir: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for SharedApprovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedApprovals").field("rules_dir", &self.rules_dir).finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for HostLayers {
@@ -269,6 +291,7 @@ impl std::fmt::Debug for HostLayers {
             .field("supervisor", &self.supervisor.is_some())
             .field("discounted_reviewer", &self.discounted_reviewer)
             .field("tier_ledger", &self.tier_ledger.as_ref().map(|l| l.path().to_path_buf()))
+            .field("shared_approvals", &self.shared_approvals)
             .finish()
     }
 }
@@ -282,6 +305,9 @@ pub struct AdmissionStage {
     chain: Option<PermissionChain>,
     defs: HashMap<String, ToolDefinition>,
     approvals: Option<Arc<ApprovalStore>>,
+    /// Asks go through this backend instead of `approvals` (see
+    /// [`HostLayers::shared_approvals`]).
+    shared_approvals: Option<SharedApprovals>,
     approval_timeout: chrono::Duration,
     inspectors: Option<InspectorChain>,
     breaker: Option<BreakerConfig>,
@@ -393,6 +419,7 @@ impl AdmissionStage {
             chain: None,
             defs: HashMap::new(),
             approvals: None,
+            shared_approvals: None,
             approval_timeout: chrono::Duration::milliseconds(DEFAULT_APPROVAL_TIMEOUT_MS as i64),
             inspectors: None,
             breaker: None,
@@ -481,6 +508,8 @@ impl AdmissionStage {
             }
             _ => None,
         };
+        // The document's own `approvals_dir` wins over a host's shared backend.
+        let shared_approvals = host.shared_approvals.clone().filter(|_| config.approvals_dir.is_none());
         let approvals = match (approvals, &config.approvals_dir) {
             (Some(s), _) => Some(s),
             (None, Some(dir)) => Some(Arc::new(ApprovalStore::open(dir)?)),
@@ -511,6 +540,7 @@ impl AdmissionStage {
             chain,
             defs,
             approvals,
+            shared_approvals,
             approval_timeout: chrono::Duration::milliseconds(i64::try_from(approval_timeout_ms).unwrap_or(i64::MAX)),
             inspectors,
             breaker: config.breaker,
@@ -533,6 +563,7 @@ impl AdmissionStage {
             chain: self.chain.clone(),
             defs: self.defs.clone(),
             approvals: self.approvals.clone(),
+            shared_approvals: self.shared_approvals.clone(),
             approval_timeout: self.approval_timeout,
             inspectors: self.inspectors.clone(),
             breaker: self.breaker,
@@ -950,6 +981,9 @@ impl AdmissionStage {
     /// An ask: an approval already resolved applies; otherwise a pending
     /// approval holds the action (or refuses it without a store).
     fn ask(&self, name: &str, input: &Value, asked: Decision) -> StageVerdict {
+        if let Some(shared) = &self.shared_approvals {
+            return self.ask_shared(shared, name, input, asked);
+        }
         let Some(store) = &self.approvals else {
             let mut d = asked;
             d.verdict = Verdict::Deny;
@@ -964,24 +998,8 @@ impl AdmissionStage {
             d.reason = reason;
             StageVerdict::Refuse(d)
         };
-        // An `always` decision on this tool answers its asks (and only its
-        // asks: a deny of an earlier layer never reaches here). A rules file
-        // that cannot be read refuses (fail closed).
-        match crate::approval::rules::always_rule(&crate::approval::rules::rules_path_of(store.path()), name) {
-            Ok(None) => {}
-            Ok(Some(rule)) => {
-                let mut d = asked.clone();
-                d.layer = layer::APPROVAL;
-                d.rule = Some(json!({"name": rule.name, "scope": "always"}));
-                d.reason = rule.reason;
-                if rule.decision == crate::gate::Decision::Allow {
-                    d.verdict = Verdict::Allow;
-                    return StageVerdict::Admit(Some(d));
-                }
-                d.verdict = Verdict::Deny;
-                return StageVerdict::Refuse(d);
-            }
-            Err(e) => return refuse(format!("refused: the `always` rules cannot be read: {e}")),
+        if let Some(v) = Self::always(&crate::approval::rules::rules_path_of(store.path()), name, &asked) {
+            return v;
         }
         let digest = match input_digest(input) {
             Ok(d) => d,
@@ -1028,6 +1046,72 @@ impl AdmissionStage {
             }
             Err(e) => refuse(e.to_string()),
         }
+    }
+
+    /// An `always` decision on this tool answers its asks (and only its
+    /// asks: a deny of an earlier layer never reaches here). A rules file
+    /// that cannot be read refuses (fail closed). `None`: no rule.
+    fn always(rules: &Path, name: &str, asked: &Decision) -> Option<StageVerdict> {
+        let mut d = asked.clone();
+        d.layer = layer::APPROVAL;
+        match crate::approval::rules::always_rule(rules, name) {
+            Ok(None) => None,
+            Ok(Some(rule)) => {
+                d.rule = Some(json!({"name": rule.name, "scope": "always"}));
+                d.reason = rule.reason;
+                if rule.decision == crate::gate::Decision::Allow {
+                    d.verdict = Verdict::Allow;
+                    return Some(StageVerdict::Admit(Some(d)));
+                }
+                d.verdict = Verdict::Deny;
+                Some(StageVerdict::Refuse(d))
+            }
+            Err(e) => {
+                d.verdict = Verdict::Deny;
+                d.reason = format!("refused: the `always` rules cannot be read: {e}");
+                Some(StageVerdict::Refuse(d))
+            }
+        }
+    }
+
+    /// An ask through a shared backend: the action is held while the
+    /// backend is asked (an approval already resolved on any host applies,
+    /// used up once) and until the approval closes or its deadline denies
+    /// it. Every error is a deny.
+    fn ask_shared(&self, shared: &SharedApprovals, name: &str, input: &Value, asked: Decision) -> StageVerdict {
+        let rules = crate::approval::rules::rules_path_of(&shared.rules_dir.join(crate::gate::APPROVALS_FILE));
+        if let Some(v) = Self::always(&rules, name, &asked) {
+            return v;
+        }
+        let digest = match input_digest(input) {
+            Ok(d) => d,
+            Err(e) => {
+                let mut d = asked;
+                d.verdict = Verdict::Deny;
+                d.layer = layer::APPROVAL;
+                d.reason = e.to_string();
+                return StageVerdict::Refuse(d);
+            }
+        };
+        let deadline = chrono::Utc::now() + self.approval_timeout;
+        let (backend, tool) = (shared.backend.clone(), name.to_string());
+        StageVerdict::Hold(
+            asked,
+            Box::pin(async move {
+                let key = crate::gate::approval_key(&tool, &digest);
+                let closed = match backend.request(None, &tool, &digest, Some(deadline)).await {
+                    Ok(Ticket::Resolved(r)) => Ok(r),
+                    Ok(Ticket::Pending(p)) => backend.wait(&p.key, Some(deadline)).await,
+                    Err(e) => Err(e),
+                };
+                match closed {
+                    Ok(r) if r.decision == ApprovalDecision::Allow => None,
+                    Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
+                    // Fail closed: an approval whose outcome cannot be learnt is a deny.
+                    Err(e) => Some(format!("approval `{key}` was denied: {e}")),
+                }
+            }),
+        )
     }
 
     /// The dispatch-time inspectors for one attempt of a `tool_call`.

@@ -1045,6 +1045,15 @@ impl CarRuntime {
         self.install_admission(current.config().clone())
     }
 
+    /// Gives this runtime a shared approvals backend (a daemon's
+    /// `--store postgres://...`): whenever the admission document names no
+    /// `approvals_dir`, the `approval` layer asks and waits through it, so
+    /// an approval granted on any host of the store applies here. `None`
+    /// detaches it. The stage in force is rebuilt with it.
+    pub fn set_shared_approvals(&self, shared: Option<crate::admission::SharedApprovals>) -> Result<()> {
+        self.update_host(|h| h.shared_approvals = shared)
+    }
+
     fn approvals_store(&self) -> Result<Arc<ApprovalStore>> {
         self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).store.clone().ok_or_else(|| {
             Error::runtime(

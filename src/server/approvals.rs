@@ -18,7 +18,7 @@
 //!   deny); the stage applies the outcome. This module decides nothing.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
@@ -31,6 +31,7 @@ use super::rpc::{self, RpcError};
 use crate::admission::SessionState;
 use crate::approval::{ApprovalDecision, ApprovalEvent, ApprovalStore, ResolvedBy};
 use crate::ir::ActionProposal;
+use crate::store::ApprovalBackend;
 
 /// The JSON-RPC code of a proposal refused because an approval was denied
 /// or timed out (`websocket-protocol.md`).
@@ -82,7 +83,13 @@ struct State {
 
 /// The daemon's approvals.
 pub(crate) struct Approvals {
-    store: Arc<ApprovalStore>,
+    /// Where approvals are asked, resolved and waited for: the local store,
+    /// or a backend shared with other daemons (`--store postgres://...`).
+    backend: Arc<dyn ApprovalBackend>,
+    /// The local store (`$CAR_HOME/approvals.jsonl`) when `backend` is it.
+    local: Option<Arc<ApprovalStore>>,
+    /// The directory of the `always` rules (`$CAR_HOME`).
+    rules_dir: PathBuf,
     allow_self: bool,
     /// The tier ledger and its key file, for approved escalations.
     ledger: Option<(String, Option<String>)>,
@@ -191,7 +198,56 @@ impl Approvals {
     ) -> crate::Result<Arc<Approvals>> {
         let store = Arc::new(ApprovalStore::open(dir)?);
         let (live, _) = broadcast::channel(1024);
-        Ok(Arc::new(Approvals { store, allow_self, ledger, state: Mutex::new(State::default()), live }))
+        Ok(Arc::new(Approvals {
+            backend: store.clone(),
+            local: Some(store),
+            rules_dir: dir.to_path_buf(),
+            allow_self,
+            ledger,
+            state: Mutex::new(State::default()),
+            live,
+        }))
+    }
+
+    /// The approvals of a backend shared with other daemons, with the
+    /// `always` rules of `rules_dir`. Every request and resolution of any
+    /// daemon of the backend reaches this one's approvers (the backend's
+    /// notifications, followed for as long as this lives).
+    pub(crate) fn open_shared(
+        backend: Arc<dyn ApprovalBackend>,
+        rules_dir: &Path,
+        allow_self: bool,
+        ledger: Option<(String, Option<String>)>,
+    ) -> Arc<Approvals> {
+        let (live, _) = broadcast::channel(1024);
+        let mut rx = backend.subscribe();
+        let me = Arc::new(Approvals {
+            backend,
+            local: None,
+            rules_dir: rules_dir.to_path_buf(),
+            allow_self,
+            ledger,
+            state: Mutex::new(State::default()),
+            live,
+        });
+        let weak = Arc::downgrade(&me);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(ev) => match weak.upgrade() {
+                            Some(a) => a.on_store_event(&ev),
+                            None => return,
+                        },
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            eprintln!("car-server: approvals: {n} notifications of the shared store were missed");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            });
+        }
+        me
     }
 
     /// A tier escalation as an approval: `row` is the `needs_approval`
@@ -224,25 +280,33 @@ impl Approvals {
         if let Some(e) = lock(&self.state).entries.get_mut(&key) {
             e.tier = Some((fp.clone(), required));
         }
-        let ticket = self.store.request(TIER_TOOL, &digest, Some(deadline)).map_err(RpcError::from)?;
+        let ticket = self.backend.request(None, TIER_TOOL, &digest, Some(deadline)).await.map_err(RpcError::from)?;
         let r = match ticket {
             crate::approval::Ticket::Resolved(r) => r,
             crate::approval::Ticket::Pending(p) => {
-                self.store.wait_pending(&p, Some(deadline)).await.map_err(RpcError::from)?
+                self.backend.wait(&p.key, Some(deadline)).await.map_err(RpcError::from)?
             }
         };
         self.done(&keys, submitter.1);
         Ok((key, r))
     }
 
-    /// The one store, for the sessions' admission stages.
-    pub(crate) fn store(&self) -> Arc<ApprovalStore> {
-        self.store.clone()
+    /// Gives a session's runtime the daemon's approvals: the local store,
+    /// or the shared backend (with the daemon's `always` rules).
+    pub(crate) fn install(&self, rt: &crate::api::runtime::CarRuntime) -> crate::Result<()> {
+        match &self.local {
+            Some(store) => rt.set_approvals_store(Some(store.clone())),
+            None => rt.set_shared_approvals(Some(crate::admission::SharedApprovals {
+                backend: self.backend.clone(),
+                rules_dir: self.rules_dir.clone(),
+            })),
+        }
     }
 
-    /// True while someone can approve (the store then holds asks).
+    /// True while someone can approve (the store then holds asks). With a
+    /// shared backend always: an approver on any daemon of the store can.
     pub(crate) fn attached(&self) -> bool {
-        lock(&self.state).callback.is_some()
+        self.local.is_none() || lock(&self.state).callback.is_some()
     }
 
     /// A subscription to every approval event (the dashboard's stream).
@@ -253,18 +317,20 @@ impl Approvals {
     /// Attaches the store callback while anyone can approve, detaches it when
     /// nobody can (then an ask is refused at once, `approval_required`).
     fn sync_attached(self: &Arc<Self>, st: &mut State) {
+        // A shared backend's notifications are followed from the start.
+        let Some(store) = &self.local else { return };
         let wanted = !st.subscribers.is_empty() || st.other_approvers > 0;
         match (wanted, st.callback) {
             (true, None) => {
                 let me = Arc::downgrade(self);
-                st.callback = Some(self.store.on_event(Arc::new(move |ev: &ApprovalEvent| {
+                st.callback = Some(store.on_event(Arc::new(move |ev: &ApprovalEvent| {
                     if let Some(me) = me.upgrade() {
                         me.on_store_event(ev);
                     }
                 })));
             }
             (false, Some(id)) => {
-                self.store.remove_callback(id);
+                store.remove_callback(id);
                 st.callback = None;
             }
             _ => {}
@@ -515,8 +581,8 @@ impl Approvals {
     }
 
     /// `host.approvals`: the pending approvals, oldest first.
-    pub(crate) fn pending(&self) -> Result<Value, RpcError> {
-        let pending = self.store.pending().map_err(RpcError::from)?;
+    pub(crate) async fn pending(&self) -> Result<Value, RpcError> {
+        let pending = self.backend.pending().await.map_err(RpcError::from)?;
         let st = lock(&self.state);
         let list: Vec<Value> = pending
             .iter()
@@ -554,14 +620,13 @@ impl Approvals {
     }
 
     /// `host.resolve_approval` (and the dashboard's decision).
-    pub(crate) fn resolve(&self, me: &Reviewer<'_>, d: &DecisionRequest) -> Result<Value, RpcError> {
+    pub(crate) async fn resolve(&self, me: &Reviewer<'_>, d: &DecisionRequest) -> Result<Value, RpcError> {
         let key = d.approval_id.as_str();
+        let open = self.backend.pending().await.map_err(RpcError::from)?.into_iter().find(|p| p.key == key);
         let (tool, submitters, tier) = {
             let st = lock(&self.state);
             let e = st.entries.get(key);
-            if e.is_none_or(|e| e.status != "pending")
-                && !self.store.pending().map_err(RpcError::from)?.iter().any(|p| p.key == key)
-            {
+            if e.is_none_or(|e| e.status != "pending") && open.is_none() {
                 let closed = e.map(|e| e.status).unwrap_or("unknown");
                 return Err(RpcError::internal(format!(
                     "approval `{key}` is not pending ({closed}); nothing was decided"
@@ -570,6 +635,7 @@ impl Approvals {
             }
             let tool = e
                 .and_then(|e| e.view.get("tool").and_then(Value::as_str).map(str::to_string))
+                .or_else(|| open.as_ref().map(|p| p.tool.clone()))
                 .unwrap_or_else(|| key.split(':').next().unwrap_or_default().to_string());
             (tool, e.map(|e| e.submitters.clone()).unwrap_or_default(), e.and_then(|e| e.tier.clone()))
         };
@@ -611,7 +677,14 @@ impl Approvals {
             .map_err(RpcError::from)?;
         }
         let decision = if d.allow { ApprovalDecision::Allow } else { ApprovalDecision::Deny };
-        let outcome = self.store.resolve(key, decision, &stored).map_err(RpcError::from);
+        let outcome = self.backend.resolve(key, decision, &stored).await.map_err(RpcError::from);
+        if let Ok(o) = &outcome
+            && o.applied
+        {
+            // Applied here: announced now (a shared backend's own
+            // notification of it arrives later and finds it closed).
+            self.on_store_event(&ApprovalEvent::Resolved(o.resolution.clone()));
+        }
         if let Some(e) = lock(&self.state).entries.get_mut(key) {
             e.deciding.retain(|(r, _)| *r != stored);
         }
@@ -625,7 +698,7 @@ impl Approvals {
                     }
                 }
                 Scope::Always => {
-                    let path = crate::approval::rules::rules_path_of(self.store.path());
+                    let path = crate::approval::rules::rules_path_of(&self.rules_dir.join(crate::approval::APPROVALS_FILE));
                     crate::approval::rules::persist_always(&path, &tool, d.allow, me.reviewer, &d.reason)
                         .map_err(RpcError::from)?;
                 }

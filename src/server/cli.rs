@@ -330,7 +330,9 @@ fn run(args: Vec<String>) -> Result<(), String> {
         })?;
         let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
         if let Some(url) = &store_url {
-            config.event_log = Some(open_store(url).await?);
+            let (sink, backends) = open_store(url).await?;
+            config.event_log = Some(sink);
+            config.shared_store = Some(backends);
         }
 
         // Auth: the token, and whether this daemon publishes it.
@@ -429,12 +431,15 @@ fn run(args: Vec<String>) -> Result<(), String> {
     })
 }
 
+/// The daemon's event sink and backends of its shared store.
+type Opened = (std::sync::Arc<dyn crate::events::EventSink>, crate::store::Backends);
+
 /// Connects the shared store of `--store` / `CAR_STORE_URL` (migrations
 /// applied; a newer schema refuses to start) and returns the daemon's event
-/// sink. The writer id (one hash chain per daemon) is `CAR_STORE_WRITER`,
-/// else a fresh one.
+/// sink and its backends (the ask approvals go through them). The writer id
+/// (one hash chain per daemon) is `CAR_STORE_WRITER`, else a fresh one.
 #[cfg(feature = "postgres")]
-async fn open_store(url: &str) -> Result<std::sync::Arc<dyn crate::events::EventSink>, String> {
+async fn open_store(url: &str) -> Result<Opened, String> {
     use crate::store::postgres::{PgBackends, PgEventSink};
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(format!("--store / CAR_STORE_URL: `{url}` is not a postgres:// URL"));
@@ -442,12 +447,13 @@ async fn open_store(url: &str) -> Result<std::sync::Arc<dyn crate::events::Event
     let schema = env("CAR_STORE_SCHEMA").unwrap_or_else(|| "public".to_string());
     let writer = env("CAR_STORE_WRITER").unwrap_or_else(|| format!("car-server-{}", uuid::Uuid::new_v4()));
     let pg = PgBackends::connect(url, &schema, &writer).await.map_err(|e| format!("--store: {e}"))?;
-    eprintln!("car-server: store: PostgreSQL (schema `{schema}`, event writer `{writer}`)");
-    Ok(PgEventSink::spawn(pg))
+    eprintln!("car-server: store: PostgreSQL (schema `{schema}`, event writer `{writer}`; approvals shared)");
+    let backends = pg.backends();
+    Ok((PgEventSink::spawn(pg), backends))
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_store(_url: &str) -> Result<std::sync::Arc<dyn crate::events::EventSink>, String> {
+async fn open_store(_url: &str) -> Result<Opened, String> {
     Err("--store / CAR_STORE_URL: this car-server was built without the `postgres` feature".to_string())
 }
 

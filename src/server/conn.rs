@@ -204,7 +204,7 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     // WebSocket connection or an MCP endpoint session) waits for an approver
     // (`host.resolve_approval`, the dashboard) instead of being refused.
     if let Some(a) = &daemon.approvals {
-        rt.set_approvals_store(Some(a.store())).map_err(|e| format!("connection refused: the approvals store: {e}"))?;
+        a.install(&rt).map_err(|e| format!("connection refused: the approvals store: {e}"))?;
     }
     Ok(rt)
 }

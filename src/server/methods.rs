@@ -325,12 +325,12 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             let was = approvals_of(conn)?.unsubscribe(&conn.session_id);
             Ok(json!({"subscribed": false, "was_subscribed": was}))
         }
-        "host.approvals" => approvals_of(conn)?.pending(),
+        "host.approvals" => approvals_of(conn)?.pending().await,
         "host.approval" => approvals_of(conn)?.get(req_str(p, "approval_id")?),
         "host.resolve_approval" => {
             let d = super::approvals::DecisionRequest::parse(p)?;
             let (principal, reviewer) = (conn.principal(), conn.reviewer());
-            approvals_of(conn)?.resolve(&super::approvals::Reviewer { principal: &principal, reviewer: &reviewer }, &d)
+            approvals_of(conn)?.resolve(&super::approvals::Reviewer { principal: &principal, reviewer: &reviewer }, &d).await
         }
         "permission.approve" => record_approval(conn, p, true),
         "permission.reject" => record_approval(conn, p, false),
@@ -696,13 +696,21 @@ fn approval_refusals(
     let (a, out) = (conn.approvals.as_ref()?, out?);
     let mut hit = Vec::new();
     for (key, action_id) in expected {
-        let status = a.status(key).unwrap_or("unknown");
-        let rejected = out.results.iter().any(|r| {
-            r.action_id == *action_id
-                && r.status == crate::ir::ActionStatus::Rejected
-                && r.error.as_deref().is_some_and(|e| e.contains(&format!("approval `{key}`")))
+        let refusal = out.results.iter().find_map(|r| {
+            (r.action_id == *action_id && r.status == crate::ir::ActionStatus::Rejected)
+                .then_some(r.error.as_deref())
+                .flatten()
+                .filter(|e| e.contains(&format!("approval `{key}`")))
         });
-        if rejected && matches!(status, "denied" | "timed_out") {
+        let status = match (a.status(key), refusal) {
+            // A shared store's notification of the closing may still be on
+            // its way: the refusal itself says how it closed.
+            (Some("pending" | "expected") | None, Some(e)) => {
+                if e.ends_with("approval deadline passed without a resolution") { "timed_out" } else { "denied" }
+            }
+            (s, _) => s.unwrap_or("unknown"),
+        };
+        if refusal.is_some() && matches!(status, "denied" | "timed_out") {
             hit.push(json!({"approval_id": key, "action_id": action_id, "status": status}));
         }
     }

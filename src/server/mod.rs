@@ -102,6 +102,12 @@ pub struct Config {
     /// Approval webhooks (`--webhook`, `CAR_WEBHOOKS`): every approval event
     /// POSTed, signed, to each URL ([`webhooks`]). `None`: none.
     pub webhooks: Option<webhooks::Webhooks>,
+    /// The store shared with other daemons (`--store postgres://...`): ask
+    /// approvals are requested, resolved and waited for in it (the `always`
+    /// rules stay in `approvals_dir`), so an approval granted on any daemon
+    /// of the store applies on every one. `None`: the local store of
+    /// `approvals_dir`.
+    pub shared_store: Option<crate::store::Backends>,
 }
 
 impl Default for Config {
@@ -133,6 +139,7 @@ impl Default for Config {
             approvals_dir: None,
             event_log: None,
             webhooks: None,
+            shared_store: None,
         }
     }
 }
@@ -213,6 +220,14 @@ impl Daemon {
                         config.ledger_key_path.as_ref().map(|k| k.to_string_lossy().into_owned()),
                     )
                 });
+                if let Some(shared) = &config.shared_store {
+                    return Some(approvals::Approvals::open_shared(
+                        shared.approvals.clone(),
+                        d,
+                        config.allow_self_approval,
+                        ledger,
+                    ));
+                }
                 match approvals::Approvals::open(d, config.allow_self_approval, ledger) {
                     Ok(a) => Some(a),
                     // Fail closed: without the store every ask is refused.

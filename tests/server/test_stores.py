@@ -13,13 +13,14 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
 import pytest
 
 from client import Client
-from test_server import BIN, Daemon, proposal, run
+from test_server import BIN, Daemon, proposal, run, tool_call
 
 OP = "operator-token-stores-0123456789"
 CAR = os.path.join(os.path.dirname(BIN), "car")
@@ -166,6 +167,143 @@ def test_two_daemons_share_the_postgres_event_log():
         with pytest.raises(RuntimeError, match="newer than this binary"):
             Daemon(env=env("host-c"), home=homes[0])
     finally:
+        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for h in homes:
+            shutil.rmtree(h, ignore_errors=True)
+
+
+# --- approvals shared across daemons ---------------------------------------------
+
+ASK_ECHO = {"ask": [{"tool": "echo"}]}
+
+
+async def authed(url):
+    c = await Client.connect(url)
+    assert (await c.call("session.auth", {"token": OP}))["ok"] is True
+    await c.call("server.handshake", {"protocol_version": 3})
+    await c.call("session.init", {"client_id": "stores-test", "admission": ASK_ECHO})
+    return c
+
+
+async def echo_submitter(url):
+    c = await authed(url)
+    await c.call("tools.register", [{"name": "echo"}])
+    c.ran = []
+
+    async def execute(params):
+        c.ran.append(params["parameters"])
+        return "ok"
+
+    c.handlers["tools.execute"] = execute
+    return c
+
+
+async def pending_ids(c, want, timeout=20):
+    """Polls `host.approvals` until at least `want` approvals are pending."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        ids = [a["approval_id"] for a in (await c.call("host.approvals"))["approvals"]]
+        if len(ids) >= want:
+            return ids
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {want} approvals pending: {ids}")
+
+
+def pg_daemons(schema, url, homes):
+    env = lambda w: {"CAR_AUTH_TOKEN": OP, "CAR_STORE_URL": url, "CAR_STORE_SCHEMA": schema, "CAR_STORE_WRITER": w}
+    return Daemon(env=env("host-a"), home=homes[0]), Daemon(env=env("host-b"), home=homes[1])
+
+
+def test_an_approval_asked_on_one_daemon_is_granted_through_another():
+    url = pg_url()
+    schema = f"appr_{os.getpid()}_{time.time_ns() % 1000000}"
+    homes = [f"/tmp/car-stores-appr-{i}-{os.getpid()}" for i in "ab"]
+    a, b = pg_daemons(schema, url, homes)
+    try:
+        async def go():
+            approver = await authed(b.url)
+            assert (await approver.call("host.subscribe", {}))["subscribed"] is True
+            s = await echo_submitter(a.url)
+            pending = asyncio.create_task(
+                s.request("proposal.submit", {"proposal": proposal([tool_call("e1", parameters={"msg": "hi"})], "x-1")}))
+            # B's approver is told of A's request, and B lists it.
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 20
+            note = None
+            while note is None and loop.time() < end:
+                note = next((n for n in approver.notifications if n["method"] == "host.event"
+                             and n["params"]["type"] == "approval.requested"), None)
+                await asyncio.sleep(0.02)
+            assert note is not None, approver.notifications
+            key = note["params"]["approval"]["approval_id"]
+            assert key.startswith("echo:") and note["params"]["approval"]["tool"] == "echo"
+            assert await pending_ids(approver, 1) == [key]
+            assert not pending.done(), "A's action waits while the approval is pending"
+            r = await approver.call("host.resolve_approval", {"approval_id": key, "resolution": "approve", "reason": "ok"})
+            assert r["applied"] is True and r["reviewer"].startswith("car-server:operator:")
+            res = (await pending)["result"]
+            assert res["results"][0]["status"] == "succeeded", res
+            assert s.ran == [{"msg": "hi"}]
+            # Used up: the same call asks again (and a deny through B refuses it on A).
+            again = asyncio.create_task(
+                s.request("proposal.submit", {"proposal": proposal([tool_call("e1", parameters={"msg": "hi"})], "x-2")}))
+            [key2] = await pending_ids(approver, 1)
+            assert key2 == key
+            await approver.call("host.resolve_approval", {"approval_id": key, "resolution": "deny", "reason": "not twice"})
+            err = (await again)["error"]
+            assert err["code"] == -32003 and err["data"]["code"] == "approval_denied", err
+            assert err["data"]["approvals"] == [{"approval_id": key, "action_id": "e1", "status": "denied"}]
+            assert s.ran == [{"msg": "hi"}]
+
+            # 100 racing approve (through A) / deny (through B) pairs: each
+            # approval closes exactly once, and A's action follows the winner.
+            n = int(os.environ.get("RACE_N", "100"))
+            approver_a = await authed(a.url)
+            acts = [tool_call(f"r{i}", parameters={"i": i}, failure_behavior="skip") for i in range(n)]
+            race = asyncio.create_task(s.request("proposal.submit", {"proposal": proposal(acts, "race")}, timeout=120))
+            decided = {}
+            while len(decided) < n:
+                fresh = [k for k in await pending_ids(approver, 1) if k not in decided]
+                pairs = []
+                for j, k in enumerate(fresh):
+                    calls = [approver_a.request("host.resolve_approval", {"approval_id": k, "resolution": "approve"}),
+                             approver.request("host.resolve_approval", {"approval_id": k, "resolution": "deny"})]
+                    pairs.append(asyncio.gather(*(calls if j % 2 else calls[::-1])))
+                for k, outs in zip(fresh, await asyncio.gather(*pairs)):
+                    applied = [o["result"] for o in outs if o.get("result", {}).get("applied") is True]
+                    assert len(applied) == 1, outs
+                    # The loser changed nothing: not applied, or already closed.
+                    for o in outs:
+                        assert o.get("result", {}).get("applied") is not None \
+                            or o["error"]["data"]["code"] == "approval_not_pending", o
+                    decided[k] = applied[0]["decision"]
+            res = (await race).get("error", {}).get("data", {}).get("result") or (await race)["result"]
+            by_id = {r["action_id"]: r["status"] for r in res["results"]}
+            allowed = sum(d == "allow" for d in decided.values())
+            assert sum(st == "succeeded" for st in by_id.values()) == allowed
+            assert sum(st == "rejected" for st in by_id.values()) == n - allowed
+            assert len([p for p in s.ran if "i" in p]) == allowed
+            assert 0 < allowed < n, "both sides won some races"
+            for c in (approver, approver_a, s):
+                await c.close()
+
+            # A pending approval outlives `kill -9` of the daemon that asked.
+            s = await echo_submitter(a.url)
+            asyncio.create_task(
+                s.request("proposal.submit", {"proposal": proposal([tool_call("k1", parameters={"k": 9})], "kill")}))
+            approver = await authed(b.url)
+            [orphan] = await pending_ids(approver, 1)
+            a.stop(signal.SIGKILL)
+            assert await pending_ids(approver, 1) == [orphan]
+            r = await approver.call("host.resolve_approval", {"approval_id": orphan, "resolution": "deny"})
+            assert r["applied"] is True
+            await approver.close()
+
+        run(go())
+    finally:
+        for d in (a, b):
+            d.__exit__(None, None, None)
         psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         for h in homes:
             shutil.rmtree(h, ignore_errors=True)

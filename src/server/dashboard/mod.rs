@@ -350,7 +350,7 @@ async fn api_approvals(State(d): State<Shared>, headers: HeaderMap) -> Response 
     if let Err(r) = gate(&d, &headers, true) {
         return *r;
     }
-    match d.approvals.pending() {
+    match d.approvals.pending().await {
         Ok(mut v) => {
             v["recent"] = d.approvals.recent(50)["approvals"].clone();
             secured(Json(v).into_response())
@@ -398,7 +398,7 @@ async fn api_decide(
     let short: String = crate::canonical::digest(&json!(s.id)).chars().take(12).collect();
     let principal = format!("dashboard-{short}");
     let reviewer = format!("car-server:{}:{principal}", s.role);
-    match d.approvals.resolve(&Reviewer { principal: &principal, reviewer: &reviewer }, &req) {
+    match d.approvals.resolve(&Reviewer { principal: &principal, reviewer: &reviewer }, &req).await {
         Ok(v) => secured(Json(v).into_response()),
         Err(e) => {
             let code = e.data.as_ref().and_then(|d| d.get("code")).and_then(Value::as_str).unwrap_or("refused");
