@@ -66,6 +66,15 @@ impl ResultCache {
     }
 }
 
+/// The window length of a tool's `rate_limit`; `max_calls = 0` is refused
+/// (it would wait forever).
+pub(crate) fn window_of(tool: &str, limit: &ToolRateLimit) -> Result<Duration, String> {
+    if limit.max_calls == 0 {
+        return Err(format!("tool '{tool}' is rate-limited to 0 calls per {} s", limit.interval_secs));
+    }
+    Ok(Duration::try_from_secs_f64(limit.interval_secs.max(0.0)).unwrap_or(Duration::MAX))
+}
+
 /// Sliding-window call limits per tool: at most `max_calls` starts within any
 /// trailing `interval_secs`. A call over the limit waits for a slot.
 #[derive(Debug, Default)]
@@ -101,10 +110,7 @@ impl RateLimiter {
     /// Waits until the tool may be called, then takes a slot. `max_calls = 0`
     /// is refused (it would wait forever).
     pub async fn acquire(&self, tool: &str, limit: &ToolRateLimit) -> Result<(), String> {
-        if limit.max_calls == 0 {
-            return Err(format!("tool '{tool}' is rate-limited to 0 calls per {} s", limit.interval_secs));
-        }
-        let interval = Duration::try_from_secs_f64(limit.interval_secs.max(0.0)).unwrap_or(Duration::MAX);
+        let interval = window_of(tool, limit)?;
         loop {
             let wait = match self.try_take(tool, limit.max_calls as usize, interval)? {
                 None => return Ok(()),

@@ -177,6 +177,9 @@ pub(crate) struct Inner {
     pub(crate) idempotency: ResultCache,
     pub(crate) ttl_cache: ResultCache,
     pub(crate) rate: RateLimiter,
+    /// Rate windows kept elsewhere (a daemon's one set, or a shared
+    /// store's): when set, tool `rate_limit`s take their slots there.
+    pub(crate) shared_rates: RwLock<Option<Arc<dyn crate::store::RateLimitBackend>>>,
     pub(crate) detached: Arc<DetachedTools>,
     pub(crate) request_seq: AtomicU64,
     pub(crate) admission: RwLock<Option<AdmissionHook>>,
@@ -221,6 +224,7 @@ impl Runtime {
                 idempotency: ResultCache::default(),
                 ttl_cache: ResultCache::default(),
                 rate: RateLimiter::default(),
+                shared_rates: RwLock::new(None),
                 detached,
                 request_seq: AtomicU64::new(0),
                 admission: RwLock::new(None),
@@ -244,6 +248,31 @@ impl Runtime {
     pub fn set_admission_hook(&self, hook: Option<AdmissionHook>) {
         if let Ok(mut a) = self.inner.admission.write() {
             *a = hook;
+        }
+    }
+
+    /// Takes every tool `rate_limit` slot from `backend` (shared with other
+    /// runtimes: a daemon's connections, or every daemon of a shared
+    /// store) instead of this runtime's own windows; `None` goes back to
+    /// them. A backend that cannot answer fails the call (it never runs
+    /// unlimited).
+    pub fn set_rate_backend(&self, backend: Option<Arc<dyn crate::store::RateLimitBackend>>) {
+        match self.inner.shared_rates.write() {
+            Ok(mut r) => *r = backend,
+            Err(p) => *p.into_inner() = backend,
+        }
+    }
+
+    /// Waits for a slot of `tool`'s rate window (its `rate_limit`), in the
+    /// shared backend when one is set.
+    pub(crate) async fn take_rate_slot(&self, tool: &str, limit: &crate::ir::ToolRateLimit) -> Result<(), String> {
+        let shared = self.inner.shared_rates.read().map(|r| r.clone()).unwrap_or_else(|p| p.into_inner().clone());
+        match shared {
+            None => self.inner.rate.acquire(tool, limit).await,
+            Some(b) => {
+                let interval = limits::window_of(tool, limit)?;
+                b.acquire(None, tool, limit.max_calls, interval).await.map_err(|e| format!("tool '{tool}': rate window: {e}"))
+            }
         }
     }
 

@@ -1285,7 +1285,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
         Some((v, by)) => (v, Some(by)),
         None => {
             if let Some(rl) = &tool.schema.rate_limit {
-                Box::pin(inner.rate.acquire(name, rl)).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
+                Box::pin(ctx.rt.take_rate_slot(name, rl)).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
             }
             let v = invoke(ctx, make_call(ctx, name, &a.parameters, a, attempt)).await?;
             if let Some(e) = tool.check_output(&v) {
@@ -1320,7 +1320,7 @@ async fn start_detached(ctx: &Ctx, i: usize, tool: &RegisteredTool, a: &Action, 
         ));
     };
     if let Some(rl) = &tool.schema.rate_limit {
-        inner.rate.acquire(name, rl).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
+        Box::pin(ctx.rt.take_rate_slot(name, rl)).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
     }
     ctx.tool_calls.fetch_add(1, Ordering::Relaxed);
     let cancel = CancelToken::new();

@@ -174,6 +174,7 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     if let Some(audit) = &config.event_log {
         rt.runtime().events().attach_sink(audit.clone());
     }
+    rt.runtime().set_rate_backend(Some(daemon.rates.clone()));
     if let Some(dir) = &config.policy_dir
         && dir.is_dir()
         && let Err(e) = rt.load_policies(&dir.to_string_lossy())

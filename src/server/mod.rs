@@ -193,6 +193,10 @@ pub(crate) struct Daemon {
     pub(crate) approvals: Option<Arc<approvals::Approvals>>,
     /// The live sessions and recent submissions (the dashboard's view).
     pub(crate) activity: Arc<activity::Activity>,
+    /// The rate windows of tool `rate_limit`s: one set for every
+    /// connection (the shared store's with `--store`, so a limit holds
+    /// across daemons too).
+    pub(crate) rates: Arc<dyn crate::store::RateLimitBackend>,
 }
 
 impl Daemon {
@@ -213,6 +217,10 @@ impl Daemon {
             throttle: throttle::AuthThrottle::new(config.auth_max_failures, config.auth_failure_window),
             unauthenticated: Arc::new(AtomicUsize::new(0)),
             activity: Arc::new(activity::Activity::default()),
+            rates: match &config.shared_store {
+                Some(s) => s.rates.clone(),
+                None => Arc::new(crate::engine::RateLimiter::default()),
+            },
             approvals: config.approvals_dir.as_ref().and_then(|d| {
                 let ledger = config.ledger_path.as_ref().map(|l| {
                     (

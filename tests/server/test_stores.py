@@ -307,3 +307,75 @@ def test_an_approval_asked_on_one_daemon_is_granted_through_another():
         psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         for h in homes:
             shutil.rmtree(h, ignore_errors=True)
+
+
+# --- rate windows shared across connections and daemons -----------------------------
+
+async def rated_client(url, starts, limit):
+    c = await Client.connect(url)
+    assert (await c.call("session.auth", {"token": OP}))["ok"] is True
+    await c.call("tools.register", [{"name": "rated", "rate_limit": limit}])
+
+    async def execute(params):
+        starts.append(time.monotonic())
+        return "ok"
+
+    c.handlers["tools.execute"] = execute
+    return c
+
+
+def max_in_window(starts, window):
+    """The most starts within any `window` seconds."""
+    t = sorted(starts)
+    return max(sum(1 for u in t[i:] if u - s < window) for i, s in enumerate(t))
+
+
+def run_rated(urls, per_client=20, limit=None):
+    """Clients (one per url) each submit `per_client` calls of a tool limited to
+    10 calls per half second; returns the starts the tool saw."""
+    limit = limit or {"max_calls": 10, "interval_secs": 0.5}
+    starts = []
+
+    async def go():
+        clients = [await rated_client(u, starts, limit) for u in urls]
+        subs = [c.request("proposal.submit", {"proposal": proposal(
+            [tool_call(f"c{i}", "rated", parameters={"i": i}) for i in range(per_client)], f"rate-{n}")}, timeout=60)
+            for n, c in enumerate(clients)]
+        for r in await asyncio.gather(*subs):
+            assert all(x["status"] == "succeeded" for x in r["result"]["results"]), r
+        for c in clients:
+            await c.close()
+
+    run(go())
+    return starts
+
+
+def check_window(starts, n):
+    assert len(starts) == n
+    # 10 per half second, with 50 ms for the callback's trip to the client.
+    assert max_in_window(starts, 0.45) <= 10, sorted(s - min(starts) for s in starts)
+    # And it did wait: 40 calls at 10 per half second take at least 1.5 s.
+    assert max(starts) - min(starts) >= 1.4
+
+
+def test_a_rate_limit_holds_across_the_connections_of_a_daemon():
+    with Daemon(env={"CAR_AUTH_TOKEN": OP}) as d:
+        try:
+            check_window(run_rated([d.url, d.url]), 40)
+        finally:
+            shutil.rmtree(d.home, ignore_errors=True)
+
+
+def test_a_rate_limit_holds_across_daemons_sharing_a_store():
+    url = pg_url()
+    schema = f"rate_{os.getpid()}_{time.time_ns() % 1000000}"
+    homes = [f"/tmp/car-stores-rate-{i}-{os.getpid()}" for i in "ab"]
+    a, b = pg_daemons(schema, url, homes)
+    try:
+        check_window(run_rated([a.url, b.url]), 40)
+    finally:
+        for d in (a, b):
+            d.__exit__(None, None, None)
+        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for h in homes:
+            shutil.rmtree(h, ignore_errors=True)
