@@ -7,7 +7,11 @@ the WebSocket (`host.resolve_approval`) or through the dashboard's HTTP POST
 (`/api/approval/{id}/decide`, with the session cookie and CSRF token); t1 is
 when the submitter's tools.execute callback arrives. Prints p50 / p99 in ms.
 
-usage: CAR_SERVER_BIN=target/.../car-server python benches/approval_latency.py [N]
+With a PostgreSQL URL (issue #22), also across hosts: two daemons sharing
+the store (`--store`), the submitter on A and the approver on B, so t1 - t0
+is a grant on B to the waiting action's dispatch on A.
+
+usage: CAR_SERVER_BIN=target/.../car-server python benches/approval_latency.py [N] [postgres://...]
 """
 
 import asyncio
@@ -59,14 +63,14 @@ def post_decide(dash, cookie, csrf, approval_id):
         r.read()
 
 
-async def bench(d, n, via):
+async def bench(d, n, via, approver_daemon=None):
     dash = re.search(r"dashboard on (http://\S+/) ", d.text()).group(1).rstrip("/")
     cookie, csrf = dashboard_session(dash)
     s = await Client.connect(d.url)
     await s.call("session.auth", {"token": TOKEN})
     await s.call("session.init", {"client_id": "bench", "admission": {"ask": [{"tool": "echo"}]}})
     await s.call("tools.register", [{"name": "echo"}])
-    a = await Client.connect(d.url)
+    a = await Client.connect((approver_daemon or d).url)
     await a.call("session.auth", {"token": TOKEN})
     await a.call("server.handshake", {"protocol_version": 3})
     await a.call("host.subscribe", {})
@@ -86,8 +90,9 @@ async def bench(d, n, via):
             "actions": [{"id": "e", "type": "tool_call", "tool": "echo", "parameters": {"i": i, "via": via}}]}}))
         note = None
         while note is None:
+            # Another daemon's approver sees the approval without its plan item.
             note = next((m for m in a.notifications if m["params"].get("type") == "approval.requested"
-                         and m["params"]["approval"].get("proposal_id") == f"b{i}"), None)
+                         and m["params"]["approval"].get("proposal_id", f"b{i}") == f"b{i}"), None)
             if note is None:
                 await asyncio.sleep(0.001)
         approval_id = note["params"]["approval"]["approval_id"]
@@ -109,16 +114,32 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+def report(via, n, ms):
+    print(f"{via:9s} n={n} p50={pct(ms, 50):.2f} ms p99={pct(ms, 99):.2f} ms mean={statistics.mean(ms):.2f} ms")
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    pg = sys.argv[2] if len(sys.argv) > 2 else None
     d = Daemon(env={"CAR_AUTH_TOKEN": TOKEN})
     try:
         for via in ("ws", "dashboard"):
-            ms = asyncio.run(bench(d, n, via))
-            print(f"{via:9s} n={n} p50={pct(ms, 50):.2f} ms p99={pct(ms, 99):.2f} ms mean={statistics.mean(ms):.2f} ms")
+            report(via, n, asyncio.run(bench(d, n, via)))
     finally:
         d.__exit__(None, None, None)
         shutil.rmtree(d.home, ignore_errors=True)
+    if pg:
+        schema = f"bench_{os.getpid()}"
+        env = lambda w: {"CAR_AUTH_TOKEN": TOKEN, "CAR_STORE_URL": pg, "CAR_STORE_SCHEMA": schema, "CAR_STORE_WRITER": w}
+        a, b = Daemon(env=env("a")), Daemon(env=env("b"))
+        try:
+            report("ws, A->B", n, asyncio.run(bench(a, n, "ws", approver_daemon=b)))
+        finally:
+            for x in (a, b):
+                x.__exit__(None, None, None)
+                shutil.rmtree(x.home, ignore_errors=True)
+            import subprocess
+            subprocess.run(["psql", pg, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False)
 
 
 if __name__ == "__main__":

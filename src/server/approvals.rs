@@ -622,7 +622,13 @@ impl Approvals {
     /// `host.resolve_approval` (and the dashboard's decision).
     pub(crate) async fn resolve(&self, me: &Reviewer<'_>, d: &DecisionRequest) -> Result<Value, RpcError> {
         let key = d.approval_id.as_str();
-        let open = self.backend.pending().await.map_err(RpcError::from)?.into_iter().find(|p| p.key == key);
+        // Known pending here (asked here, or announced by the shared store),
+        // else asked of the store.
+        let known = lock(&self.state).entries.get(key).is_some_and(|e| e.status == "pending");
+        let open = match known {
+            true => None,
+            false => self.backend.pending().await.map_err(RpcError::from)?.into_iter().find(|p| p.key == key),
+        };
         let (tool, submitters, tier) = {
             let st = lock(&self.state);
             let e = st.entries.get(key);

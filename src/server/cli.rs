@@ -29,9 +29,10 @@ usage: car-server [options]
                          the dashboard's HTTP port (CAR_DASHBOARD; default the
                          WebSocket port + 1, on CAR_DASHBOARD_BIND, default 127.0.0.1)
   --store URL            the shared store (CAR_STORE_URL): postgres://... keeps the
-                         audit log in PostgreSQL (feature `postgres`; migrations at
-                         start, a newer schema refuses to start); default: the file
-                         $CAR_HOME/events.jsonl
+                         audit log, the ask approvals and the rate windows in
+                         PostgreSQL, shared with every daemon of the database
+                         (feature `postgres`; migrations at start, a newer schema
+                         refuses to start); default: the files under $CAR_HOME
   --mcp-bind ADDR        the MCP endpoint's address (CAR_MCP_BIND; default the bind
                          address at port + 2, a free port with --port 0; `disabled`)
   --webhook URL          POST every approval event, signed, to URL (repeatable;

@@ -266,7 +266,11 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         "state.snapshot" => parse(&rt.state_snapshot(opt_str(p, "tenant_id")?)?),
         "events.count" => Ok(json!(rt.event_count())),
         "events.stats" => parse(&rt.event_stats()),
+        "events.query" if obj(p)?.get("store").is_some_and(|v| v != &Value::Bool(false)) => store_query(conn, p).await,
         "events.query" => parse(&rt.event_query(&Value::Object(obj(p)?.clone()).to_string())?),
+        "events.chain.verify" if obj(p)?.get("store").is_some_and(|v| v != &Value::Bool(false)) => {
+            Ok(store_events(conn)?.verify().await.map_err(RpcError::from)?.to_json())
+        }
         "events.clear" => parse(&rt.event_clear()),
         "events.retention" => {
             let policy = obj(p)?.get("policy").filter(|v| !v.is_null()).map(Value::to_string);
@@ -336,6 +340,35 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         "permission.reject" => record_approval(conn, p, false),
         other => Err(RpcError::unknown_method(other)),
     }
+}
+
+/// The shared store's event log, for an operator or host connection
+/// (`events.query {store: true}`, `events.chain.verify {store: true}`):
+/// every daemon's events, not only this connection's. An agent reads only
+/// its own session's log.
+fn store_events(conn: &Conn) -> Result<Arc<dyn crate::store::EventBackend>, RpcError> {
+    if !matches!(conn.role(), Some(super::conn::Role::Operator | super::conn::Role::Host)) {
+        return Err(RpcError::internal("forbidden: only an operator or host connection reads the shared event log")
+            .with_data(json!({"code": "forbidden"})));
+    }
+    conn.config.shared_store.as_ref().map(|s| s.events.clone()).ok_or_else(|| {
+        RpcError::invalid_params("store: this daemon has no shared store (start it with --store postgres://...)")
+            .with_data(json!({"code": "store_not_configured"}))
+    })
+}
+
+/// `events.query {store: true, ...}`: the shared store's events matching
+/// the query (every daemon's), newest first.
+async fn store_query(conn: &Conn, p: &Value) -> R {
+    let backend = store_events(conn)?;
+    let mut q = obj(p)?.clone();
+    if q.remove("store") != Some(Value::Bool(true)) {
+        return Err(RpcError::invalid_params("store must be a boolean"));
+    }
+    let query: crate::events::EventQuery =
+        serde_json::from_value(Value::Object(q)).map_err(|e| RpcError::invalid_params(format!("query: {e}")))?;
+    let events: Vec<Value> = backend.query(&query).await.map_err(RpcError::from)?.iter().map(|e| e.to_json()).collect();
+    Ok(json!({"count": events.len(), "events": events, "source": "store"}))
 }
 
 /// The daemon's approvals, or a clear error when it runs without a store.

@@ -23,6 +23,7 @@ from client import Client
 from test_server import BIN, Daemon, proposal, run, tool_call
 
 OP = "operator-token-stores-0123456789"
+AGENT = "agent-token-stores-0123456789"
 CAR = os.path.join(os.path.dirname(BIN), "car")
 
 
@@ -82,6 +83,29 @@ def test_every_connection_appends_to_one_chain_that_survives_a_restart():
             Daemon(env={"CAR_AUTH_TOKEN": OP}, home=home)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_shared_event_log_needs_a_store():
+    async def go(url):
+        c = await Client.connect(url)
+        assert (await c.call("session.auth", {"token": OP}))["ok"] is True
+        r = await c.request("events.query", {"store": True})
+        assert r["error"]["data"]["code"] == "store_not_configured", r
+        await c.close()
+        # An agent never reads the shared log (only its own session's).
+        c = await Client.connect(url)
+        assert (await c.call("session.auth", {"token": AGENT, "agent_id": "a1"}))["ok"] is True
+        for m in ("events.query", "events.chain.verify"):
+            r = await c.request(m, {"store": True})
+            assert r["error"]["data"]["code"] == "forbidden", r
+        assert "count" in await c.call("events.query", {})
+        await c.close()
+
+    with Daemon("--agent-token", f"a1={AGENT}", env={"CAR_AUTH_TOKEN": OP}) as d:
+        try:
+            run(go(d.url))
+        finally:
+            shutil.rmtree(d.home, ignore_errors=True)
 
 
 def test_concurrent_connections_each_reply_finds_its_events_in_the_one_chain():
@@ -159,6 +183,22 @@ def test_two_daemons_share_the_postgres_event_log():
                 seqs = psql(url, f"SELECT string_agg(seq::text, ',' ORDER BY seq) FROM {schema}.car_events WHERE writer = '{w}'")
                 assert seqs.split(",") == [str(i) for i in range(1, len(seqs.split(",")) + 1)]
             assert not os.path.exists(os.path.join(homes[0], "events.jsonl"))
+
+            # A's operator reads B's events from the store, and every chain verifies.
+            async def read():
+                c = await Client.connect(a.url)
+                assert (await c.call("session.auth", {"token": OP}))["ok"] is True
+                mine = await c.call("events.query", {"proposal_id": "on-b"})
+                assert mine["count"] == 0, "the connection's own log holds only its session"
+                shared = await c.call("events.query", {"store": True, "proposal_id": "on-b", "kinds": ["ProposalCompleted"]})
+                assert shared["source"] == "store" and shared["count"] == 1, shared
+                assert shared["events"][0]["proposal_id"] == "on-b"
+                both = await c.call("events.query", {"store": True, "kinds": ["ProposalCompleted"]})
+                assert {e["proposal_id"] for e in both["events"]} == {"on-a", "on-b"}
+                assert (await c.call("events.chain.verify", {"store": True}))["verified"] > 0
+                await c.close()
+
+            run(read())
             # The table refuses updates.
             out = subprocess.run(["psql", url, "-c", f"UPDATE {schema}.car_events SET kind = 'X'"], capture_output=True, text=True)
             assert out.returncode != 0 and "append-only" in out.stderr
