@@ -685,6 +685,63 @@ impl PgBackends {
     }
 }
 
+/// How long a waiter waits before asking a database that failed again.
+const WAIT_RETRY: Duration = Duration::from_millis(250);
+
+/// One look of a waiter at its approval.
+enum WaitStep {
+    /// Closed, and used up by this waiter.
+    Closed(Resolution),
+    /// Look again at once.
+    Again,
+    /// Still open: sleep this long (or until a notification).
+    Sleep(Duration),
+}
+
+impl PgBackends {
+    /// Uses the approval up when it is closed, closes it when its deadline
+    /// passed, else says how long to sleep.
+    async fn wait_step(&self, key: &str, deadline: Option<DateTime<Utc>>) -> Result<WaitStep> {
+        let gone = || Error::not_found("approval_not_found", format!("no open approval `{key}`"));
+        let client = self.client().await?;
+        // Closed: use it up, once, in one statement (the update that sets
+        // `consumed_at` wins).
+        let used = client
+            .query_opt(
+                "UPDATE car_approvals SET consumed_at = clock_timestamp() \
+                 WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *",
+                &[&key],
+            )
+            .await
+            .map_err(db_err)?;
+        if let Some(res) = used.as_ref().and_then(resolution_of) {
+            return Ok(WaitStep::Closed(res));
+        }
+        let row = client
+            .query_opt("SELECT *, clock_timestamp() AS now FROM car_approvals WHERE key = $1", &[&key])
+            .await
+            .map_err(db_err)?
+            .ok_or_else(gone)?;
+        drop(client);
+        if row.get::<_, Option<DateTime<Utc>>>("consumed_at").is_some() {
+            return Err(gone());
+        }
+        if row.get::<_, Option<String>>("decision").is_some() {
+            // Closed between the two statements: consume it.
+            return Ok(WaitStep::Again);
+        }
+        let now: DateTime<Utc> = row.get("now");
+        let due = row.get::<_, Option<DateTime<Utc>>>("deadline").or(deadline);
+        if let Some(d) = due
+            && d <= now
+        {
+            self.close_by_timeout(key, d).await?;
+            return Ok(WaitStep::Again);
+        }
+        Ok(WaitStep::Sleep(due.map_or(APPROVAL_POLL, |d| (d - now).to_std().unwrap_or_default().min(APPROVAL_POLL))))
+    }
+}
+
 #[async_trait]
 impl ApprovalBackend for PgBackends {
     async fn request(
@@ -781,44 +838,21 @@ impl ApprovalBackend for PgBackends {
 
     async fn wait(&self, key: &str, deadline: Option<DateTime<Utc>>) -> Result<Resolution> {
         let mut rx = self.shared.events.subscribe();
-        let gone = || Error::not_found("approval_not_found", format!("no open approval `{key}`"));
         loop {
-            let client = self.client().await?;
-            // Closed: use it up, once, in one statement (the update that
-            // sets `consumed_at` wins).
-            let used = client
-                .query_opt(
-                    "UPDATE car_approvals SET consumed_at = clock_timestamp() \
-                     WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *",
-                    &[&key],
-                )
-                .await
-                .map_err(db_err)?;
-            if let Some(res) = used.as_ref().and_then(resolution_of) {
-                return Ok(res);
-            }
-            let row = client
-                .query_opt("SELECT *, clock_timestamp() AS now FROM car_approvals WHERE key = $1", &[&key])
-                .await
-                .map_err(db_err)?
-                .ok_or_else(gone)?;
-            drop(client);
-            if row.get::<_, Option<DateTime<Utc>>>("consumed_at").is_some() {
-                return Err(gone());
-            }
-            if row.get::<_, Option<String>>("decision").is_some() {
-                // Closed between the two statements: consume it.
-                continue;
-            }
-            let now: DateTime<Utc> = row.get("now");
-            let due = row.get::<_, Option<DateTime<Utc>>>("deadline").or(deadline);
-            if let Some(d) = due
-                && d <= now
-            {
-                self.close_by_timeout(key, d).await?;
-                continue;
-            }
-            let left = due.map_or(APPROVAL_POLL, |d| (d - now).to_std().unwrap_or_default().min(APPROVAL_POLL));
+            let left = match self.wait_step(key, deadline).await {
+                Ok(WaitStep::Closed(res)) => return Ok(res),
+                Ok(WaitStep::Again) => continue,
+                Ok(WaitStep::Sleep(left)) => left,
+                Err(e) if e.code() == "approval_not_found" => return Err(e),
+                // The database is away (restarting, a dropped connection):
+                // the waiter stays until its deadline, then it is a deny.
+                Err(e) => {
+                    if deadline.is_some_and(|d| Utc::now() >= d) {
+                        return Err(e);
+                    }
+                    WAIT_RETRY
+                }
+            };
             let woken = async {
                 loop {
                     match rx.recv().await {

@@ -419,3 +419,53 @@ def test_a_rate_limit_holds_across_daemons_sharing_a_store():
         psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         for h in homes:
             shutil.rmtree(h, ignore_errors=True)
+
+
+def test_a_waiting_action_survives_a_postgres_restart():
+    """PostgreSQL is down for 2.5 s while an action on A waits for its
+    approval: the waiter stays (it retries until its deadline, looking at
+    least once a second, so it meets the outage), B's grant after the
+    restart reaches it, and the action runs once."""
+    url = pg_url()
+    pgdir = os.environ.get("CAR_TEST_PG_DIR")
+    if not pgdir:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and CAR_TEST_PG_DIR is not set")
+        pytest.skip("CAR_TEST_PG_DIR is not set (scripts/test sets it with its cluster)")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "pg-cluster.sh")
+    schema = f"restart_{os.getpid()}_{time.time_ns() % 1000000}"
+    homes = [f"/tmp/car-stores-restart-{i}-{os.getpid()}" for i in "ab"]
+    a, b = pg_daemons(schema, url, homes)
+    try:
+        async def go():
+            s = await echo_submitter(a.url)
+            pending = asyncio.create_task(s.request(
+                "proposal.submit", {"proposal": proposal([tool_call("e1", parameters={"r": 1})], "restart")}, timeout=60))
+            approver = await authed(b.url)
+            [key] = await pending_ids(approver, 1)
+            restarted = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: subprocess.run([script, "restart", pgdir, "2.5"], capture_output=True, text=True))
+            assert restarted.returncode == 0, restarted.stderr
+            assert not pending.done(), "the waiter is still there"
+            # B's pool reconnects; its grant reaches A's waiter.
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 20
+            while True:
+                r = await approver.request("host.resolve_approval", {"approval_id": key, "resolution": "approve"})
+                if "result" in r or loop.time() > end:
+                    break
+                await asyncio.sleep(0.2)
+            assert r["result"]["applied"] is True, r
+            res = (await pending)["result"]
+            assert res["results"][0]["status"] == "succeeded", res
+            assert s.ran == [{"r": 1}]
+            await s.close()
+            await approver.close()
+
+        run(go())
+    finally:
+        for d in (a, b):
+            d.__exit__(None, None, None)
+        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for h in homes:
+            shutil.rmtree(h, ignore_errors=True)
