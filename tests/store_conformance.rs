@@ -372,7 +372,9 @@ async fn consume_once(u: &Under) {
     // the next request asks afresh instead of applying it again.
     let Ticket::Pending(p) = a.request(None, "tool", "met", None).await.unwrap() else { panic!("pending") };
     assert!(a.resolve(&p.key, ApprovalDecision::Allow, "yes").await.unwrap().applied);
-    assert!(matches!(a.request(None, "tool", "met", None).await.unwrap(), Ticket::Resolved(r) if r.decision == ApprovalDecision::Allow));
+    assert!(
+        matches!(a.request(None, "tool", "met", None).await.unwrap(), Ticket::Resolved(r) if r.decision == ApprovalDecision::Allow)
+    );
     assert!(matches!(a.request(None, "tool", "met", None).await.unwrap(), Ticket::Pending(_)));
     assert!(a.wait(&p.key, Some(chrono::Utc::now())).await.is_ok_and(|r| r.decision == ApprovalDecision::Deny));
 }

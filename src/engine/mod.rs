@@ -271,7 +271,9 @@ impl Runtime {
             None => self.inner.rate.acquire(tool, limit).await,
             Some(b) => {
                 let interval = limits::window_of(tool, limit)?;
-                b.acquire(None, tool, limit.max_calls, interval).await.map_err(|e| format!("tool '{tool}': rate window: {e}"))
+                b.acquire(None, tool, limit.max_calls, interval)
+                    .await
+                    .map_err(|e| format!("tool '{tool}': rate window: {e}"))
             }
         }
     }

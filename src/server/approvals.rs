@@ -704,7 +704,8 @@ impl Approvals {
                     }
                 }
                 Scope::Always => {
-                    let path = crate::approval::rules::rules_path_of(&self.rules_dir.join(crate::approval::APPROVALS_FILE));
+                    let path =
+                        crate::approval::rules::rules_path_of(&self.rules_dir.join(crate::approval::APPROVALS_FILE));
                     crate::approval::rules::persist_always(&path, &tool, d.allow, me.reviewer, &d.reason)
                         .map_err(RpcError::from)?;
                 }

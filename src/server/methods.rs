@@ -334,7 +334,9 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         "host.resolve_approval" => {
             let d = super::approvals::DecisionRequest::parse(p)?;
             let (principal, reviewer) = (conn.principal(), conn.reviewer());
-            approvals_of(conn)?.resolve(&super::approvals::Reviewer { principal: &principal, reviewer: &reviewer }, &d).await
+            approvals_of(conn)?
+                .resolve(&super::approvals::Reviewer { principal: &principal, reviewer: &reviewer }, &d)
+                .await
         }
         "permission.approve" => record_approval(conn, p, true),
         "permission.reject" => record_approval(conn, p, false),

@@ -788,8 +788,10 @@ impl ApprovalBackend for PgBackends {
                 match used.as_ref().and_then(resolution_of) {
                     Some(r) => Ticket::Resolved(r),
                     None => {
-                        let row =
-                            tx.query_one("SELECT * FROM car_approvals WHERE key = $1", &[&key]).await.map_err(db_err)?;
+                        let row = tx
+                            .query_one("SELECT * FROM car_approvals WHERE key = $1", &[&key])
+                            .await
+                            .map_err(db_err)?;
                         Ticket::Pending(pending_of(&row))
                     }
                 }
