@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod gate;
 pub mod ir;
+pub mod isolation;
 pub mod mcp;
 pub mod permission;
 pub mod planning;

@@ -357,7 +357,7 @@ async fn policy_denial_rejects_and_retry_acts_as_abort() {
 
     // An unknown policy session fails closed.
     let p = parse_proposal(r#"{"actions":[{"id":"y","type":"tool_call","tool":"y"}]}"#).unwrap();
-    let opts = ExecOptions { session_id: Some("nope".into()), tenant: None };
+    let opts = ExecOptions { session_id: Some("nope".into()), ..Default::default() };
     let r = rt.execute(p, ex.clone(), opts).await.unwrap();
     assert_eq!(r.results[0].status, ActionStatus::Rejected);
 }
@@ -429,7 +429,11 @@ async fn tool_call_json_and_tenant_scope() {
     .unwrap();
     let sid = rt.with_policies_mut(|p| p.open_session()).unwrap();
     let r = rt
-        .execute(p, ex.clone(), ExecOptions { session_id: Some(sid.clone()), tenant: Some("acme".into()) })
+        .execute(
+            p,
+            ex.clone(),
+            ExecOptions { session_id: Some(sid.clone()), tenant: Some("acme".into()), ..Default::default() },
+        )
         .await
         .unwrap();
     assert_eq!(r.results[0].status, ActionStatus::Succeeded);

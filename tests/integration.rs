@@ -37,6 +37,7 @@ mod gate_facade;
 mod gate_plan;
 mod gate_supervision;
 mod ir_roundtrip;
+mod isolation_worktree;
 mod ledger_mac;
 mod mcp;
 mod mcp_http;

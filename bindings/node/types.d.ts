@@ -94,6 +94,8 @@ export interface ProposalResult {
   proposal_id: string;
   results: ActionResult[];
   cost: CostSummary;
+  /** Under worktree isolation: one `{kind: "patch", base, files, bytes, patch?, truncated?, worktree?}`. */
+  artifacts?: Array<Record<string, unknown>>;
 }
 
 /** What a tool function receives as JSON text (`JSON.parse(callJson) as ToolCall`). */
@@ -106,6 +108,10 @@ export interface ToolCall {
   session_id: string | null;
   /** 1-based. */
   attempt: number;
+  /** Under worktree isolation: where to work, inside the tree. */
+  cwd?: string;
+  /** The proposal's declared isolation, when not `"none"`. */
+  isolation?: unknown;
 }
 
 export interface VerificationIssue {

@@ -199,6 +199,12 @@ pub struct AdmissionConfig {
     /// any other tool is refused by the `plan` layer. Off by default.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_mode: bool,
+    /// The environment the proposal's tools see (`crate::isolation`):
+    /// `"none"` (default), `"readonly"` (a deny rule for tools declaring
+    /// risk `write` or `destructive`), or `{kind = "worktree", ref?,
+    /// keep_on_error?, max_kept?}` (a managed git worktree per proposal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::isolation::Isolation>,
     /// MCP servers as tool sources (`docs/mcp.md`). Only the operator sets
     /// it (it starts programs; it is refused over the wire).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,6 +264,8 @@ impl AdmissionConfig {
             || self.engine.is_some()
             || self.profile.is_some()
             || self.shell.as_ref().is_some_and(|s| !s.is_empty())
+            // Readonly isolation compiles a deny rule.
+            || self.isolation == Some(crate::isolation::Isolation::Readonly)
             // A tool declaring `needs_approval` changes the terminal default.
             || !self.tools.is_empty()
     }

@@ -479,6 +479,9 @@ impl AdmissionStage {
                 }
                 PermissionChain::from_config(&pc)?
             };
+            if config.isolation == Some(crate::isolation::Isolation::Readonly) {
+                chain = chain.with_readonly_isolation();
+            }
             if let Some(shell) = &config.shell {
                 shell.check()?;
                 let (allow, ask, deny) = shell.lists();

@@ -76,7 +76,16 @@ pub fn call_json(call: &ToolCall) -> String {
         Some(sid) => push_json_str(&mut out, sid),
         None => out.push_str("null"),
     }
-    let _ = write!(out, ",\"attempt\":{}}}", call.attempt);
+    let _ = write!(out, ",\"attempt\":{}", call.attempt);
+    if let Some(cwd) = &call.cwd {
+        out.push_str(",\"cwd\":");
+        push_json_str(&mut out, cwd);
+    }
+    if let Some(iso) = &call.isolation {
+        out.push_str(",\"isolation\":");
+        out.push_str(&iso.to_string());
+    }
+    out.push('}');
     out
 }
 
@@ -428,6 +437,8 @@ mod tests {
             timeout_ms: None,
             session_id: None,
             attempt: 1,
+            cwd: None,
+            isolation: None,
         };
         assert_eq!(call_json(&call), call.to_json());
         call.timeout_ms = Some(2500);
@@ -436,6 +447,9 @@ mod tests {
         call.action_id = "ü".into();
         call.params = json!({});
         call.attempt = 4_000_000_000;
+        assert_eq!(call_json(&call), call.to_json());
+        call.cwd = Some("/tmp/wt \"x\"".into());
+        call.isolation = Some(json!({"kind": "worktree", "max_kept": 4}));
         assert_eq!(call_json(&call), call.to_json());
         let back: ToolCall = serde_json::from_str(&call_json(&call)).unwrap();
         assert_eq!(back, call);

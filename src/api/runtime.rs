@@ -40,6 +40,9 @@ pub struct CarRuntime {
     plans: Arc<Mutex<std::collections::HashMap<String, StoredPlan>>>,
     /// Where the built-in tools run, once `register_agent_basics` was called.
     builtin_root: Arc<RwLock<Option<Root>>>,
+    /// The host directory of worktree isolation when no built-in root is
+    /// registered ([`CarRuntime::set_working_dir`]); else the current one.
+    work_dir: Arc<RwLock<Option<std::path::PathBuf>>>,
     /// The approvals store of `set_permissions` and the attached approvers.
     approvals: Arc<Mutex<Approvals>>,
     /// The MCP servers of the document's `mcp` section, connected.
@@ -177,6 +180,7 @@ impl CarRuntime {
             configure: Arc::new(Mutex::new(())),
             plans: Arc::new(Mutex::new(std::collections::HashMap::new())),
             builtin_root: Arc::new(RwLock::new(None)),
+            work_dir: Arc::new(RwLock::new(None)),
             approvals: Arc::new(Mutex::new(Approvals::default())),
             #[cfg(feature = "mcp")]
             mcp: Arc::new(RwLock::new(None)),
@@ -463,8 +467,32 @@ impl CarRuntime {
             Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
             _ => ExecScope::default(),
         };
-        let opts = ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id };
+        let mut opts =
+            ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id, ..Default::default() };
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let isolation = self.rt.admission_stage().config().isolation.clone().unwrap_or_default();
+        if isolation != crate::isolation::Isolation::None {
+            opts.isolation = Some(isolation.to_value());
+        }
+        let tree = match &isolation {
+            crate::isolation::Isolation::Worktree(spec) => {
+                let work_dir = self.work_dir.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                let host = match (&root, work_dir) {
+                    (Some(r), _) => r.path().to_path_buf(),
+                    (None, Some(d)) => d,
+                    (None, None) => std::env::current_dir().map_err(|e| {
+                        Error::runtime("worktree_failed", format!("worktree isolation: the current directory: {e}"))
+                    })?,
+                };
+                let (spec, label) = (spec.clone(), proposal.id.clone());
+                let wt = tokio::task::spawn_blocking(move || crate::isolation::Worktree::acquire(&host, &spec, &label))
+                    .await
+                    .map_err(|e| Error::runtime("worktree_failed", format!("worktree isolation: {e}")))??;
+                opts.cwd = Some(wt.cwd.to_string_lossy().into_owned());
+                Some(wt)
+            }
+            _ => None,
+        };
         let executor: Arc<dyn ToolExecutor> = match root {
             Some(root) => {
                 let builtins = BuiltinExecutor::new(root).with_runtime(self.rt.clone());
@@ -477,7 +505,55 @@ impl CarRuntime {
             Some(hub) => Arc::new(crate::mcp::McpDispatch { hub, inner: executor }),
             None => executor,
         };
-        self.rt.execute(proposal, executor, opts).await
+        let result = self.rt.execute(proposal, executor, opts).await;
+        match tree {
+            None => result,
+            Some(wt) => Self::finish_worktree(wt, result).await,
+        }
+    }
+
+    /// Collects the worktree's patch into the result's artifacts and
+    /// disposes of the tree (kept when the run failed and `keep_on_error`
+    /// asks for it). A result is never lost to a git failure: the artifact
+    /// then carries `error`.
+    async fn finish_worktree(
+        wt: crate::isolation::Worktree,
+        result: Result<crate::ir::ProposalResult>,
+    ) -> Result<crate::ir::ProposalResult> {
+        use crate::ir::ActionStatus;
+        let failed = result.as_ref().map_or(true, |r| {
+            r.results.iter().any(|a| matches!(a.status, ActionStatus::Failed | ActionStatus::Rejected))
+        });
+        let path = wt.path.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let artifact = wt.collect();
+            (artifact, wt.dispose(failed))
+        })
+        .await;
+        let mut result = result?;
+        let mut artifact = match done {
+            Ok((Ok(a), kept)) => {
+                let mut a = a;
+                match kept {
+                    Ok(Some(p)) => a["worktree"] = json!(p.to_string_lossy()),
+                    Ok(None) => {}
+                    Err(e) => {
+                        a["worktree"] = json!(path.to_string_lossy());
+                        a["dispose_error"] = json!(e.to_string());
+                    }
+                }
+                a
+            }
+            Ok((Err(e), _)) => json!({"kind": "patch", "error": e.to_string(), "worktree": path.to_string_lossy()}),
+            Err(e) => {
+                json!({"kind": "patch", "error": format!("worktree isolation: {e}"), "worktree": path.to_string_lossy()})
+            }
+        };
+        if let Some(o) = artifact.as_object_mut() {
+            o.insert("isolation".into(), json!("worktree"));
+        }
+        result.artifacts.push(artifact);
+        Ok(result)
     }
 
     /// Number of events held.
@@ -1034,6 +1110,13 @@ impl CarRuntime {
                 Err(e)
             }
         }
+    }
+
+    /// The host directory worktree isolation takes its repository from
+    /// when no built-in root is registered (`car run --root`); `None`: the
+    /// current directory.
+    pub fn set_working_dir(&self, dir: Option<&Path>) {
+        *self.work_dir.write().unwrap_or_else(std::sync::PoisonError::into_inner) = dir.map(Path::to_path_buf);
     }
 
     /// Gives this runtime the host's approvals store (the daemon's one

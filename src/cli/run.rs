@@ -548,6 +548,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let out = Out { err: a.out.json() };
 
     let rt = CarRuntime::with_options(RuntimeOptions::default());
+    rt.set_working_dir(Some(root.path()));
     if !a.no_event_log {
         let dir = super::events::state_dir(a.events_dir.as_deref())?;
         let path = dir.join(car_runtime::store::file::EVENTS_FILE);
@@ -733,6 +734,24 @@ pub fn run(a: RunArgs) -> CliResult {
     out.line(format!("  total_duration_ms  {:.1}", c.total_duration_ms));
     if let Some(f) = &a.state {
         out.line(format!("state saved to {}", f.display()));
+    }
+    for p in result.artifacts.iter().filter(|p| p["kind"] == "patch") {
+        let files: Vec<&str> = p["files"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        out.line("");
+        match p["error"].as_str() {
+            Some(e) => out.line(format!("Worktree: the patch could not be collected: {e}")),
+            None if files.is_empty() => out.line("Worktree: no file changed"),
+            None => out.line(format!(
+                "Worktree: {} file(s) changed, not applied to {}: {}{}",
+                files.len(),
+                root.path().display(),
+                files.join(", "),
+                if a.out.json() { " (the patch is in the JSON result)" } else { " (run with --json for the patch)" }
+            )),
+        }
+        if let Some(w) = p["worktree"].as_str() {
+            out.line(format!("  kept for inspection: {w}"));
+        }
     }
     if a.out.json() {
         // The result plus every admission decision (the AdmissionDecided

@@ -30,6 +30,15 @@ pub struct ToolCall {
     pub session_id: Option<String>,
     /// 1-based attempt number.
     pub attempt: u32,
+    /// The isolation working directory (`ToolContext.cwd`): inside the
+    /// worktree under worktree isolation; `None` under `none`/`readonly`
+    /// (the host directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The proposal's declared isolation (`ToolContext.isolation`), when
+    /// not `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Value>,
 }
 
 impl ToolCall {

@@ -166,6 +166,10 @@ pub struct ExecOptions {
     pub session_id: Option<String>,
     /// The state tenant the proposal reads and writes.
     pub tenant: Option<String>,
+    /// The isolation working directory every tool call gets (`cwd`).
+    pub cwd: Option<String>,
+    /// The declared isolation every tool call names (`isolation`).
+    pub isolation: Option<Value>,
 }
 
 pub(crate) struct Inner {

@@ -104,6 +104,9 @@ struct Ctx {
     tools: Vec<Option<Arc<RegisteredTool>>>,
     action_ids: Vec<Arc<str>>,
     tenant: Option<Arc<str>>,
+    /// `ToolCall.cwd` and `ToolCall.isolation` of every call.
+    cwd: Option<String>,
+    isolation: Option<Value>,
     tool_calls: AtomicU64,
     retries: AtomicU64,
     /// Actions the admission hook put on hold, by index (empty: none).
@@ -186,6 +189,8 @@ impl Runtime {
             tools: vec![None; n],
             action_ids: proposal.actions.iter().map(|a| Arc::from(a.id.as_str())).collect(),
             tenant: opts.tenant.as_deref().map(Arc::from),
+            cwd: opts.cwd,
+            isolation: opts.isolation,
             tool_calls: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             holds: std::sync::Mutex::new(HashMap::new()),
@@ -374,7 +379,7 @@ impl Runtime {
         // The proposal answers once its completion event is durable in the
         // audit log a daemon attached (a database sink writes in batches).
         self.inner.events.sink_durable().await;
-        Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost })
+        Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost, artifacts: Vec::new() })
     }
 
     /// The engine's own admission layers, in order: validation, budget, the
@@ -1246,6 +1251,8 @@ fn make_call(ctx: &Ctx, tool: &str, params: &Map<String, Value>, a: &Action, att
         timeout_ms: a.timeout_ms,
         session_id: ctx.session_id.clone(),
         attempt,
+        cwd: ctx.cwd.clone(),
+        isolation: ctx.isolation.clone(),
     }
 }
 

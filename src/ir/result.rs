@@ -411,6 +411,11 @@ pub struct ProposalResult {
     pub results: Vec<ActionResult>,
     /// The accounting.
     pub cost: CostSummary,
+    /// What the run produced beside its results: under worktree isolation
+    /// one `{kind: "patch", base, files, bytes, patch?, truncated?,
+    /// worktree?}` (`crate::isolation`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Value>,
 }
 
 impl ActionResult {
@@ -481,7 +486,12 @@ impl ProposalResult {
             c.tool_calls, c.actions_executed, c.actions_rejected, c.actions_skipped
         );
         write::f64(&mut out, c.total_duration_ms);
-        let _ = write!(out, ",\"retries\":{}}}}}", c.retries);
+        let _ = write!(out, ",\"retries\":{}}}", c.retries);
+        if !self.artifacts.is_empty() {
+            out.push_str(",\"artifacts\":");
+            write::value(&mut out, &Value::Array(self.artifacts.clone()));
+        }
+        out.push('}');
         out
     }
 }
@@ -644,8 +654,12 @@ mod tests {
                     total_duration_ms: total,
                     retries: 2,
                 },
+                artifacts: Vec::new(),
             };
             assert_eq!(p.to_json_string(), serde_json::to_string(&p).unwrap());
+            let mut with = p.clone();
+            with.artifacts.push(serde_json::json!({"kind": "patch", "files": ["a b", odd], "patch": odd, "bytes": 3}));
+            assert_eq!(with.to_json_string(), serde_json::to_string(&with).unwrap());
         }
     }
 }

@@ -60,7 +60,7 @@ impl ToolExecutor for WsToolExecutor {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
         let conn = &*self.conn;
         let session_id = call.session_id.clone().unwrap_or_else(|| conn.session_id.clone());
-        let params = json!({
+        let mut params = json!({
             "action_id": call.action_id,
             "tool": call.tool,
             "parameters": call.params,
@@ -69,6 +69,14 @@ impl ToolExecutor for WsToolExecutor {
             "request_id": call.request_id,
             "session_id": session_id,
         });
+        // The tool context of an isolated proposal (`ToolContext.cwd`,
+        // `ToolContext.isolation`).
+        if let Some(cwd) = &call.cwd {
+            params["cwd"] = json!(cwd);
+        }
+        if let Some(iso) = &call.isolation {
+            params["isolation"] = iso.clone();
+        }
         let rx = conn.expect(&call.request_id);
         let mut guard = CancelGuard {
             conn,

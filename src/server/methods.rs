@@ -552,6 +552,7 @@ fn reject_all(proposal: &ActionProposal, reason: &str) -> R {
         proposal_id: proposal.id.clone(),
         results,
         cost: CostSummary { actions_rejected: proposal.actions.len() as u64, ..CostSummary::default() },
+        artifacts: Vec::new(),
     };
     serde_json::to_value(&result).map_err(|e| RpcError::internal(e.to_string()))
 }
@@ -582,8 +583,16 @@ impl Submission {
 /// Keys of the admission document only the operator sets (never over the
 /// wire): the granted tier has `permission.set_tier`, and the ledger and
 /// approvals files are the daemon's own.
-const OPERATOR_KEYS: [&str; 7] =
-    ["tier", "ledger_path", "ledger_key_path", "approvals_dir", "allow_protected_writes", "sandbox", "mcp"];
+const OPERATOR_KEYS: [&str; 8] = [
+    "tier",
+    "ledger_path",
+    "ledger_key_path",
+    "approvals_dir",
+    "allow_protected_writes",
+    "sandbox",
+    "mcp",
+    "isolation",
+];
 
 /// `admission.configure` / `session.init {admission}`: the session's
 /// admission document (`docs/admission.md`). The session keeps its tier and

@@ -91,10 +91,19 @@ impl ToolExecutor for BuiltinExecutor {
                 )));
             }
         };
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || match this.run_command(&call, &params) {
-            Some(r) => r,
-            None => super::execute(&this.root, &call.tool, &params),
+        let mut this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // Under worktree isolation the engine names the tree: every
+            // built-in tool of the call is confined to it, not the host root.
+            if let Some(cwd) = &call.cwd {
+                this.root = Root::new(std::path::Path::new(cwd)).map_err(|e| {
+                    ToolFailure::ordinary(format!("tool '{}': the isolation directory: {e}", call.tool))
+                })?;
+            }
+            match this.run_command(&call, &params) {
+                Some(r) => r,
+                None => super::execute(&this.root, &call.tool, &params),
+            }
         })
         .await
         .unwrap_or_else(|e| Err(ToolFailure::ordinary(format!("tool did not finish: {e}"))))
@@ -119,6 +128,8 @@ mod tests {
             timeout_ms: None,
             session_id: None,
             attempt: 1,
+            cwd: None,
+            isolation: None,
         };
         let r = ex.execute(call("write_file", json!({"path": "x.txt", "content": "hi"}))).await.unwrap();
         assert_eq!(r["created"], true);

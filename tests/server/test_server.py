@@ -41,14 +41,15 @@ async def authed(url=URL, token=TOKEN):
 class Daemon:
     """A daemon of its own on a free port (`--port 0`), read from its log."""
 
-    def __init__(self, *args, env=None, home=None):
+    def __init__(self, *args, env=None, home=None, cwd=None):
         self.home = home or tempfile.mkdtemp(prefix="car-home-")
         e = dict(os.environ)
         e.pop("CAR_AUTH_TOKEN", None)
         e["CAR_HOME"] = self.home
         e.update(env or {})
         self.log = tempfile.NamedTemporaryFile(prefix="car-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([BIN, "--port", "0", *args], env=e, stderr=self.log, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([BIN, "--port", "0", *args], env=e, stderr=self.log, stdout=subprocess.DEVNULL,
+                                     cwd=cwd)
         deadline = time.time() + 20
         while time.time() < deadline:
             m = re.search(r"listening on (ws://\S+:\d+/) ", self.text())

@@ -101,12 +101,12 @@ class ProposalResult(_ProposalResultRequired, total=False):
     """What ``execute_proposal`` returns (parsed)."""
 
     cost: CostSummary
+    artifacts: List[Dict[str, Any]]
+    """Under worktree isolation: one ``{kind: "patch", base, files, bytes,
+    patch?, truncated?, worktree?}``."""
 
 
-class ToolCall(TypedDict):
-    """The call a one-argument tool function receives as JSON text
-    (``json.loads`` it)."""
-
+class _ToolCallRequired(TypedDict):
     tool: str
     params: Dict[str, Any]
     action_id: str
@@ -114,6 +114,16 @@ class ToolCall(TypedDict):
     timeout_ms: Optional[int]
     session_id: Optional[str]
     attempt: int
+
+
+class ToolCall(_ToolCallRequired, total=False):
+    """The call a one-argument tool function receives as JSON text
+    (``json.loads`` it)."""
+
+    cwd: str
+    """Under worktree isolation: where to work, inside the tree."""
+    isolation: Any
+    """The proposal's declared isolation, when not ``"none"``."""
 
 
 class _IssueRequired(TypedDict):
