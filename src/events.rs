@@ -52,11 +52,17 @@ pub enum EventKind {
     /// A command ran through the subprocess executor (`shell` or a
     /// subprocess tool): its sandbox profile and how it ended.
     SandboxRun,
+    /// A run started (`runs_start`): its id, agent and intent.
+    RunStarted,
+    /// A run recorded a model turn: model, token usage, tool call names.
+    RunModelTurn,
+    /// A run completed with its outcome.
+    RunCompleted,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::ProposalReceived,
         EventKind::ActionRejected,
         EventKind::ActionExecuting,
@@ -73,6 +79,9 @@ impl EventKind {
         EventKind::ProposalCompleted,
         EventKind::AdmissionDecided,
         EventKind::SandboxRun,
+        EventKind::RunStarted,
+        EventKind::RunModelTurn,
+        EventKind::RunCompleted,
     ];
 
     /// The wire spelling (`ActionSucceeded`, ...).
@@ -94,6 +103,9 @@ impl EventKind {
             EventKind::ProposalCompleted => "ProposalCompleted",
             EventKind::AdmissionDecided => "AdmissionDecided",
             EventKind::SandboxRun => "SandboxRun",
+            EventKind::RunStarted => "RunStarted",
+            EventKind::RunModelTurn => "RunModelTurn",
+            EventKind::RunCompleted => "RunCompleted",
         }
     }
 
@@ -734,6 +746,15 @@ impl EventLog {
         let Ok(mut log) = self.inner.lock() else { return 0 };
         log.retention = policy;
         log.apply_retention(Utc::now())
+    }
+
+    /// Applies `policy` once (the installed policy stays); returns events removed.
+    pub fn truncate(&self, policy: &RetentionPolicy) -> usize {
+        let Ok(mut log) = self.inner.lock() else { return 0 };
+        let installed = std::mem::replace(&mut log.retention, policy.clone());
+        let removed = log.apply_retention(Utc::now());
+        log.retention = installed;
+        removed
     }
 
     /// Turns hash chaining on for every later event (idempotent).

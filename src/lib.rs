@@ -18,6 +18,7 @@ pub mod mcp;
 pub mod permission;
 pub mod planning;
 pub mod policy;
+pub mod runs;
 pub mod sandbox;
 #[cfg(feature = "server")]
 pub mod server;

@@ -54,6 +54,7 @@ mod reliability_engine;
 mod reliability_files;
 mod reliability_hostile;
 mod reliability_shell_regress;
+mod runs_trace;
 mod runtime_approvals;
 mod runtime_builtins;
 mod runtime_permissions;

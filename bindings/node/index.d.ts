@@ -147,6 +147,35 @@ export declare class CarRuntime {
   enableEventLogHashChaining(): Promise<void>
   /** `{"verified": n}` or `{"tampered_at": i}` as JSON text. */
   verifyEventLogChain(): Promise<string>
+  /**
+   * Gets (no argument) or sets the event retention policy
+   * `{max_events?, max_age_secs?}`: `{policy}` or `{policy, removed}`.
+   */
+  eventRetention(policyJson?: any | undefined | null): Promise<string>
+  /**
+   * Removes events beyond `{max_events?, max_age_secs?}` once (the
+   * policy in force stays): `{removed, remaining}`.
+   */
+  eventsTruncate(paramsJson: any): Promise<string>
+  /** `[{agent, calls, tokens_in, tokens_out, cost_usd}]` from the runs' model turns. */
+  eventCostByAgent(): Promise<string>
+  /** The operational rollup of the events held, as JSON text. */
+  metricsSummary(): Promise<string>
+  /** Keeps run traces as `<dir>/<run_id>.json` (null: in memory only). */
+  setRunsDir(dir?: string | undefined | null): Promise<void>
+  /**
+   * Starts a run `{intent, agent_id?, agent_name?, outcome_description?,
+   * idempotency_key?}`: `{run_id, agent_id}`.
+   */
+  runsStart(paramsJson: any): Promise<string>
+  /** Records one model turn of a run: `{run_id, turn_index, ok}`. */
+  runsRecordModelTurn(paramsJson: any): Promise<string>
+  /** Completes a run `{run_id, outcome: {status, ...}}`: `{run_id, ok}`. */
+  runsComplete(paramsJson: any): Promise<string>
+  /** `{count, runs}` newest first; filters `{agent_id?, status?, limit?}`. */
+  runsList(paramsJson?: any | undefined | null): Promise<string>
+  /** `{run, events}` of `{run_id}`: its turns, proposals and their events. */
+  runsGetTrace(paramsJson: any): Promise<string>
   /** A detached tool's poll result as JSON text, or null once consumed. */
   toolPoll(handle: string): Promise<string | null>
   /** Cooperatively cancels a detached tool. */

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::admission::{AdmissionConfig, AdmissionStage, HostLayers};
 use crate::engine::{CancelToken, ChunkStream, ExecOptions, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
-use crate::events::{EventQuery, RetentionPolicy};
+use crate::events::{EventKind, EventQuery, RetentionPolicy};
 use crate::gate::{ApprovalCallback, ApprovalEvent, ApprovalStore, input_digest};
 use crate::ir::{ActionProposal, ToolSchema, from_json_str};
 use crate::ir::{ToolFailure, ToolSource};
@@ -43,6 +43,10 @@ pub struct CarRuntime {
     /// The host directory of worktree isolation when no built-in root is
     /// registered ([`CarRuntime::set_working_dir`]); else the current one.
     work_dir: Arc<RwLock<Option<std::path::PathBuf>>>,
+    /// Run traces (`runs_*`).
+    runs: Arc<crate::runs::RunBook>,
+    /// The cost of every model turn recorded over the runtime's life.
+    cumulative_cost_usd: Arc<Mutex<f64>>,
     /// The approvals store of `set_permissions` and the attached approvers.
     approvals: Arc<Mutex<Approvals>>,
     /// The MCP servers of the document's `mcp` section, connected.
@@ -181,6 +185,8 @@ impl CarRuntime {
             plans: Arc::new(Mutex::new(std::collections::HashMap::new())),
             builtin_root: Arc::new(RwLock::new(None)),
             work_dir: Arc::new(RwLock::new(None)),
+            runs: Arc::new(crate::runs::RunBook::default()),
+            cumulative_cost_usd: Arc::new(Mutex::new(0.0)),
             approvals: Arc::new(Mutex::new(Approvals::default())),
             #[cfg(feature = "mcp")]
             mcp: Arc::new(RwLock::new(None)),
@@ -505,6 +511,7 @@ impl CarRuntime {
             Some(hub) => Arc::new(crate::mcp::McpDispatch { hub, inner: executor }),
             None => executor,
         };
+        self.runs.attribute(&proposal.id);
         let result = self.rt.execute(proposal, executor, opts).await;
         match tree {
             None => result,
@@ -554,6 +561,100 @@ impl CarRuntime {
         }
         result.artifacts.push(artifact);
         Ok(result)
+    }
+
+    /// Keeps run traces as `<dir>/<run_id>.json` (`car-server`:
+    /// `$CAR_HOME/runs`); `None`: in memory only.
+    pub fn set_runs_dir(&self, dir: Option<&str>) -> Result<()> {
+        self.runs.set_dir(dir.map(Path::new))
+    }
+
+    /// `runs_start {intent, agent_id?, agent_name?, outcome_description?,
+    /// idempotency_key?}` → `{run_id, agent_id}`. Proposals run after it
+    /// belong to the run until it completes.
+    pub fn runs_start(&self, params_json: &str) -> Result<String> {
+        self.runs_start_as(params_json, None)
+    }
+
+    /// [`CarRuntime::runs_start`] with the agent identity a host assigns
+    /// (a daemon's agent connection): it wins over the request's `agent_id`.
+    pub fn runs_start_as(&self, params_json: &str, agent: Option<&str>) -> Result<String> {
+        let params: Value = from_json_str(params_json)?;
+        let (out, event) = self.runs.start(&params, agent)?;
+        if let Some(e) = event {
+            self.rt.events().record(EventKind::RunStarted, None, None, e);
+        }
+        Ok(to_text(&out))
+    }
+
+    /// `runs_record_model_turn {run_id, turn_index?, assistant_text?,
+    /// requested_tool_calls?, model_id?, token_usage?, duration_ms?}` →
+    /// `{run_id, turn_index, ok}`.
+    pub fn runs_record_model_turn(&self, params_json: &str) -> Result<String> {
+        let params: Value = from_json_str(params_json)?;
+        let (out, event) = self.runs.record_turn(&params)?;
+        *lock(&self.cumulative_cost_usd) += crate::runs::turn_cost(&event);
+        self.rt.events().record(EventKind::RunModelTurn, None, None, event);
+        Ok(to_text(&out))
+    }
+
+    /// `runs_complete {run_id, outcome: {status, summary?, evidence?,
+    /// metrics?, tools_called?, timestamp?}}` → `{run_id, ok}`.
+    pub fn runs_complete(&self, params_json: &str) -> Result<String> {
+        let params: Value = from_json_str(params_json)?;
+        let (out, event) = self.runs.complete(&params)?;
+        self.rt.events().record(EventKind::RunCompleted, None, None, event);
+        Ok(to_text(&out))
+    }
+
+    /// `runs_list {agent_id?, status?, limit?}` → `{count, runs}` newest first.
+    pub fn runs_list(&self, params_json: Option<&str>) -> Result<String> {
+        self.runs_list_as(params_json, None)
+    }
+
+    /// [`CarRuntime::runs_list`] limited to one agent's runs.
+    pub fn runs_list_as(&self, params_json: Option<&str>, agent: Option<&str>) -> Result<String> {
+        let params = match params_json.map(str::trim).filter(|t| !t.is_empty() && *t != "null") {
+            Some(t) => from_json_str(t)?,
+            None => Value::Null,
+        };
+        Ok(to_text(&self.runs.list(&params, agent)?))
+    }
+
+    /// `runs_get_trace {run_id}` → `{run, events}`: the run with its model
+    /// turns and proposals, and the events of both held by this runtime.
+    pub fn runs_get_trace(&self, params_json: &str) -> Result<String> {
+        self.runs_get_trace_as(params_json, None)
+    }
+
+    /// [`CarRuntime::runs_get_trace`] limited to one agent's runs.
+    pub fn runs_get_trace_as(&self, params_json: &str, agent: Option<&str>) -> Result<String> {
+        let params: Value = from_json_str(params_json)?;
+        Ok(to_text(&self.runs.trace(&params, &self.rt.events().events(), agent)?))
+    }
+
+    /// `[{agent, calls, tokens_in, tokens_out, cost_usd}]` from the model
+    /// turns of the events held (`events.cost_by_agent`).
+    pub fn event_cost_by_agent(&self) -> String {
+        to_text(&crate::runs::cost_by_agent(&self.rt.events().events()))
+    }
+
+    /// The operational rollup of the events held (`metrics.summary`).
+    pub fn metrics_summary(&self) -> String {
+        let cumulative = *lock(&self.cumulative_cost_usd);
+        to_text(&crate::runs::metrics_summary(&self.rt.events().events(), cumulative))
+    }
+
+    /// `events_truncate {max_events?, max_age_secs?}`: removes the events
+    /// beyond that policy once (the retention policy in force stays) →
+    /// `{removed, remaining}`.
+    pub fn events_truncate(&self, params_json: &str) -> Result<String> {
+        let policy: RetentionPolicy = from_json_str(params_json)?;
+        if policy.max_events.is_none() && policy.max_age_secs.is_none() {
+            return Err(Error::invalid_argument("params", "give max_events and/or max_age_secs"));
+        }
+        let removed = self.rt.events().truncate(&policy);
+        Ok(to_text(&json!({"removed": removed, "remaining": self.rt.events().count()})))
     }
 
     /// Number of events held.

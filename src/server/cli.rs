@@ -296,6 +296,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     crate::approval::ledger::migrate_legacy_ledger(&paths.state_root).map_err(|e| e.to_string())?;
     config.ledger_path = Some(paths.state_root.join(crate::approval::TIER_LEDGER_FILE));
     config.approvals_dir = Some(paths.state_root.clone());
+    config.runs_dir = Some(paths.state_root.join("runs"));
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
     let store_url = args.store.clone().or_else(|| env("CAR_STORE_URL"));

@@ -188,10 +188,12 @@ pub const METHODS: &[MethodSpec] = &[
     m("events.chain.enable", "{}", "{ok: true}"),
     m("events.chain.verify", "{}", "{verified: n} | {tampered_at: i}"),
     m("events.clear", "{}", "{removed, stats}"),
+    m("events.cost_by_agent", "{}", "[{agent, calls, tokens_in, tokens_out, cost_usd}]"),
     m("events.count", "{}", "number"),
     m("events.query", "{kinds?, action_id?, proposal_id?, since?, until?, data_matches?, limit?}", "{count, events}"),
     m("events.retention", "{policy?: {max_events?, max_age_secs?}}", "{policy, removed?}"),
     m("events.stats", "{}", "{kind: count}"),
+    m("events.truncate", "{max_events?, max_age_secs?}", "{removed, remaining}"),
     m("host.approval", "{approval_id}", "{approval, history}"),
     m("host.approvals", "{}", "{count, approvals}"),
     m(
@@ -201,6 +203,7 @@ pub const METHODS: &[MethodSpec] = &[
     ),
     m("host.subscribe", "{}", "{subscribed: true, events, approvers}"),
     m("host.unsubscribe", "{}", "{subscribed: false, was_subscribed}"),
+    m("metrics.summary", "{}", "{proposals, actions, success_rate, error_rate, latency_ms, approvals, cost_usd, ...}"),
     m(
         "permission.approve",
         "{fingerprint, required_tier, reason?, evidence?} | {action, reason?, evidence?}",
@@ -222,6 +225,15 @@ pub const METHODS: &[MethodSpec] = &[
     m("proposal.apply", "{plan_id}", "ProposalResult"),
     m("proposal.plan", "{proposal, session_id?, scope?}", "{plan_id, proposal_id, items, counts}"),
     m("proposal.submit", "{proposal, session_id?, scope?}", "ProposalResult"),
+    m("runs.complete", "{run_id, outcome: {status, summary?, ...}}", "{run_id, ok}"),
+    m("runs.get_trace", "{run_id}", "{run, events}"),
+    m("runs.list", "{agent_id?, status?, limit?}", "{count, runs}"),
+    m(
+        "runs.record_model_turn",
+        "{run_id, turn_index?, assistant_text?, requested_tool_calls?, model_id?, token_usage?, duration_ms?}",
+        "{run_id, turn_index, ok}",
+    ),
+    m("runs.start", "{intent, agent_id?, agent_name?, outcome_description?, idempotency_key?}", "{run_id, agent_id}"),
     m(
         "server.handshake",
         "{protocol_version, client_version?, required_capabilities?, optional_capabilities?}",

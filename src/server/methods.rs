@@ -265,6 +265,16 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         "state.keys" => Ok(json!(rt.state_keys(opt_str(p, "tenant_id")?)?)),
         "state.snapshot" => parse(&rt.state_snapshot(opt_str(p, "tenant_id")?)?),
         "events.count" => Ok(json!(rt.event_count())),
+        "events.truncate" => parse(&rt.events_truncate(&p.to_string()).map_err(in_param("params"))?),
+        "events.cost_by_agent" => parse(&rt.event_cost_by_agent()),
+        "metrics.summary" => parse(&rt.metrics_summary()),
+        // An agent's runs are its own: the server assigns its identity, and
+        // it lists and reads only its runs.
+        "runs.start" => parse(&rt.runs_start_as(&p.to_string(), own_agent(conn).as_deref())?),
+        "runs.record_model_turn" => parse(&rt.runs_record_model_turn(&p.to_string())?),
+        "runs.complete" => parse(&rt.runs_complete(&p.to_string())?),
+        "runs.list" => parse(&rt.runs_list_as(Some(&p.to_string()), own_agent(conn).as_deref())?),
+        "runs.get_trace" => parse(&rt.runs_get_trace_as(&p.to_string(), own_agent(conn).as_deref())?),
         "events.stats" => parse(&rt.event_stats()),
         "events.query" if obj(p)?.get("store").is_some_and(|v| v != &Value::Bool(false)) => store_query(conn, p).await,
         "events.query" => parse(&rt.event_query(&Value::Object(obj(p)?.clone()).to_string())?),
@@ -371,6 +381,12 @@ async fn store_query(conn: &Conn, p: &Value) -> R {
         serde_json::from_value(Value::Object(q)).map_err(|e| RpcError::invalid_params(format!("query: {e}")))?;
     let events: Vec<Value> = backend.query(&query).await.map_err(RpcError::from)?.iter().map(|e| e.to_json()).collect();
     Ok(json!({"count": events.len(), "events": events, "source": "store"}))
+}
+
+/// An agent connection's agent id (its runs are its own); `None` for the
+/// operator and the host.
+fn own_agent(conn: &Conn) -> Option<String> {
+    conn.identity().filter(|i| i.role == super::conn::Role::Agent).and_then(|i| i.agent_id)
 }
 
 /// The daemon's approvals, or a clear error when it runs without a store.

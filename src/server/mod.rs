@@ -108,6 +108,9 @@ pub struct Config {
     /// of the store applies on every one. `None`: the local store of
     /// `approvals_dir`.
     pub shared_store: Option<crate::store::Backends>,
+    /// Where every session keeps its run traces (`$CAR_HOME/runs`); `None`:
+    /// in memory.
+    pub runs_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -140,6 +143,7 @@ impl Default for Config {
             event_log: None,
             webhooks: None,
             shared_store: None,
+            runs_dir: None,
         }
     }
 }

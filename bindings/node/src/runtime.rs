@@ -433,6 +433,69 @@ impl JsCarRuntime {
         Ok(self.core.verify_event_log_chain())
     }
 
+    /// Gets (no argument) or sets the event retention policy
+    /// `{max_events?, max_age_secs?}`: `{policy}` or `{policy, removed}`.
+    #[napi]
+    pub async fn event_retention(&self, policy_json: Option<Value>) -> napi::Result<String> {
+        self.core.event_retention(policy_json.map(text).as_deref()).map_err(aerr)
+    }
+
+    /// Removes events beyond `{max_events?, max_age_secs?}` once (the
+    /// policy in force stays): `{removed, remaining}`.
+    #[napi]
+    pub async fn events_truncate(&self, params_json: Value) -> napi::Result<String> {
+        self.core.events_truncate(&text(params_json)).map_err(aerr)
+    }
+
+    /// `[{agent, calls, tokens_in, tokens_out, cost_usd}]` from the runs' model turns.
+    #[napi]
+    pub async fn event_cost_by_agent(&self) -> napi::Result<String> {
+        Ok(self.core.event_cost_by_agent())
+    }
+
+    /// The operational rollup of the events held, as JSON text.
+    #[napi]
+    pub async fn metrics_summary(&self) -> napi::Result<String> {
+        Ok(self.core.metrics_summary())
+    }
+
+    /// Keeps run traces as `<dir>/<run_id>.json` (null: in memory only).
+    #[napi]
+    pub async fn set_runs_dir(&self, dir: Option<String>) -> napi::Result<()> {
+        self.core.set_runs_dir(dir.as_deref()).map_err(aerr)
+    }
+
+    /// Starts a run `{intent, agent_id?, agent_name?, outcome_description?,
+    /// idempotency_key?}`: `{run_id, agent_id}`.
+    #[napi]
+    pub async fn runs_start(&self, params_json: Value) -> napi::Result<String> {
+        self.core.runs_start(&text(params_json)).map_err(aerr)
+    }
+
+    /// Records one model turn of a run: `{run_id, turn_index, ok}`.
+    #[napi]
+    pub async fn runs_record_model_turn(&self, params_json: Value) -> napi::Result<String> {
+        self.core.runs_record_model_turn(&text(params_json)).map_err(aerr)
+    }
+
+    /// Completes a run `{run_id, outcome: {status, ...}}`: `{run_id, ok}`.
+    #[napi]
+    pub async fn runs_complete(&self, params_json: Value) -> napi::Result<String> {
+        self.core.runs_complete(&text(params_json)).map_err(aerr)
+    }
+
+    /// `{count, runs}` newest first; filters `{agent_id?, status?, limit?}`.
+    #[napi]
+    pub async fn runs_list(&self, params_json: Option<Value>) -> napi::Result<String> {
+        self.core.runs_list(params_json.map(text).as_deref()).map_err(aerr)
+    }
+
+    /// `{run, events}` of `{run_id}`: its turns, proposals and their events.
+    #[napi]
+    pub async fn runs_get_trace(&self, params_json: Value) -> napi::Result<String> {
+        self.core.runs_get_trace(&text(params_json)).map_err(aerr)
+    }
+
     /// A detached tool's poll result as JSON text, or null once consumed.
     #[napi]
     pub async fn tool_poll(&self, handle: String) -> napi::Result<Option<String>> {

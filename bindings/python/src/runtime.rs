@@ -697,6 +697,69 @@ impl PyCarRuntime {
         self.core.verify_event_log_chain()
     }
 
+    /// Gets (no argument) or sets the event retention policy
+    /// `{max_events?, max_age_secs?}`: `{policy}` or `{policy, removed}`.
+    #[pyo3(signature = (policy_json=None))]
+    fn event_retention(&self, py: Python<'_>, policy_json: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        let p = opt_text(py, policy_json)?;
+        self.core.event_retention(p.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Removes events beyond `{max_events?, max_age_secs?}` once (the
+    /// policy in force stays): `{removed, remaining}`.
+    fn events_truncate(&self, py: Python<'_>, params_json: &Bound<'_, PyAny>) -> PyResult<String> {
+        let p = json_text(py, params_json)?;
+        self.core.events_truncate(&p).map_err(|e| to_py_err(py, e))
+    }
+
+    /// `[{agent, calls, tokens_in, tokens_out, cost_usd}]` from the runs' model turns.
+    fn event_cost_by_agent(&self) -> String {
+        self.core.event_cost_by_agent()
+    }
+
+    /// The operational rollup of the events held, as JSON text.
+    fn metrics_summary(&self) -> String {
+        self.core.metrics_summary()
+    }
+
+    /// Keeps run traces as `<dir>/<run_id>.json` (`None`: in memory only).
+    #[pyo3(signature = (dir=None))]
+    fn set_runs_dir(&self, py: Python<'_>, dir: Option<String>) -> PyResult<()> {
+        self.core.set_runs_dir(dir.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Starts a run `{intent, agent_id?, agent_name?, outcome_description?,
+    /// idempotency_key?}`: `{run_id, agent_id}`.
+    fn runs_start(&self, py: Python<'_>, params_json: &Bound<'_, PyAny>) -> PyResult<String> {
+        let p = json_text(py, params_json)?;
+        self.core.runs_start(&p).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Records one model turn of a run: `{run_id, turn_index, ok}`.
+    fn runs_record_model_turn(&self, py: Python<'_>, params_json: &Bound<'_, PyAny>) -> PyResult<String> {
+        let p = json_text(py, params_json)?;
+        self.core.runs_record_model_turn(&p).map_err(|e| to_py_err(py, e))
+    }
+
+    /// Completes a run `{run_id, outcome: {status, ...}}`: `{run_id, ok}`.
+    fn runs_complete(&self, py: Python<'_>, params_json: &Bound<'_, PyAny>) -> PyResult<String> {
+        let p = json_text(py, params_json)?;
+        self.core.runs_complete(&p).map_err(|e| to_py_err(py, e))
+    }
+
+    /// `{count, runs}` newest first; filters `{agent_id?, status?, limit?}`.
+    #[pyo3(signature = (params_json=None))]
+    fn runs_list(&self, py: Python<'_>, params_json: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        let p = opt_text(py, params_json)?;
+        self.core.runs_list(p.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
+    /// `{run, events}` of `{run_id}`: its turns, proposals and their events.
+    fn runs_get_trace(&self, py: Python<'_>, params_json: &Bound<'_, PyAny>) -> PyResult<String> {
+        let p = json_text(py, params_json)?;
+        self.core.runs_get_trace(&p).map_err(|e| to_py_err(py, e))
+    }
+
     /// A detached tool's poll result as JSON text, or None once consumed.
     fn tool_poll(&self, handle: String) -> Option<String> {
         self.core.tool_poll(&handle)

@@ -729,6 +729,57 @@ impl CarRuntime {
         self.core.verify_event_log_chain()
     }
 
+    /// Gets (`None`) or sets the event retention policy `{max_events?,
+    /// max_age_secs?}`: `{policy}` or `{policy, removed}`.
+    pub fn event_retention(&self, policy_json: Option<String>) -> Result<String, CarError> {
+        Ok(self.core.event_retention(policy_json.as_deref())?)
+    }
+
+    /// Removes events beyond `{max_events?, max_age_secs?}` once: `{removed, remaining}`.
+    pub fn events_truncate(&self, params_json: String) -> Result<String, CarError> {
+        Ok(self.core.events_truncate(&params_json)?)
+    }
+
+    /// `[{agent, calls, tokens_in, tokens_out, cost_usd}]` from the runs' model turns.
+    pub fn event_cost_by_agent(&self) -> String {
+        self.core.event_cost_by_agent()
+    }
+
+    /// The operational rollup of the events held.
+    pub fn metrics_summary(&self) -> String {
+        self.core.metrics_summary()
+    }
+
+    /// Keeps run traces as `<dir>/<run_id>.json` (`None`: in memory only).
+    pub fn set_runs_dir(&self, dir: Option<String>) -> Result<(), CarError> {
+        Ok(self.core.set_runs_dir(dir.as_deref())?)
+    }
+
+    /// Starts a run: `{run_id, agent_id}`.
+    pub fn runs_start(&self, params_json: String) -> Result<String, CarError> {
+        Ok(self.core.runs_start(&params_json)?)
+    }
+
+    /// Records one model turn of a run.
+    pub fn runs_record_model_turn(&self, params_json: String) -> Result<String, CarError> {
+        Ok(self.core.runs_record_model_turn(&params_json)?)
+    }
+
+    /// Completes a run with its outcome.
+    pub fn runs_complete(&self, params_json: String) -> Result<String, CarError> {
+        Ok(self.core.runs_complete(&params_json)?)
+    }
+
+    /// `{count, runs}` newest first.
+    pub fn runs_list(&self, params_json: Option<String>) -> Result<String, CarError> {
+        Ok(self.core.runs_list(params_json.as_deref())?)
+    }
+
+    /// `{run, events}` of `{run_id}`.
+    pub fn runs_get_trace(&self, params_json: String) -> Result<String, CarError> {
+        Ok(self.core.runs_get_trace(&params_json)?)
+    }
+
     /// A detached tool's poll result, or None once consumed.
     pub fn tool_poll(&self, handle: String) -> Option<String> {
         self.core.tool_poll(&handle)

@@ -240,6 +240,26 @@ class CarRuntime:
     def enable_event_log_hash_chaining(self) -> None: ...
     def verify_event_log_chain(self) -> str:
         """`{"verified": n}` or `{"tampered_at": i}`."""
+    def event_retention(self, policy_json: Optional[_JsonArg] = None) -> str:
+        """Gets (no argument) or sets `{max_events?, max_age_secs?}`: `{policy}` or `{policy, removed}`."""
+    def events_truncate(self, params_json: _JsonArg) -> str:
+        """Removes events beyond `{max_events?, max_age_secs?}` once: `{removed, remaining}`."""
+    def event_cost_by_agent(self) -> str:
+        """`[{agent, calls, tokens_in, tokens_out, cost_usd}]` from the runs' model turns."""
+    def metrics_summary(self) -> str:
+        """The operational rollup of the events held (rates, latency, approvals, cost)."""
+    def set_runs_dir(self, dir: Optional[str] = None) -> None:
+        """Keeps run traces as `<dir>/<run_id>.json`; `None`: in memory only."""
+    def runs_start(self, params_json: _JsonArg) -> str:
+        """`{intent, agent_id?, agent_name?, outcome_description?, idempotency_key?}` -> `{run_id, agent_id}`."""
+    def runs_record_model_turn(self, params_json: _JsonArg) -> str:
+        """`{run_id, turn_index?, assistant_text?, requested_tool_calls?, model_id?, token_usage?, duration_ms?}`."""
+    def runs_complete(self, params_json: _JsonArg) -> str:
+        """`{run_id, outcome: {status, summary?, ...}}` -> `{run_id, ok}`."""
+    def runs_list(self, params_json: Optional[_JsonArg] = None) -> str:
+        """`{count, runs}` newest first; filters `{agent_id?, status?, limit?}`."""
+    def runs_get_trace(self, params_json: _JsonArg) -> str:
+        """`{run, events}` of `{run_id}`."""
     def tool_poll(self, handle: str) -> Optional[str]: ...
     def tool_cancel(self, handle: str) -> bool: ...
     def permission_get_tier(self) -> str: ...

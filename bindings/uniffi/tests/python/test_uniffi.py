@@ -67,7 +67,23 @@ def main():
         raise AssertionError("expected CarError")
     pumped(rt)
     strict()
+    runs()
     print("uniffi python: ok")
+
+
+def runs():
+    """Run traces, cost by agent, metrics and retention (issue #23)."""
+    rt = car.CarRuntime()
+    run = json.loads(rt.runs_start(json.dumps({"intent": "x", "agent_id": "swift-agent"})))
+    rt.runs_record_model_turn(json.dumps({"run_id": run["run_id"], "model_id": "m",
+                                          "token_usage": {"input_tokens": 4, "output_tokens": 1}}))
+    assert json.loads(rt.runs_complete(json.dumps({"run_id": run["run_id"], "outcome": {"status": "done"}})))["ok"]
+    assert json.loads(rt.runs_list(None))["runs"][0]["status"] == "done"
+    assert json.loads(rt.runs_get_trace(json.dumps({"run_id": run["run_id"]})))["run"]["turns"][0]["model_id"] == "m"
+    assert json.loads(rt.event_cost_by_agent())[0]["tokens_in"] == 4
+    assert json.loads(rt.metrics_summary())["runs"]["model_turns"] == 1
+    assert json.loads(rt.event_retention(json.dumps({"max_events": 10})))["policy"] == {"max_events": 10}
+    assert json.loads(rt.events_truncate(json.dumps({"max_events": 1})))["remaining"] == 1
 
 
 def strict():
