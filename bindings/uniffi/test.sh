@@ -35,5 +35,14 @@ KOTLINC="$KDIR/node_modules/kotlin-compiler/bin/kotlinc"
 STDLIB=$(ls "$KDIR"/node_modules/kotlin-compiler/lib/kotlin-stdlib.jar)
 BUILD=$PWD/.kotlin/build
 rm -rf "$BUILD" && mkdir -p "$BUILD"
-"$KOTLINC" -nowarn -cp "$JNA" "$GEN"/kotlin/uniffi/car_runtime_uniffi/*.kt tests/kotlin/Main.kt -d "$BUILD/app.jar"
+# The README's Kotlin example is compiled and run with the test (Main.kt calls it).
+python3 - README.md "$BUILD/ReadmeExample.kt" <<'PY'
+import re, sys
+blocks = re.findall(r"```kotlin\n(.*?)```", open(sys.argv[1]).read(), re.S)
+example = [b for b in blocks if "fun readmeExample" in b]
+if len(example) != 1:
+    sys.exit("README.md: expected one ```kotlin block defining readmeExample")
+open(sys.argv[2], "w").write(example[0])
+PY
+"$KOTLINC" -nowarn -cp "$JNA" "$GEN"/kotlin/uniffi/car_runtime_uniffi/*.kt tests/kotlin/Main.kt "$BUILD/ReadmeExample.kt" -d "$BUILD/app.jar"
 java -Djna.library.path="$GEN/python" -cp "$BUILD/app.jar:$JNA:$STDLIB" MainKt

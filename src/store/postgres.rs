@@ -638,6 +638,10 @@ fn pending_of(row: &tokio_postgres::Row) -> PendingApproval {
 
 const TIMEOUT_REASON: &str = "approval deadline passed without a resolution";
 
+/// Uses a closed approval up, once: the update that sets `consumed_at` wins.
+const CONSUME: &str = "UPDATE car_approvals SET consumed_at = clock_timestamp() \
+                       WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *";
+
 impl PgBackends {
     /// Closes every open approval past its deadline as a timeout deny (one
     /// conditional update with its notifications in the same commit).
@@ -706,14 +710,7 @@ impl PgBackends {
         let client = self.client().await?;
         // Closed: use it up, once, in one statement (the update that sets
         // `consumed_at` wins).
-        let used = client
-            .query_opt(
-                "UPDATE car_approvals SET consumed_at = clock_timestamp() \
-                 WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *",
-                &[&key],
-            )
-            .await
-            .map_err(db_err)?;
+        let used = client.query_opt(CONSUME, &[&key]).await.map_err(db_err)?;
         if let Some(res) = used.as_ref().and_then(resolution_of) {
             return Ok(WaitStep::Closed(res));
         }
@@ -777,14 +774,7 @@ impl ApprovalBackend for PgBackends {
             None => {
                 // A resolution not yet used applies to this request and is
                 // used up by it (one conditional update: consume once).
-                let used = tx
-                    .query_opt(
-                        "UPDATE car_approvals SET consumed_at = clock_timestamp() \
-                         WHERE key = $1 AND consumed_at IS NULL AND decision IS NOT NULL RETURNING *",
-                        &[&key],
-                    )
-                    .await
-                    .map_err(db_err)?;
+                let used = tx.query_opt(CONSUME, &[&key]).await.map_err(db_err)?;
                 match used.as_ref().and_then(resolution_of) {
                     Some(r) => Ticket::Resolved(r),
                     None => {

@@ -10,6 +10,7 @@
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -255,12 +256,26 @@ def pg_daemons(schema, url, homes):
     return Daemon(env=env("host-a"), home=homes[0]), Daemon(env=env("host-b"), home=homes[1])
 
 
-def test_an_approval_asked_on_one_daemon_is_granted_through_another():
+@contextlib.contextmanager
+def two_hosts(prefix):
+    """Daemons A and B sharing one fresh schema of the test database; both
+    stopped, the schema dropped and their homes removed afterwards."""
     url = pg_url()
-    schema = f"appr_{os.getpid()}_{time.time_ns() % 1000000}"
-    homes = [f"/tmp/car-stores-appr-{i}-{os.getpid()}" for i in "ab"]
+    schema = f"{prefix}_{os.getpid()}_{time.time_ns() % 1000000}"
+    homes = [f"/tmp/car-stores-{prefix}-{i}-{os.getpid()}" for i in "ab"]
     a, b = pg_daemons(schema, url, homes)
     try:
+        yield a, b
+    finally:
+        for d in (a, b):
+            d.__exit__(None, None, None)
+        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for h in homes:
+            shutil.rmtree(h, ignore_errors=True)
+
+
+def test_an_approval_asked_on_one_daemon_is_granted_through_another():
+    with two_hosts("appr") as (a, b):
         async def go():
             approver = await authed(b.url)
             assert (await approver.call("host.subscribe", {}))["subscribed"] is True
@@ -341,12 +356,6 @@ def test_an_approval_asked_on_one_daemon_is_granted_through_another():
             await approver.close()
 
         run(go())
-    finally:
-        for d in (a, b):
-            d.__exit__(None, None, None)
-        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        for h in homes:
-            shutil.rmtree(h, ignore_errors=True)
 
 
 # --- rate windows shared across connections and daemons -----------------------------
@@ -407,18 +416,8 @@ def test_a_rate_limit_holds_across_the_connections_of_a_daemon():
 
 
 def test_a_rate_limit_holds_across_daemons_sharing_a_store():
-    url = pg_url()
-    schema = f"rate_{os.getpid()}_{time.time_ns() % 1000000}"
-    homes = [f"/tmp/car-stores-rate-{i}-{os.getpid()}" for i in "ab"]
-    a, b = pg_daemons(schema, url, homes)
-    try:
+    with two_hosts("rate") as (a, b):
         check_window(run_rated([a.url, b.url]), 40)
-    finally:
-        for d in (a, b):
-            d.__exit__(None, None, None)
-        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        for h in homes:
-            shutil.rmtree(h, ignore_errors=True)
 
 
 def test_a_waiting_action_survives_a_postgres_restart():
@@ -426,17 +425,14 @@ def test_a_waiting_action_survives_a_postgres_restart():
     approval: the waiter stays (it retries until its deadline, looking at
     least once a second, so it meets the outage), B's grant after the
     restart reaches it, and the action runs once."""
-    url = pg_url()
+    pg_url()
     pgdir = os.environ.get("CAR_TEST_PG_DIR")
     if not pgdir:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true and CAR_TEST_PG_DIR is not set")
         pytest.skip("CAR_TEST_PG_DIR is not set (scripts/test sets it with its cluster)")
     script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "pg-cluster.sh")
-    schema = f"restart_{os.getpid()}_{time.time_ns() % 1000000}"
-    homes = [f"/tmp/car-stores-restart-{i}-{os.getpid()}" for i in "ab"]
-    a, b = pg_daemons(schema, url, homes)
-    try:
+    with two_hosts("restart") as (a, b):
         async def go():
             s = await echo_submitter(a.url)
             pending = asyncio.create_task(s.request(
@@ -463,9 +459,3 @@ def test_a_waiting_action_survives_a_postgres_restart():
             await approver.close()
 
         run(go())
-    finally:
-        for d in (a, b):
-            d.__exit__(None, None, None)
-        psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        for h in homes:
-            shutil.rmtree(h, ignore_errors=True)

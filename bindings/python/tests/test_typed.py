@@ -43,8 +43,12 @@ def test_tool_call_shape_matches_the_typed_dict():
         return None
 
     car_runtime.execute(P, ["t"], tool)
-    keys = set(car_runtime.ToolCall.__annotations__)
-    assert set(seen[0]) == keys
+    required = car_runtime.ToolCall.__required_keys__
+    optional = car_runtime.ToolCall.__optional_keys__
+    assert required | optional == set(car_runtime.ToolCall.__annotations__)
+    # Every required key, and the optional ones only under isolation.
+    assert set(seen[0]) == required, (set(seen[0]), required)
+    assert optional == {"cwd", "isolation"}
     assert seen[0]["attempt"] == 1
 
 

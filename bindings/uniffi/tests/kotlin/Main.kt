@@ -85,5 +85,8 @@ fun main() {
     val perCall = (System.nanoTime() - t0) / 1000.0 / n
     check(outBench.contains("\"actions_executed\":$n"), "all $n callbacks ran")
     println("uniffi kotlin: ToolHandler round trip %.1f us per call (%d calls in one proposal)".format(perCall, n))
+    // The README's example (bindings/uniffi/README.md, extracted by test.sh).
+    val fromReadme = readmeExample()
+    check(fromReadme.contains("\"status\":\"succeeded\""), "README example: $fromReadme")
     println("uniffi kotlin: ok")
 }
