@@ -84,10 +84,12 @@ export type CarConfigErrorCode =
   | 'invalid_subprocess_tool'
   | 'invalid_tool_name'
   | 'invalid_tool_schema'
+  | 'isolation_not_git'
   | 'mcp_tool_conflict'
   | 'mcp_unavailable'
   | 'policy_io_error'
   | 'policy_parse_error'
+  | 'run_completed'
   | 'unknown_policy_key'
   | 'unknown_preset'
   | 'unsupported_executor'
@@ -99,6 +101,7 @@ export type CarNotFoundErrorCode =
   | 'intent_not_found'
   | 'plan_item_not_found'
   | 'plan_not_found'
+  | 'run_not_found'
   | 'unknown_method'
   | 'unknown_session';
 
@@ -127,11 +130,13 @@ export type CarRuntimeErrorCode =
   | 'policy_store_io'
   | 'preview_failed'
   | 'rate_limiter_poisoned'
+  | 'runs_store_io'
   | 'serialization_failed'
   | 'state_poisoned'
   | 'store_schema_newer'
   | 'store_unavailable'
-  | 'supervision_unavailable';
+  | 'supervision_unavailable'
+  | 'worktree_failed';
 
 /** Every code known to this version. A newer core may add codes to a family
  * (never to the input family); match on `family` or `instanceof` for those. */

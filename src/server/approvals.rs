@@ -645,6 +645,15 @@ impl Approvals {
                 .unwrap_or_else(|| key.split(':').next().unwrap_or_default().to_string());
             (tool, e.map(|e| e.submitters.clone()).unwrap_or_default(), e.and_then(|e| e.tier.clone()))
         };
+        if tier.is_none() && key.starts_with(&format!("{TIER_TOOL}:")) {
+            // Asked on another daemon of a shared store (or before a
+            // restart): its ledger is not this daemon's, so an approval here
+            // could not be recorded where the escalation is decided.
+            return Err(RpcError::internal(format!(
+                "tier escalation `{key}` was not asked on this daemon; decide it on the daemon that asked (the tier ledger is per daemon)"
+            ))
+            .with_data(json!({"code": "approval_elsewhere", "approval_id": key})));
+        }
         if tier.is_some() && d.scope != Scope::Once {
             return Err(RpcError::invalid_params(
                 "a tier escalation is approved for its operation only: scope must be `once`",

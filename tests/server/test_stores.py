@@ -343,6 +343,26 @@ def test_an_approval_asked_on_one_daemon_is_granted_through_another():
             for c in (approver, approver_a, s):
                 await c.close()
 
+            # A tier escalation asked on A is decided on A (its ledger):
+            # B refuses to decide it, A's approver can.
+            s = await echo_submitter(a.url)
+            await s.call("session.init", {"client_id": "tier", "admission": {}})
+            await s.call("tools.register", [{"name": "deploy"}])
+            approver_b = await authed(b.url)
+            approver_a = await authed(a.url)
+            assert (await approver_a.call("host.subscribe", {}))["subscribed"] is True
+            act = tool_call("d1", "deploy", parameters={"target": "prod", "api_token": "s3cret"})
+            tier = asyncio.create_task(s.request("proposal.submit", {"proposal": proposal([act], "tier-x")}, timeout=60))
+            [tkey] = [k for k in await pending_ids(approver_b, 1) if k.startswith("tier:")]
+            r = await approver_b.request("host.resolve_approval", {"approval_id": tkey, "resolution": "approve"})
+            assert r["error"]["data"]["code"] == "approval_elsewhere", r
+            r = await approver_a.call("host.resolve_approval", {"approval_id": tkey, "resolution": "approve"})
+            assert r["applied"] is True
+            res = (await tier)["result"]
+            assert res["results"][0]["status"] == "succeeded", res
+            for c in (s, approver_a, approver_b):
+                await c.close()
+
             # A pending approval outlives `kill -9` of the daemon that asked.
             s = await echo_submitter(a.url)
             asyncio.create_task(
