@@ -420,6 +420,16 @@ impl CarRuntime {
         Ok((p, unknown))
     }
 
+    /// In strict mode, refuses `proposal_json` when it has a field the IR
+    /// does not know (`unknown_field`); otherwise (and when it has none)
+    /// `Ok`. For a host that parses the proposal itself (the daemon).
+    pub fn check_strict_fields(&self, proposal_json: &str) -> Result<()> {
+        if self.strict_fields() {
+            self.parse_checked(proposal_json)?;
+        }
+        Ok(())
+    }
+
     /// Parses a proposal to run: in strict mode, as [`Self::parse_checked`];
     /// otherwise by the plain parser (unknown fields are ignored unread).
     fn parse_strict(&self, proposal_json: &str) -> Result<ActionProposal> {

@@ -246,7 +246,11 @@ pub const METHODS: &[MethodSpec] = &[
         "{ok: true, auth_enabled, role?: agent | host, agent_id?}",
     ),
     m("session.clear_halt", "{}", "{cleared, halted: false}"),
-    m("session.init", "{client_id, tools?, policies?}", "{session_id, tools_registered, policies_registered}"),
+    m(
+        "session.init",
+        "{client_id, tools?, policies?, admission?, strict_fields?}",
+        "{session_id, tools_registered, policies_registered}",
+    ),
     m("session.policy.close", "{session_id}", "{closed}"),
     m("session.policy.open", "{}", "{session_id}"),
     m("state.exists", "{key, tenant_id?}", "bool"),

@@ -45,7 +45,7 @@ pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal, supervised: b
 /// parsed proposal derives.
 pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
     if method == "proposal.submit" {
-        let submission = Submission::read(&params)?;
+        let submission = Submission::read(&params, &conn.rt)?;
         if let Some(refused) = guarded(method, admit(conn, &submission)).await? {
             return Ok(refused);
         }
@@ -210,7 +210,7 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             }
         }
         "proposal.submit" => {
-            let submission = Submission::read(p)?;
+            let submission = Submission::read(p, rt)?;
             match admit(conn, &submission).await? {
                 Some(refused) => Ok(refused),
                 None => execute(conn, submission).await,
@@ -532,6 +532,11 @@ fn session_init(conn: &Conn, p: &Value) -> R {
         }
     }
     let admission = obj(p)?.get("admission").filter(|v| !v.is_null()).cloned();
+    let strict = match obj(p)?.get("strict_fields") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err(RpcError::invalid_params("strict_fields must be a boolean")),
+    };
     if let Some(config) = &admission {
         // Checked before anything is registered: a bad document changes nothing.
         crate::admission::AdmissionConfig::from_value(config.clone())
@@ -540,6 +545,9 @@ fn session_init(conn: &Conn, p: &Value) -> R {
     let tools_registered = register_tools(conn, &tools)?;
     if let Some(config) = &admission {
         configure_admission(conn, config)?;
+    }
+    if let Some(s) = strict {
+        conn.rt.set_strict_fields(s);
     }
     for (i, pol) in policies.iter().enumerate() {
         let (name, rule) = (req_str(pol, "name")?, req_str(pol, "rule")?);
@@ -581,7 +589,7 @@ struct Submission {
 }
 
 impl Submission {
-    fn read(p: &Value) -> Result<Submission, RpcError> {
+    fn read(p: &Value, rt: &crate::api::runtime::CarRuntime) -> Result<Submission, RpcError> {
         // The proposal parser refuses a repeated key in any object (the
         // frame's rule), as it does for every front end.
         let text = proposal_text(req(p, "proposal")?)?;
@@ -592,6 +600,9 @@ impl Submission {
             Some(_) => return Err(RpcError::invalid_params("scope must be an object")),
         };
         let proposal = crate::api::parse_proposal(&text).map_err(in_param("proposal"))?;
+        // A session in strict mode (`session.init {strict_fields: true}`)
+        // refuses a field the IR does not know.
+        rt.check_strict_fields(&text).map_err(in_param("proposal"))?;
         Ok(Submission { proposal, session, scope })
     }
 }

@@ -64,3 +64,30 @@ def test_runs_over_the_wire_are_kept_and_an_agent_sees_only_its_own():
     finally:
         d.__exit__(None, None, None)
         shutil.rmtree(d.home, ignore_errors=True)
+
+
+def test_a_strict_session_refuses_an_unknown_field_and_runs_nothing():
+    d = Daemon(env={"CAR_AUTH_TOKEN": OP})
+    try:
+        async def go():
+            ran = []
+            c = await connect(d.url, {"token": OP})
+            await c.call("tools.register", [{"name": "t"}])
+            c.handlers["tools.execute"] = lambda params: ran.append(params["action_id"]) or "ok"
+            typo = proposal([tool_call("a", "t"), {**tool_call("b", "t"), "dependecies": ["a"]}], "typo")
+            # Default: accepted (the spec's stability rule), and verify warns.
+            res = await c.call("proposal.submit", {"proposal": typo})
+            assert [r["status"] for r in res["results"]] == ["succeeded", "succeeded"]
+            r = await c.request("session.init", {"client_id": "s", "strict_fields": "yes"})
+            assert "strict_fields must be a boolean" in r["error"]["message"]
+            await c.call("session.init", {"client_id": "s", "strict_fields": True})
+            ran.clear()
+            r = await c.request("proposal.submit", {"proposal": typo})
+            assert r["error"]["code"] == -32602 and "dependecies" in r["error"]["message"], r
+            assert ran == []
+            await c.close()
+
+        run(go())
+    finally:
+        d.__exit__(None, None, None)
+        shutil.rmtree(d.home, ignore_errors=True)
