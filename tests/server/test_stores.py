@@ -21,6 +21,9 @@ import time
 import pytest
 
 from client import Client
+from test_approvals import ASK_ECHO
+from test_approvals import connect as approvals_connect
+from test_approvals import submitter as approvals_submitter
 from test_server import BIN, Daemon, proposal, run, tool_call
 
 OP = "operator-token-stores-0123456789"
@@ -215,28 +218,14 @@ def test_two_daemons_share_the_postgres_event_log():
 
 # --- approvals shared across daemons ---------------------------------------------
 
-ASK_ECHO = {"ask": [{"tool": "echo"}]}
-
-
 async def authed(url):
-    c = await Client.connect(url)
-    assert (await c.call("session.auth", {"token": OP}))["ok"] is True
-    await c.call("server.handshake", {"protocol_version": 3})
-    await c.call("session.init", {"client_id": "stores-test", "admission": ASK_ECHO})
-    return c
+    """An operator connection whose session asks about `echo`."""
+    return await approvals_connect(url, auth={"token": OP}, admission=ASK_ECHO)
 
 
 async def echo_submitter(url):
-    c = await authed(url)
-    await c.call("tools.register", [{"name": "echo"}])
-    c.ran = []
-
-    async def execute(params):
-        c.ran.append(params["parameters"])
-        return "ok"
-
-    c.handlers["tools.execute"] = execute
-    return c
+    """`authed` serving `echo` (its calls' parameters in `c.ran`)."""
+    return await approvals_submitter(url, auth={"token": OP})
 
 
 async def pending_ids(c, want, timeout=20):
