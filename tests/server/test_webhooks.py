@@ -75,7 +75,9 @@ def verified(req, secret=SECRET):
 
 def test_approval_events_are_posted_signed_and_retried_and_an_ask_waits_for_the_people_they_reach():
     rx = Receiver(fail_first=1)
-    d = Daemon("--webhook", rx.url, env={"CAR_AUTH_TOKEN": OP, "CAR_WEBHOOK_SECRET": SECRET,
+    # `--dashboard 0`: a free port for the dashboard the approval link names
+    # (its default, the WebSocket port + 1, may be taken, and then no link).
+    d = Daemon("--webhook", rx.url, "--dashboard", "0", env={"CAR_AUTH_TOKEN": OP, "CAR_WEBHOOK_SECRET": SECRET,
                                          "CAR_WEBHOOK_BACKOFF_MS": "50"})
     try:
         async def go():
