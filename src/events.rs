@@ -58,11 +58,16 @@ pub enum EventKind {
     RunModelTurn,
     /// A run completed with its outcome.
     RunCompleted,
+    /// A proposal suspended on ask approvals (`crate::checkpoint`): its
+    /// suspension id, the pending approvals and its cost so far.
+    ProposalSuspended,
+    /// A suspended proposal was resumed (its suspension id).
+    ProposalResumed,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 19] = [
+    pub const ALL: [EventKind; 21] = [
         EventKind::ProposalReceived,
         EventKind::ActionRejected,
         EventKind::ActionExecuting,
@@ -82,6 +87,8 @@ impl EventKind {
         EventKind::RunStarted,
         EventKind::RunModelTurn,
         EventKind::RunCompleted,
+        EventKind::ProposalSuspended,
+        EventKind::ProposalResumed,
     ];
 
     /// The wire spelling (`ActionSucceeded`, ...).
@@ -106,6 +113,8 @@ impl EventKind {
             EventKind::RunStarted => "RunStarted",
             EventKind::RunModelTurn => "RunModelTurn",
             EventKind::RunCompleted => "RunCompleted",
+            EventKind::ProposalSuspended => "ProposalSuspended",
+            EventKind::ProposalResumed => "ProposalResumed",
         }
     }
 

@@ -7,6 +7,7 @@ pub mod api;
 pub mod approval;
 mod bytesort;
 pub mod canonical;
+pub mod checkpoint;
 pub mod dag;
 pub mod engine;
 pub mod error;

@@ -366,6 +366,69 @@ impl StateStore {
         out
     }
 
+    /// The keys `tx` wrote, each with its value before the transaction and
+    /// its value now (the undo records of a suspended proposal), in the
+    /// order first written.
+    pub fn transaction_writes(&self, tx: &Transaction) -> Vec<crate::checkpoint::StateWrite> {
+        let undo = match tx.undo.lock() {
+            Ok(u) => u.clone(),
+            Err(_) => return Vec::new(),
+        };
+        let Ok(slots) = self.slots.read() else { return Vec::new() };
+        let mut seen: HashSet<Arc<str>> = HashSet::with_capacity(undo.len());
+        let mut out = Vec::with_capacity(undo.len());
+        for (k, before) in undo {
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            let after = slots.get(&k).and_then(|s| s.value.clone());
+            out.push(crate::checkpoint::StateWrite { key: k.to_string(), before, after });
+        }
+        out
+    }
+
+    /// Takes over the writes of a suspended proposal into `tx`, so that a
+    /// rollback of `tx` restores them: a key that holds the proposal's value
+    /// keeps it (its undo record is the checkpoint's), a key that holds the
+    /// value from before the proposal (a store that never saw the write: a
+    /// fresh runtime) gets the proposal's value again (its undo record is
+    /// that value). A key another writer moved to anything else is a
+    /// conflict: nothing is taken over and the keys are returned.
+    pub fn adopt(&self, tx: &Transaction, writes: &[crate::checkpoint::StateWrite]) -> Result<(), Vec<String>> {
+        let Ok(mut slots) = self.slots.write() else { return Err(vec!["(the state lock is poisoned)".into()]) };
+        let conflicts: Vec<String> = writes
+            .iter()
+            .filter(|w| {
+                let now = slots.get(w.key.as_str()).and_then(|s| s.value.as_ref());
+                now != w.after.as_ref() && now != w.before.as_ref()
+            })
+            .map(|w| w.key.clone())
+            .collect();
+        if !conflicts.is_empty() {
+            return Err(conflicts);
+        }
+        let Ok(mut undo) = tx.undo.lock() else { return Err(vec!["(the transaction is poisoned)".into()]) };
+        for w in writes {
+            let key: Arc<str> = Arc::from(w.key.as_str());
+            let slot = slots.entry(key.clone()).or_insert(Slot {
+                key: key.clone(),
+                value: None,
+                version: 0,
+                tx_mark: 0,
+                writer: 0,
+            });
+            let before = if slot.value.as_ref() == w.after.as_ref() { w.before.clone() } else { slot.value.clone() };
+            if slot.value != w.after {
+                slot.value = w.after.clone();
+                slot.version += 1;
+            }
+            undo.push((slot.key.clone(), before));
+            slot.tx_mark = tx.id;
+            slot.writer = tx.id;
+        }
+        Ok(())
+    }
+
     /// Keys visible in `scope`, sorted (tenant keys without their prefix).
     pub fn keys(&self, scope: &Scope) -> Vec<String> {
         let Ok(slots) = self.slots.read() else { return Vec::new() };

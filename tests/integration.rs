@@ -67,6 +67,7 @@ mod shell_props;
 mod shell_reference;
 mod shell_variants;
 mod store_conformance;
+mod suspend_resume;
 mod tools_confinement;
 mod unknown_fields;
 mod verify_facade;

@@ -136,7 +136,103 @@ conformance!(
     rate_windows,
     events_chain_query_and_retention,
     tamper_detection,
+    checkpoints_claim_by_lease,
 );
+
+fn checkpoint(id: &str, n: u32) -> car_runtime::checkpoint::Checkpoint {
+    let proposal = car_runtime::ir::parse_proposal(
+        &json!({"id": "p", "actions": [{"id": "a", "type": "tool_call", "tool": "t"}]}).to_string(),
+    )
+    .unwrap();
+    let now = chrono::Utc::now();
+    car_runtime::checkpoint::Checkpoint {
+        id: id.to_string(),
+        proposal,
+        tenant: None,
+        owner: Some("agent:x".into()),
+        results: vec![None],
+        writes: vec![car_runtime::checkpoint::StateWrite {
+            key: "k".into(),
+            before: None,
+            after: Some(json!("\u{0}nul")),
+        }],
+        pending: vec![car_runtime::checkpoint::PendingAction {
+            action_id: "a".into(),
+            tool: Some("t".into()),
+            approval_key: "t:abc".into(),
+        }],
+        waiting: vec![],
+        tool_calls: 0,
+        retries: 0,
+        duration_ms: 1.5,
+        created_at: now + chrono::Duration::milliseconds(i64::from(n)),
+        suspended_at: now,
+        suspensions: n,
+    }
+}
+
+async fn checkpoints_claim_by_lease(u: &Under) {
+    use car_runtime::checkpoint::Claim;
+    let c = &u.b.checkpoints;
+    let long = Duration::from_secs(60);
+    assert_eq!(c.claim("susp-none", "a", long).await.unwrap(), Claim::NotFound);
+    let one = checkpoint("susp-1", 1);
+    c.save(&one).await.unwrap();
+    c.save(&checkpoint("susp-2", 2)).await.unwrap();
+    // Read back exactly as saved (a NUL in a value included).
+    assert_eq!(c.get("susp-1").await.unwrap(), Some(one));
+    let ids: Vec<String> = c.list().await.unwrap().into_iter().map(|x| x.id).collect();
+    assert_eq!(ids, ["susp-1", "susp-2"]);
+    // 16 racing claimants: exactly one wins.
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(
+            async move { c.claim("susp-1", &format!("r{i}"), Duration::from_secs(60)).await.unwrap() },
+        ));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Claim::Claimed(cp) => {
+                won += 1;
+                assert_eq!(cp.pending[0].approval_key, "t:abc");
+            }
+            Claim::Held { by, .. } => assert!(by.starts_with('r')),
+            Claim::NotFound => panic!("found"),
+        }
+    }
+    assert_eq!(won, 1);
+    // Only the claimant removes; a release frees it; an expired lease is taken over.
+    c.save(&checkpoint("susp-3", 3)).await.unwrap();
+    assert!(matches!(c.claim("susp-3", "a", Duration::from_millis(1)).await.unwrap(), Claim::Claimed(_)));
+    c.remove("susp-3", "b").await.unwrap();
+    assert!(c.get("susp-3").await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(matches!(c.claim("susp-3", "b", long).await.unwrap(), Claim::Claimed(_)));
+    assert!(matches!(c.claim("susp-3", "a", long).await.unwrap(), Claim::Held { .. }));
+    c.release("susp-3", "b").await.unwrap();
+    assert!(matches!(c.claim("susp-3", "a", long).await.unwrap(), Claim::Claimed(_)));
+    c.remove("susp-3", "a").await.unwrap();
+    assert_eq!(c.claim("susp-3", "a", long).await.unwrap(), Claim::NotFound);
+    // Saving again (a re-suspension) replaces the body and frees the claim.
+    assert!(matches!(c.claim("susp-2", "a", long).await.unwrap(), Claim::Claimed(_)));
+    c.save(&checkpoint("susp-2", 7)).await.unwrap();
+    match c.claim("susp-2", "b", long).await.unwrap() {
+        Claim::Claimed(cp) => assert_eq!(cp.suspensions, 7),
+        other => panic!("{other:?}"),
+    }
+    #[cfg(feature = "postgres")]
+    if let Kind::Pg { pg, url, schema } = &u.kind {
+        // A database of schema 1 (before checkpoints) is migrated at start-up.
+        pg.execute_raw("DROP TABLE car_checkpoints; UPDATE car_schema SET version = 1").await.unwrap();
+        let again = car_runtime::store::postgres::PgBackends::connect(url, schema, "w2").await.unwrap();
+        let b = again.backends();
+        assert_eq!(b.checkpoints.list().await.unwrap(), vec![]);
+        b.checkpoints.save(&checkpoint("susp-9", 9)).await.unwrap();
+        assert_eq!(b.checkpoints.list().await.unwrap().len(), 1);
+    }
+}
 
 async fn cas(u: &Under) {
     let s = &u.b.state;

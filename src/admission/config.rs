@@ -23,7 +23,8 @@
 //!   "retry_backoff_ms": 50,
 //!   "breaker": {"max_consecutive_denials": 3, "max_window_denials": 5, "window_secs": 300},
 //!   "sandbox": {"default": "workspace-write", "tools": {"shell": "read-only"}},
-//!   "plan_mode": true
+//!   "plan_mode": true,
+//!   "on_ask": "suspend"
 //! }
 //! ```
 //!
@@ -107,6 +108,17 @@ impl InspectorsConfig {
     pub fn is_empty(&self) -> bool {
         self.egress_allowlist.is_none() && self.repetition_limit.is_none()
     }
+}
+
+/// What a run does on an unanswered ask (`on_ask`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAsk {
+    /// Hold the action until the approval closes (the default).
+    #[default]
+    Wait,
+    /// Suspend the proposal with a checkpoint (`crate::checkpoint`).
+    Suspend,
 }
 
 /// The admission configuration document (see the module docs).
@@ -205,6 +217,12 @@ pub struct AdmissionConfig {
     /// keep_on_error?, max_kept?}` (a managed git worktree per proposal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<crate::isolation::Isolation>,
+    /// What a run does on an ask nobody has answered yet: `"wait"` (the
+    /// default) holds the action until the approval closes or its deadline
+    /// denies it; `"suspend"` settles the proposal with status `suspended`
+    /// and a checkpoint to resume by id (`docs/suspend.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_ask: Option<OnAsk>,
     /// MCP servers as tool sources (`docs/mcp.md`). Only the operator sets
     /// it (it starts programs; it is refused over the wire).
     #[serde(default, skip_serializing_if = "Option::is_none")]

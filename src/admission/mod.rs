@@ -39,7 +39,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-pub use config::{AdmissionConfig, InspectorsConfig, ShellTable};
+pub use config::{AdmissionConfig, InspectorsConfig, OnAsk, ShellTable};
 
 use crate::gate::{
     ApprovalDecision, ApprovalStore, BreakerConfig, CircuitBreaker, DEFAULT_APPROVAL_TIMEOUT_MS, Ticket, input_digest,
@@ -168,9 +168,37 @@ pub enum StageVerdict {
     Admit(Option<Decision>),
     /// Refused.
     Refuse(Decision),
-    /// An ask waiting for a live approver: the future settles with `None`
-    /// (approved) or the refusal reason.
-    Hold(Decision, BoxFuture<'static, Option<String>>),
+    /// An ask waiting for a live approver (see [`Held`]).
+    Hold(Decision, Held),
+}
+
+/// An action held for an approval.
+pub struct Held {
+    /// Waits for the decision: settles with `None` (approved) or the
+    /// refusal reason.
+    pub wait: BoxFuture<'static, Option<String>>,
+    /// Instead of waiting (a proposal run to suspend on an ask): asks once
+    /// and settles with the decision if it is already made, else with the
+    /// key of the pending approval to suspend on. `None`: this hold cannot
+    /// suspend and is waited for.
+    pub park: Option<BoxFuture<'static, Parked>>,
+}
+
+/// What [`Held::park`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parked {
+    /// Already decided: `None` approved (the approval is used up), else the
+    /// refusal reason.
+    Decided(Option<String>),
+    /// Still pending: the approval's key.
+    Pending(String),
+}
+
+impl Held {
+    /// A hold that can only be waited for.
+    pub fn waiting(wait: BoxFuture<'static, Option<String>>) -> Self {
+        Held { wait, park: None }
+    }
 }
 
 impl std::fmt::Debug for StageVerdict {
@@ -882,10 +910,18 @@ impl AdmissionStage {
     /// The permission chain, session answers and ask approvals for one
     /// action of policy session `session`.
     pub fn decide(&self, a: &Action, session: Option<&str>) -> StageVerdict {
+        self.decide_in(a, session, false)
+    }
+
+    /// [`AdmissionStage::decide`] for a run that suspends on asks
+    /// (`suspend`): an ask nobody can answer now (no approver attached)
+    /// holds the action with the approval's key to suspend on, instead of
+    /// refusing it.
+    pub fn decide_in(&self, a: &Action, session: Option<&str>, suspend: bool) -> StageVerdict {
         match self.judge(a, session) {
             Judged::Admit(d) => StageVerdict::Admit(d),
             Judged::Refuse(d) => StageVerdict::Refuse(d),
-            Judged::Ask(d, input) => self.ask(a.tool.as_deref().unwrap_or_default(), &input, d),
+            Judged::Ask(d, input) => self.ask(a.tool.as_deref().unwrap_or_default(), &input, d, suspend),
         }
     }
 
@@ -983,7 +1019,7 @@ impl AdmissionStage {
 
     /// An ask: an approval already resolved applies; otherwise a pending
     /// approval holds the action (or refuses it without a store).
-    fn ask(&self, name: &str, input: &Value, asked: Decision) -> StageVerdict {
+    fn ask(&self, name: &str, input: &Value, asked: Decision, suspend: bool) -> StageVerdict {
         if let Some(shared) = &self.shared_approvals {
             return self.ask_shared(shared, name, input, asked);
         }
@@ -1035,16 +1071,35 @@ impl AdmissionStage {
             Ok(Ticket::Resolved(r)) => resolved(r),
             Ok(Ticket::Pending(p)) => {
                 let store = store.clone();
+                // The request is recorded already: suspending needs only its key.
+                let key = p.key.clone();
                 StageVerdict::Hold(
                     asked,
-                    Box::pin(async move {
-                        match store.wait_pending(&p, Some(deadline)).await {
-                            Ok(r) if r.decision == ApprovalDecision::Allow => None,
-                            Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
-                            // Fail closed: an approval whose outcome cannot be learnt is a deny.
-                            Err(e) => Some(format!("approval `{}` was denied: {e}", p.key)),
-                        }
-                    }),
+                    Held {
+                        wait: Box::pin(async move {
+                            match store.wait_pending(&p, Some(deadline)).await {
+                                Ok(r) if r.decision == ApprovalDecision::Allow => None,
+                                Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
+                                // Fail closed: an approval whose outcome cannot be learnt is a deny.
+                                Err(e) => Some(format!("approval `{}` was denied: {e}", p.key)),
+                            }
+                        }),
+                        park: Some(Box::pin(std::future::ready(Parked::Pending(key)))),
+                    },
+                )
+            }
+            // Recorded without an approver to answer it now: a run that
+            // suspends waits for it in its checkpoint.
+            Err(e) if suspend && e.code() == "approval_required" => {
+                let reason = e.to_string();
+                StageVerdict::Hold(
+                    asked,
+                    Held {
+                        wait: Box::pin(std::future::ready(Some(reason))),
+                        park: Some(Box::pin(std::future::ready(Parked::Pending(crate::gate::approval_key(
+                            name, &digest,
+                        ))))),
+                    },
                 )
             }
             Err(e) => refuse(e.to_string()),
@@ -1098,22 +1153,40 @@ impl AdmissionStage {
         };
         let deadline = chrono::Utc::now() + self.approval_timeout;
         let (backend, tool) = (shared.backend.clone(), name.to_string());
+        let (park_backend, park_tool, park_digest) = (backend.clone(), tool.clone(), digest.clone());
+        let closed_reason = |r: crate::gate::Resolution| {
+            if r.decision == ApprovalDecision::Allow {
+                None
+            } else {
+                Some(format!("approval `{}` was denied: {}", r.key, r.reason))
+            }
+        };
         StageVerdict::Hold(
             asked,
-            Box::pin(async move {
-                let key = crate::gate::approval_key(&tool, &digest);
-                let closed = match backend.request(None, &tool, &digest, Some(deadline)).await {
-                    Ok(Ticket::Resolved(r)) => Ok(r),
-                    Ok(Ticket::Pending(p)) => backend.wait(&p.key, Some(deadline)).await,
-                    Err(e) => Err(e),
-                };
-                match closed {
-                    Ok(r) if r.decision == ApprovalDecision::Allow => None,
-                    Ok(r) => Some(format!("approval `{}` was denied: {}", r.key, r.reason)),
-                    // Fail closed: an approval whose outcome cannot be learnt is a deny.
-                    Err(e) => Some(format!("approval `{key}` was denied: {e}")),
-                }
-            }),
+            Held {
+                wait: Box::pin(async move {
+                    let key = crate::gate::approval_key(&tool, &digest);
+                    let closed = match backend.request(None, &tool, &digest, Some(deadline)).await {
+                        Ok(Ticket::Resolved(r)) => Ok(r),
+                        Ok(Ticket::Pending(p)) => backend.wait(&p.key, Some(deadline)).await,
+                        Err(e) => Err(e),
+                    };
+                    match closed {
+                        Ok(r) => closed_reason(r),
+                        // Fail closed: an approval whose outcome cannot be learnt is a deny.
+                        Err(e) => Some(format!("approval `{key}` was denied: {e}")),
+                    }
+                }),
+                park: Some(Box::pin(async move {
+                    let key = crate::gate::approval_key(&park_tool, &park_digest);
+                    match park_backend.request(None, &park_tool, &park_digest, Some(deadline)).await {
+                        Ok(Ticket::Resolved(r)) => Parked::Decided(closed_reason(r)),
+                        Ok(Ticket::Pending(p)) => Parked::Pending(p.key),
+                        // Fail closed.
+                        Err(e) => Parked::Decided(Some(format!("approval `{key}` was denied: {e}"))),
+                    }
+                })),
+            },
         )
     }
 

@@ -479,14 +479,36 @@ impl CarRuntime {
         session_id: Option<&str>,
         scope_json: Option<&str>,
     ) -> Result<crate::ir::ProposalResult> {
+        self.execute_parsed_as(proposal, executor, session_id, scope_json, None).await
+    }
+
+    /// [`Self::execute_parsed`] on behalf of `owner` (a daemon's principal):
+    /// a proposal that suspends records it, and only it (or a host) may
+    /// resume it.
+    pub async fn execute_parsed_as(
+        &self,
+        proposal: crate::ir::ActionProposal,
+        executor: Arc<dyn ToolExecutor>,
+        session_id: Option<&str>,
+        scope_json: Option<&str>,
+        owner: Option<&str>,
+    ) -> Result<crate::ir::ProposalResult> {
         let scope: ExecScope = match scope_json {
             Some(s) if !s.trim().is_empty() && s.trim() != "null" => from_json_str(s)?,
             _ => ExecScope::default(),
         };
-        let mut opts =
-            ExecOptions { session_id: session_id.map(str::to_string), tenant: scope.tenant_id, ..Default::default() };
+        let mut opts = ExecOptions {
+            session_id: session_id.map(str::to_string),
+            tenant: scope.tenant_id,
+            owner: owner.map(str::to_string),
+            ..Default::default()
+        };
         let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let isolation = self.rt.admission_stage().config().isolation.clone().unwrap_or_default();
+        let stage = self.rt.admission_stage();
+        let isolation = stage.config().isolation.clone().unwrap_or_default();
+        // A worktree does not outlive the call, so such a run waits on asks.
+        opts.suspend = stage.config().on_ask == Some(crate::admission::OnAsk::Suspend)
+            && !matches!(isolation, crate::isolation::Isolation::Worktree(_));
         if isolation != crate::isolation::Isolation::None {
             opts.isolation = Some(isolation.to_value());
         }
@@ -509,6 +531,18 @@ impl CarRuntime {
             }
             _ => None,
         };
+        let executor = self.dispatching(executor, root);
+        self.runs.attribute(&proposal.id);
+        let result = self.rt.execute(proposal, executor, opts).await;
+        match tree {
+            None => result,
+            Some(wt) => Self::finish_worktree(wt, result).await,
+        }
+    }
+
+    /// The host's executor with the built-in tools (once registered) and
+    /// the MCP tool sources in front.
+    fn dispatching(&self, executor: Arc<dyn ToolExecutor>, root: Option<Root>) -> Arc<dyn ToolExecutor> {
         let executor: Arc<dyn ToolExecutor> = match root {
             Some(root) => {
                 let builtins = BuiltinExecutor::new(root).with_runtime(self.rt.clone());
@@ -521,12 +555,59 @@ impl CarRuntime {
             Some(hub) => Arc::new(crate::mcp::McpDispatch { hub, inner: executor }),
             None => executor,
         };
-        self.runs.attribute(&proposal.id);
-        let result = self.rt.execute(proposal, executor, opts).await;
-        match tree {
-            None => result,
-            Some(wt) => Self::finish_worktree(wt, result).await,
-        }
+        executor
+    }
+
+    /// Resumes the suspended proposal `id` (`docs/suspend.md`) with the
+    /// host's executor: what had not run goes through admission again and
+    /// runs; what settled is not run again. The ProposalResult of the whole
+    /// proposal as JSON text (`status: "suspended"` again when an approval
+    /// is still pending). Errors `suspension_not_found`,
+    /// `suspension_claimed`, `suspension_conflict` change nothing.
+    pub async fn resume_proposal(&self, id: &str, executor: Arc<dyn ToolExecutor>) -> Result<String> {
+        Ok(self.resume_parsed_as(id, executor, None, None).await?.to_json_string())
+    }
+
+    /// [`Self::resume_proposal`] in policy session `session_id`, on behalf
+    /// of `owner` (a daemon's principal; `None`: the host, which may resume
+    /// any): the ProposalResult itself.
+    pub async fn resume_parsed_as(
+        &self,
+        id: &str,
+        executor: Arc<dyn ToolExecutor>,
+        session_id: Option<&str>,
+        owner: Option<&str>,
+    ) -> Result<crate::ir::ProposalResult> {
+        let opts = ExecOptions {
+            session_id: session_id.map(str::to_string),
+            owner: owner.map(str::to_string),
+            ..Default::default()
+        };
+        let root = self.builtin_root.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let executor = self.dispatching(executor, root);
+        let claimant = format!("resume-{}", uuid::Uuid::new_v4());
+        self.rt.resume(id, &claimant, executor, opts).await
+    }
+
+    /// The suspended proposals (`docs/suspend.md`), oldest first, as JSON
+    /// text: `{suspended: [{id, proposal_id, tenant, owner, pending,
+    /// waiting, created_at, suspended_at, suspensions}]}`; with `owner`,
+    /// only that principal's.
+    pub async fn suspended_proposals(&self, owner: Option<&str>) -> Result<String> {
+        let all = self.rt.checkpoints().list().await?;
+        let rows: Vec<Value> = all
+            .iter()
+            .filter(|c| owner.is_none() || c.owner.as_deref() == owner)
+            .map(crate::checkpoint::Checkpoint::summary)
+            .collect();
+        Ok(to_text(&json!({"suspended": rows})))
+    }
+
+    /// Keeps suspended proposals in `backend` (a daemon's directory or its
+    /// shared database). Default: in memory, or `<approvals_dir>/checkpoints`
+    /// once the admission document names an `approvals_dir`.
+    pub fn set_checkpoints(&self, backend: Arc<dyn crate::checkpoint::CheckpointBackend>) {
+        self.rt.set_checkpoints(backend);
     }
 
     /// Collects the worktree's patch into the result's artifacts and
@@ -807,8 +888,15 @@ impl CarRuntime {
         };
         let host = self.host_layers.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let (config, mcp) = self.prepare_mcp(config)?;
+        let checkpoints = match &config.approvals_dir {
+            Some(dir) => Some(crate::checkpoint::FileCheckpoints::open(Path::new(dir).join("checkpoints"))?),
+            None => None,
+        };
         let stage = AdmissionStage::build(config, &host, store.clone())?;
         self.install_mcp(mcp)?;
+        if let Some(c) = checkpoints {
+            self.rt.set_checkpoints(Arc::new(c));
+        }
         if let Some(store) = &store {
             self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).install(Some(store.clone()));
         }

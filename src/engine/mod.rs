@@ -170,6 +170,13 @@ pub struct ExecOptions {
     pub cwd: Option<String>,
     /// The declared isolation every tool call names (`isolation`).
     pub isolation: Option<Value>,
+    /// Suspend instead of waiting on an ask approval nobody answered yet
+    /// (`on_ask = "suspend"`, [`crate::checkpoint`]): the proposal settles
+    /// with status `suspended` once every branch that can run has run.
+    pub suspend: bool,
+    /// Who submits the proposal (recorded in a checkpoint: only they, or an
+    /// operator, may resume it).
+    pub owner: Option<String>,
 }
 
 pub(crate) struct Inner {
@@ -189,6 +196,8 @@ pub(crate) struct Inner {
     pub(crate) admission: RwLock<Option<AdmissionHook>>,
     /// The admission stage (`crate::admission`): tier, chain, approvals, inspectors.
     pub(crate) stage: RwLock<Arc<crate::admission::AdmissionStage>>,
+    /// Where suspended proposals wait (`crate::checkpoint`).
+    pub(crate) checkpoints: RwLock<Arc<dyn crate::checkpoint::CheckpointBackend>>,
 }
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
@@ -233,6 +242,7 @@ impl Runtime {
                 request_seq: AtomicU64::new(0),
                 admission: RwLock::new(None),
                 stage: RwLock::new(Arc::new(crate::admission::AdmissionStage::empty())),
+                checkpoints: RwLock::new(Arc::new(crate::checkpoint::MemoryCheckpoints::default())),
             }),
         }
     }
@@ -280,6 +290,20 @@ impl Runtime {
                     .map_err(|e| format!("tool '{tool}': rate window: {e}"))
             }
         }
+    }
+
+    /// Keeps suspended proposals in `backend` (default: in memory, this
+    /// runtime only). A proposal already suspended stays where it was saved.
+    pub fn set_checkpoints(&self, backend: Arc<dyn crate::checkpoint::CheckpointBackend>) {
+        match self.inner.checkpoints.write() {
+            Ok(mut c) => *c = backend,
+            Err(p) => *p.into_inner() = backend,
+        }
+    }
+
+    /// Where suspended proposals wait.
+    pub fn checkpoints(&self) -> Arc<dyn crate::checkpoint::CheckpointBackend> {
+        self.inner.checkpoints.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Installs the admission stage every later proposal is decided by

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use std::collections::HashMap;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
@@ -17,8 +16,9 @@ use super::executor::{CancelToken, ToolCall, ToolExecutor};
 use super::registry::RegisteredTool;
 use super::{AdmissionVerdict, ExecOptions, ROLLBACK_WARNING, Runtime, cache_key, detached};
 use crate::Result;
-use crate::admission::{AdmissionStage, Decision, StageVerdict, layer};
+use crate::admission::{AdmissionStage, Decision, Held, Parked, StageVerdict, layer};
 use crate::canonical::canonical_object;
+use crate::checkpoint::{Checkpoint, PendingAction};
 use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind};
 use crate::ir::{
@@ -110,7 +110,11 @@ struct Ctx {
     tool_calls: AtomicU64,
     retries: AtomicU64,
     /// Actions the admission hook put on hold, by index (empty: none).
-    holds: std::sync::Mutex<HashMap<usize, BoxFuture<'static, Option<String>>>>,
+    holds: std::sync::Mutex<HashMap<usize, Held>>,
+    /// Set when the run suspends on asks instead of waiting.
+    suspend: Option<Suspending>,
+    /// Who submitted the proposal (kept in a checkpoint).
+    owner: Option<String>,
     /// Held while an `interactive` tool runs: such calls run one at a time
     /// (`plan-apply-gate.md`: asking a person two things at once confuses).
     interactive: tokio::sync::Mutex<()>,
@@ -130,6 +134,52 @@ struct Ctx {
     overrides: Vec<Option<Action>>,
 }
 
+/// The bookkeeping of a run that suspends on asks instead of waiting.
+struct Suspending {
+    /// The direct predecessors of every action.
+    preds: Vec<Vec<usize>>,
+    /// Per action: `Some(Some(key))` parked on the approval `key`,
+    /// `Some(None)` waiting for a parked predecessor, `None` not deferred.
+    deferred: Mutex<Vec<Option<Option<String>>>>,
+}
+
+impl Suspending {
+    fn new(dag: &Dag) -> Self {
+        let n = dag.len();
+        Suspending {
+            preds: (0..n).map(|i| dag.predecessors(i).to_vec()).collect(),
+            deferred: Mutex::new(vec![None; n]),
+        }
+    }
+
+    /// True when a predecessor of `i` is deferred.
+    fn blocked(&self, i: usize) -> bool {
+        let d = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+        self.preds.get(i).is_some_and(|p| p.iter().any(|&j| d.get(j).is_some_and(Option::is_some)))
+    }
+
+    /// Defers `a` (index `i`) to the resumption.
+    fn defer(&self, a: &Action, i: usize, key: Option<String>) -> Outcome {
+        if let Some(slot) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).get_mut(i) {
+            *slot = Some(key);
+        }
+        Outcome { result: ActionResult::new(a.id.clone(), ActionStatus::Proposed), abort: false }
+    }
+
+    /// `(index, approval key)` of every deferred action, by index.
+    fn list(&self) -> Vec<(usize, Option<String>)> {
+        let d = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+        d.iter().enumerate().filter_map(|(i, k)| k.clone().map(|k| (i, k))).collect()
+    }
+}
+
+/// A suspended proposal taken up again ([`Runtime::resume`]).
+struct Resumed {
+    checkpoint: Checkpoint,
+    /// The transaction that adopted the checkpoint's writes.
+    tx: Transaction,
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -144,6 +194,95 @@ impl Runtime {
         proposal: ActionProposal,
         executor: Arc<dyn ToolExecutor>,
         opts: ExecOptions,
+    ) -> Result<ProposalResult> {
+        self.execute_from(proposal, executor, opts, None).await
+    }
+
+    /// Resumes the suspended proposal `id` ([`crate::checkpoint`]) with the
+    /// host's executor: claims its checkpoint as `claimant` (one resumer at
+    /// a time), takes over the state it wrote, and runs what had not run,
+    /// through admission again (an approval resolved meanwhile applies at
+    /// once); settled actions are not run again. In the checkpoint's
+    /// tenant, whatever `opts` says. `opts.owner`, when set, must be the
+    /// checkpoint's owner (`suspension_not_owned`). Errors
+    /// `suspension_not_found`, `suspension_claimed` (another resumer holds
+    /// it) and `suspension_conflict` (another writer moved a key it wrote:
+    /// nothing runs) change nothing. The result is the whole proposal's, and
+    /// may be `suspended` again (the same id).
+    pub async fn resume(
+        &self,
+        id: &str,
+        claimant: &str,
+        executor: Arc<dyn ToolExecutor>,
+        mut opts: ExecOptions,
+    ) -> Result<ProposalResult> {
+        use crate::checkpoint::Claim;
+        let store = self.checkpoints();
+        let cp = match store.claim(id, claimant, crate::checkpoint::DEFAULT_LEASE).await? {
+            Claim::Claimed(cp) => *cp,
+            Claim::NotFound => {
+                return Err(crate::Error::config(
+                    "suspension_not_found",
+                    format!("no suspended proposal `{id}` (never suspended, or already resumed to its end)"),
+                    json!({"id": id}),
+                ));
+            }
+            Claim::Held { by, until } => {
+                return Err(crate::Error::config(
+                    "suspension_claimed",
+                    format!("suspended proposal `{id}` is being resumed by `{by}` (lease until {until})"),
+                    json!({"id": id, "by": by, "until": until}),
+                ));
+            }
+        };
+        if let Some(owner) = &opts.owner
+            && cp.owner.as_ref() != Some(owner)
+        {
+            let _ = store.release(id, claimant).await;
+            return Err(crate::Error::config(
+                "suspension_not_owned",
+                format!(
+                    "suspended proposal `{id}` was submitted by another principal; only it or an operator may resume it"
+                ),
+                json!({"id": id}),
+            ));
+        }
+        opts.tenant = cp.tenant.clone();
+        opts.owner = cp.owner.clone();
+        opts.suspend = true;
+        let tx = Transaction::with_capacity(cp.writes.len());
+        if let Err(keys) = self.inner.state.adopt(&tx, &cp.writes) {
+            let _ = store.release(id, claimant).await;
+            return Err(crate::Error::config(
+                "suspension_conflict",
+                format!(
+                    "suspended proposal `{id}` cannot resume: another writer moved {} since it suspended; nothing ran",
+                    keys.join(", ")
+                ),
+                json!({"id": id, "keys": keys}),
+            ));
+        }
+        let proposal = cp.proposal.clone();
+        match self.execute_from(proposal, executor, opts, Some(Resumed { checkpoint: cp, tx })).await {
+            // Suspended again: the new checkpoint replaced the old (and the claim).
+            Ok(r) if r.status.is_some() => Ok(r),
+            Ok(r) => {
+                store.remove(id, claimant).await?;
+                Ok(r)
+            }
+            Err(e) => {
+                let _ = store.release(id, claimant).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn execute_from(
+        &self,
+        proposal: ActionProposal,
+        executor: Arc<dyn ToolExecutor>,
+        opts: ExecOptions,
+        resumed: Option<Resumed>,
     ) -> Result<ProposalResult> {
         let scope = Scope::from_option(opts.tenant.as_deref())?;
         // Results, events and compensation refer to actions by id, so ids must
@@ -162,7 +301,24 @@ impl Runtime {
         let proposal = Arc::new(proposal);
         let pid: Arc<str> = Arc::from(proposal.id.as_str());
         let n = proposal.actions.len();
-        self.inner.events.append(EventKind::ProposalReceived, Some(&pid), None, EventData::Proposal(proposal.clone()));
+        let (resumed, resumed_tx) = match resumed {
+            Some(r) => (Some(r.checkpoint), Some(r.tx)),
+            None => (None, None),
+        };
+        match &resumed {
+            None => self.inner.events.append(
+                EventKind::ProposalReceived,
+                Some(&pid),
+                None,
+                EventData::Proposal(proposal.clone()),
+            ),
+            Some(cp) => self.inner.events.record(
+                EventKind::ProposalResumed,
+                Some(&pid),
+                None,
+                json!({"suspension_id": cp.id, "settled": cp.results.iter().filter(|r| r.is_some()).count()}),
+            ),
+        };
 
         if opts.session_id.is_none()
             && let p = self.inner.policies.read().unwrap_or_else(PoisonError::into_inner)
@@ -171,19 +327,31 @@ impl Runtime {
             p.reset_trace(None);
         }
         let dag = Dag::build(&proposal.actions);
-        let mut results: Vec<Option<ActionResult>> = vec![None; n];
+        let mut results: Vec<Option<ActionResult>> = match &resumed {
+            Some(cp) if cp.results.len() == n => cp.results.clone(),
+            Some(cp) => {
+                return Err(crate::Error::runtime(
+                    "checkpoint_unreadable",
+                    format!("checkpoint `{}` has {} results for {n} actions", cp.id, cp.results.len()),
+                ));
+            }
+            None => vec![None; n],
+        };
         let mut ctx = Ctx {
             rt: self.clone(),
             proposal: proposal.clone(),
             pid: pid.clone(),
             scope,
-            tx: Transaction::with_capacity(
-                proposal
-                    .actions
-                    .iter()
-                    .map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some()))
-                    .sum(),
-            ),
+            tx: match resumed_tx {
+                Some(tx) => tx,
+                None => Transaction::with_capacity(
+                    proposal
+                        .actions
+                        .iter()
+                        .map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some()))
+                        .sum(),
+                ),
+            },
             executor,
             session_id: opts.session_id,
             tools: vec![None; n],
@@ -191,9 +359,11 @@ impl Runtime {
             tenant: opts.tenant.as_deref().map(Arc::from),
             cwd: opts.cwd,
             isolation: opts.isolation,
-            tool_calls: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
+            tool_calls: AtomicU64::new(resumed.as_ref().map_or(0, |c| c.tool_calls)),
+            retries: AtomicU64::new(resumed.as_ref().map_or(0, |c| c.retries)),
             holds: std::sync::Mutex::new(HashMap::new()),
+            suspend: opts.suspend.then(|| Suspending::new(&dag)),
+            owner: opts.owner,
             interactive: tokio::sync::Mutex::new(()),
             abort_tx: None,
             detached: Mutex::new(Vec::new()),
@@ -218,7 +388,14 @@ impl Runtime {
         };
         let mut aborted = self.admit(&mut ctx, &dag, &mut results, supervised);
 
-        let mut completion: Vec<usize> = Vec::new();
+        // A resumed proposal's succeeded actions come first in completion
+        // order (an abort compensates them too).
+        let mut completion: Vec<usize> = match &resumed {
+            Some(cp) => (0..n)
+                .filter(|&i| cp.results[i].as_ref().is_some_and(|r| r.status == ActionStatus::Succeeded))
+                .collect(),
+            None => Vec::new(),
+        };
         let mut budget_exhausted = false;
         let max_duration = ctx.budget().and_then(|b| b.max_duration_ms);
         let window = ctx.max_concurrency();
@@ -281,6 +458,38 @@ impl Runtime {
                 }
                 if aborted {
                     break;
+                }
+            }
+        }
+
+        // Actions deferred to a resumption: a proposal that aborted skips
+        // them like the rest; otherwise it suspends.
+        let deferred = ctx.suspend.as_ref().map(Suspending::list).unwrap_or_default();
+        let mut suspension: Option<Value> = None;
+        if !deferred.is_empty() {
+            if aborted || budget_exhausted {
+                for (i, _) in &deferred {
+                    results[*i] = None;
+                }
+            } else {
+                match self.save_suspension(&ctx, &results, &deferred, start, resumed.as_ref()).await {
+                    Ok(v) => suspension = Some(v),
+                    Err(e) => {
+                        // Without a checkpoint the run cannot suspend: the
+                        // parked actions are refused (fail closed) and the
+                        // proposal aborts.
+                        for (i, key) in &deferred {
+                            results[*i] = None;
+                            if key.is_some() {
+                                let a = ctx.action(*i);
+                                let reason =
+                                    format!("permission: approval pending and the suspension could not be saved: {e}");
+                                let o = ctx.reject(a, Decision::deny(layer::APPROVAL, reason), "approval");
+                                results[*i] = Some(o.result);
+                            }
+                        }
+                        aborted = true;
+                    }
                 }
             }
         }
@@ -370,16 +579,76 @@ impl Runtime {
                 _ => {}
             }
         }
-        cost.total_duration_ms = ms(start.elapsed());
-        let mut completed = json!({"aborted": aborted, "cost": cost});
-        if !cancelled_tools.is_empty() {
-            completed["cancelled_tools"] = Value::Array(cancelled_tools);
+        cost.total_duration_ms = ms(start.elapsed()) + resumed.as_ref().map_or(0.0, |c| c.duration_ms);
+        if let Some(s) = &suspension {
+            let mut data = s.clone();
+            data["cost"] = json!(cost);
+            self.inner.events.record(EventKind::ProposalSuspended, Some(&pid), None, data);
+        } else {
+            let mut completed = json!({"aborted": aborted, "cost": cost});
+            if !cancelled_tools.is_empty() {
+                completed["cancelled_tools"] = Value::Array(cancelled_tools);
+            }
+            self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
         }
-        self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
         // The proposal answers once its completion event is durable in the
         // audit log a daemon attached (a database sink writes in batches).
         self.inner.events.sink_durable().await;
-        Ok(ProposalResult { proposal_id: proposal.id.clone(), results, cost, artifacts: Vec::new() })
+        Ok(ProposalResult {
+            proposal_id: proposal.id.clone(),
+            results,
+            cost,
+            artifacts: Vec::new(),
+            status: suspension.is_some().then(|| "suspended".to_string()),
+            suspension,
+        })
+    }
+
+    /// Saves the checkpoint of a run that suspends; its summary
+    /// `{id, pending, waiting}`.
+    async fn save_suspension(
+        &self,
+        ctx: &Ctx,
+        results: &[Option<ActionResult>],
+        deferred: &[(usize, Option<String>)],
+        start: Instant,
+        resumed: Option<&Checkpoint>,
+    ) -> Result<Value> {
+        let actions = &ctx.proposal.actions;
+        let mut slots: Vec<Option<ActionResult>> = results.to_vec();
+        let mut pending = Vec::new();
+        let mut waiting = Vec::new();
+        for (i, key) in deferred {
+            slots[*i] = None;
+            let a = &actions[*i];
+            match key {
+                Some(k) => pending.push(PendingAction {
+                    action_id: a.id.clone(),
+                    tool: a.tool.clone(),
+                    approval_key: k.clone(),
+                }),
+                None => waiting.push(a.id.clone()),
+            }
+        }
+        let now = chrono::Utc::now();
+        let cp = Checkpoint {
+            id: resumed.map_or_else(Checkpoint::new_id, |c| c.id.clone()),
+            proposal: (*ctx.proposal).clone(),
+            tenant: ctx.tenant.as_deref().map(str::to_string),
+            owner: ctx.owner.clone(),
+            results: slots,
+            writes: self.inner.state.transaction_writes(&ctx.tx),
+            pending,
+            waiting,
+            tool_calls: ctx.tool_calls.load(Ordering::Relaxed),
+            retries: ctx.retries.load(Ordering::Relaxed),
+            duration_ms: ms(start.elapsed()) + resumed.map_or(0.0, |c| c.duration_ms),
+            created_at: resumed.map_or(now, |c| c.created_at),
+            suspended_at: now,
+            suspensions: resumed.map_or(0, |c| c.suspensions) + 1,
+        };
+        self.checkpoints().save(&cp).await?;
+        Ok(json!({"id": cp.id, "pending": cp.pending, "waiting": cp.waiting}))
     }
 
     /// The engine's own admission layers, in order: validation, budget, the
@@ -529,8 +798,13 @@ impl Runtime {
         let actions = &proposal.actions;
         let n = actions.len();
         let stage = ctx.stage.clone();
+        // A resumed proposal's settled actions are not decided again.
+        let settled: Vec<bool> = results.iter().map(Option::is_some).collect();
         let fixed = self.fixed_layers(actions, dag, ctx.budget(), ctx.session_id.as_deref(), &ctx.scope);
         for (i, violations) in &fixed.violations {
+            if settled[*i] {
+                continue;
+            }
             for v in violations {
                 self.inner.events.record(
                     EventKind::PolicyViolation,
@@ -542,6 +816,9 @@ impl Runtime {
         }
         let FixedLayers { mut refusals, policy_refused, tools, .. } = fixed;
         ctx.tools = tools;
+        for (r, _) in refusals.iter_mut().zip(&settled).filter(|(_, s)| **s) {
+            *r = None;
+        }
 
         // The stage's layers: the tier (the whole proposal), then the chain
         // and ask approvals per action.
@@ -558,6 +835,9 @@ impl Runtime {
             }
         } else {
             for (i, (refused, d)) in stage.tier_decisions(actions).into_iter().enumerate() {
+                if settled[i] {
+                    continue;
+                }
                 if refused {
                     permission_refused[i] = true;
                     refusals[i].get_or_insert(d);
@@ -567,7 +847,7 @@ impl Runtime {
             }
             if let Some(reason) = supervised {
                 for (i, r) in refusals.iter_mut().enumerate() {
-                    if r.is_none() {
+                    if r.is_none() && !settled[i] {
                         permission_refused[i] = true;
                         *r = Some(Decision::deny(layer::SUPERVISION, reason.clone()));
                     }
@@ -575,13 +855,15 @@ impl Runtime {
             }
             let session = ctx.session_id.clone();
             for (i, a) in actions.iter().enumerate() {
-                if refusals[i].is_some() {
+                if refusals[i].is_some() || settled[i] {
                     continue;
                 }
-                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| stage.decide(a, session.as_deref())))
-                    .unwrap_or_else(|_| {
-                        StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
-                    });
+                let suspend = ctx.suspend.is_some();
+                let verdict =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| stage.decide_in(a, session.as_deref(), suspend)))
+                        .unwrap_or_else(|_| {
+                            StageVerdict::Refuse(Decision::deny(layer::HOST, "the admission stage panicked; refused"))
+                        });
                 let substituted = match &verdict {
                     StageVerdict::Admit(Some(d)) | StageVerdict::Hold(d, _) => d.substituted.clone(),
                     _ => None,
@@ -625,14 +907,14 @@ impl Runtime {
                         d.reason = format!("permission: {}", d.reason);
                         refusals[i] = Some(d);
                     }
-                    StageVerdict::Hold(d, wait) => {
+                    StageVerdict::Hold(d, held) => {
                         self.inner.events.append(
                             EventKind::AdmissionDecided,
                             Some(&ctx.pid),
                             Some(&Arc::from(a.id.as_str())),
                             d.event_data(a.tool.as_deref(), "admission"),
                         );
-                        ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, wait);
+                        ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).insert(i, held);
                         ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
                     }
                 }
@@ -642,7 +924,7 @@ impl Runtime {
         let check = self.inner.admission.read().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(check) = check {
             for (i, a) in actions.iter().enumerate() {
-                if refusals[i].is_some() {
+                if refusals[i].is_some() || settled[i] {
                     continue;
                 }
                 let a = ctx.overrides.get(i).and_then(Option::as_ref).unwrap_or(a);
@@ -656,17 +938,18 @@ impl Runtime {
                     }
                     AdmissionVerdict::Hold(wait) => {
                         let holds = ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner);
-                        // Both the stage and the host hold: the host's wait runs after the stage's.
-                        let wait = match holds.remove(&i) {
-                            None => wait,
-                            Some(first) => Box::pin(async move {
-                                match first.await {
+                        // Both the stage and the host hold: the host's wait runs
+                        // after the stage's (a host hold cannot suspend).
+                        let held = match holds.remove(&i) {
+                            None => Held::waiting(wait),
+                            Some(first) => Held::waiting(Box::pin(async move {
+                                match first.wait.await {
                                     None => wait.await,
                                     refused => refused,
                                 }
-                            }),
+                            })),
                         };
-                        holds.insert(i, wait);
+                        holds.insert(i, held);
                         ctx.abort_tx.get_or_insert_with(|| tokio::sync::watch::channel(false).0);
                     }
                 }
@@ -677,7 +960,9 @@ impl Runtime {
         if !stage.is_empty() {
             let refused: Vec<Option<bool>> = refusals
                 .iter()
-                .map(|r| match r {
+                .zip(&settled)
+                .map(|(r, s)| match r {
+                    None if *s => None,
                     None => Some(false),
                     Some(d) if layer::is_deciding(d.layer) => Some(true),
                     Some(_) => None,
@@ -696,6 +981,9 @@ impl Runtime {
         let record_all = !stage.is_empty();
         ctx.refused = refusals.iter().map(Option::is_some).collect();
         for (i, refusal) in refusals.iter_mut().enumerate() {
+            if settled[i] {
+                continue;
+            }
             let a = &actions[i];
             // By reference: moving every (large) slot out costs a memcpy
             // per action, and most slots are empty.
@@ -846,6 +1134,8 @@ enum HoldEnd {
     Refused(String),
     /// The proposal aborted while the action was held.
     Aborted,
+    /// The run suspends: the approval (this key) is still pending.
+    Parked(String),
 }
 
 /// Awaits the admission hold of action `i`, if any.
@@ -857,8 +1147,23 @@ async fn await_hold(ctx: &Ctx, i: usize) -> HoldEnd {
         return HoldEnd::Admitted;
     };
     let mut aborted = abort_tx.subscribe();
+    if ctx.suspend.is_some()
+        && let Some(park) = hold.park
+    {
+        let park = AssertUnwindSafe(park).catch_unwind();
+        return tokio::select! {
+            biased;
+            _ = aborted.wait_for(|a| *a) => HoldEnd::Aborted,
+            r = park => match r {
+                Ok(Parked::Decided(None)) => HoldEnd::Approved,
+                Ok(Parked::Decided(Some(reason))) => HoldEnd::Refused(reason),
+                Ok(Parked::Pending(key)) => HoldEnd::Parked(key),
+                Err(_) => HoldEnd::Refused("the admission hold panicked; refused".to_string()),
+            },
+        };
+    }
     // A panicking hold refuses (fail closed).
-    let hold = AssertUnwindSafe(hold).catch_unwind();
+    let hold = AssertUnwindSafe(hold.wait).catch_unwind();
     tokio::select! {
         biased;
         _ = aborted.wait_for(|a| *a) => HoldEnd::Aborted,
@@ -884,7 +1189,21 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     let a = ctx.action(i);
     let events = &ctx.rt.inner.events;
     let t0 = Instant::now();
+    if let Some(s) = &ctx.suspend
+        && s.blocked(i)
+    {
+        // Waits for an action parked on an approval: deferred too.
+        ctx.holds.lock().unwrap_or_else(PoisonError::into_inner).remove(&i);
+        return s.defer(a, i, None);
+    }
     match await_hold(ctx, i).await {
+        HoldEnd::Parked(key) => {
+            if let Some(s) = &ctx.suspend {
+                return s.defer(a, i, Some(key));
+            }
+            let d = Decision::deny(layer::APPROVAL, "permission: the approval is pending".to_string());
+            return ctx.reject(a, d, "approval");
+        }
         HoldEnd::Admitted => {}
         HoldEnd::Approved => {
             let d = Decision::new(Verdict::Allow, layer::APPROVAL, "approved while held");
@@ -1495,7 +1814,7 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
         match verdict {
             StageVerdict::Admit(d) => allowed = d.or(allowed),
             StageVerdict::Refuse(d) => return Some(d),
-            StageVerdict::Hold(d, wait) => match AssertUnwindSafe(wait).catch_unwind().await {
+            StageVerdict::Hold(d, held) => match AssertUnwindSafe(held.wait).catch_unwind().await {
                 Ok(None) => allowed = Some(Decision { verdict: Verdict::Allow, layer: layer::APPROVAL, ..d }),
                 Ok(Some(reason)) => return Some(Decision::deny(layer::APPROVAL, reason)),
                 Err(_) => return Some(Decision::deny(layer::APPROVAL, "the admission hold panicked; refused")),

@@ -416,6 +416,14 @@ pub struct ProposalResult {
     /// worktree?}` (`crate::isolation`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<Value>,
+    /// `"suspended"` when the proposal suspended on an ask approval
+    /// (`on_ask = "suspend"`); absent when it ran to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Of a suspended proposal: `{id, pending: [{action_id, tool,
+    /// approval_key}], waiting: [action ids]}`; resume it by `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<Value>,
 }
 
 impl ActionResult {
@@ -490,6 +498,14 @@ impl ProposalResult {
         if !self.artifacts.is_empty() {
             out.push_str(",\"artifacts\":");
             write::value(&mut out, &Value::Array(self.artifacts.clone()));
+        }
+        if let Some(st) = &self.status {
+            out.push_str(",\"status\":");
+            write::str(&mut out, st);
+        }
+        if let Some(v) = &self.suspension {
+            out.push_str(",\"suspension\":");
+            write::value(&mut out, v);
         }
         out.push('}');
         out
@@ -655,10 +671,15 @@ mod tests {
                     retries: 2,
                 },
                 artifacts: Vec::new(),
+                status: None,
+                suspension: None,
             };
             assert_eq!(p.to_json_string(), serde_json::to_string(&p).unwrap());
             let mut with = p.clone();
             with.artifacts.push(serde_json::json!({"kind": "patch", "files": ["a b", odd], "patch": odd, "bytes": 3}));
+            assert_eq!(with.to_json_string(), serde_json::to_string(&with).unwrap());
+            with.status = Some("suspended".into());
+            with.suspension = Some(serde_json::json!({"id": odd, "pending": [{"action_id": "a"}], "waiting": []}));
             assert_eq!(with.to_json_string(), serde_json::to_string(&with).unwrap());
         }
     }

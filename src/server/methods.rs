@@ -577,6 +577,8 @@ fn reject_all(proposal: &ActionProposal, reason: &str) -> R {
         results,
         cost: CostSummary { actions_rejected: proposal.actions.len() as u64, ..CostSummary::default() },
         artifacts: Vec::new(),
+        status: None,
+        suspension: None,
     };
     serde_json::to_value(&result).map_err(|e| RpcError::internal(e.to_string()))
 }

@@ -196,6 +196,8 @@ pub struct Backends {
     pub ledger: Arc<dyn TierLedgerBackend>,
     /// Rate-limit windows.
     pub rates: Arc<dyn RateLimitBackend>,
+    /// Suspended proposals (`crate::checkpoint`).
+    pub checkpoints: Arc<dyn crate::checkpoint::CheckpointBackend>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -207,8 +209,9 @@ impl std::fmt::Debug for Backends {
 impl Backends {
     /// The embedded set: state, events (chained), tier ledger and rate
     /// windows in memory; approvals in `approvals_dir` (the durable JSONL
-    /// store).
+    /// store) and suspended proposals in its `checkpoints` directory.
     pub fn embedded(approvals_dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        let checkpoints = crate::checkpoint::FileCheckpoints::open(approvals_dir.as_ref().join("checkpoints"))?;
         let events = crate::events::EventLog::new();
         events.enable_chaining();
         Ok(Backends {
@@ -217,6 +220,7 @@ impl Backends {
             approvals: Arc::new(crate::approval::store::ApprovalStore::open(approvals_dir)?),
             ledger: Arc::new(crate::approval::ledger::MemoryLedger::default()),
             rates: Arc::new(crate::engine::RateLimiter::default()),
+            checkpoints: Arc::new(checkpoints),
         })
     }
 }

@@ -43,7 +43,7 @@ use crate::state::{Scope, TENANT_PREFIX};
 use crate::{Error, Result};
 
 /// The schema version this binary writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// How often a waiting approval re-reads its row when no notification came.
 pub const APPROVAL_POLL: Duration = Duration::from_secs(1);
@@ -102,6 +102,17 @@ CREATE TABLE car_tier_ledger (
     record jsonb NOT NULL
 );
 CREATE INDEX car_tier_ledger_fp ON car_tier_ledger (fingerprint, id);
+"#;
+
+/// Suspended proposals (`crate::checkpoint`), claimed by lease.
+const MIGRATION_2: &str = r#"
+CREATE TABLE car_checkpoints (
+    id text PRIMARY KEY,
+    body text NOT NULL,
+    claimant text,
+    lease_until timestamptz,
+    created_at timestamptz NOT NULL
+);
 "#;
 
 fn db_err(e: impl std::fmt::Display) -> Error {
@@ -193,7 +204,14 @@ impl PgBackends {
     /// The backends as a [`Backends`] set.
     pub fn backends(&self) -> Backends {
         let me = Arc::new(self.clone());
-        Backends { state: me.clone(), events: me.clone(), approvals: me.clone(), ledger: me.clone(), rates: me }
+        Backends {
+            state: me.clone(),
+            events: me.clone(),
+            approvals: me.clone(),
+            ledger: me.clone(),
+            rates: me.clone(),
+            checkpoints: me,
+        }
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {
@@ -241,6 +259,9 @@ async fn migrate(pool: &Pool) -> Result<()> {
     }
     if current < 1 {
         tx.batch_execute(MIGRATION_1).await.map_err(db_err)?;
+    }
+    if current < 2 {
+        tx.batch_execute(MIGRATION_2).await.map_err(db_err)?;
     }
     tx.execute(
         "INSERT INTO car_schema (id, version) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET version = $1",
@@ -901,6 +922,99 @@ impl TierLedgerBackend for PgBackends {
             .await
             .map_err(db_err)?;
         Ok(())
+    }
+}
+
+fn checkpoint_of(body: &str) -> Result<crate::checkpoint::Checkpoint> {
+    serde_json::from_str(body).map_err(|e| Error::runtime("checkpoint_unreadable", format!("checkpoint: {e}")))
+}
+
+#[async_trait]
+impl crate::checkpoint::CheckpointBackend for PgBackends {
+    async fn save(&self, cp: &crate::checkpoint::Checkpoint) -> Result<()> {
+        let body = serde_json::to_string(cp).map_err(db_err)?;
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO car_checkpoints (id, body, created_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, claimant = NULL, lease_until = NULL",
+                &[&cp.id, &body, &cp.created_at],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn claim(&self, id: &str, claimant: &str, lease: Duration) -> Result<crate::checkpoint::Claim> {
+        use crate::checkpoint::Claim;
+        let client = self.client().await?;
+        let ms = lease.as_secs_f64() * 1000.0;
+        // One conditional update: the first claimant wins, an expired lease is taken over.
+        let row = client
+            .query_opt(
+                "UPDATE car_checkpoints SET claimant = $2, \
+                 lease_until = clock_timestamp() + $3::float8 * interval '1 millisecond' \
+                 WHERE id = $1 AND (claimant IS NULL OR claimant = $2 OR lease_until < clock_timestamp()) \
+                 RETURNING body",
+                &[&id, &claimant, &ms],
+            )
+            .await
+            .map_err(db_err)?;
+        if let Some(r) = row {
+            return Ok(Claim::Claimed(Box::new(checkpoint_of(r.get::<_, &str>(0))?)));
+        }
+        let held = client
+            .query_opt("SELECT claimant, lease_until FROM car_checkpoints WHERE id = $1", &[&id])
+            .await
+            .map_err(db_err)?;
+        Ok(match held {
+            None => Claim::NotFound,
+            Some(r) => Claim::Held {
+                by: r.get::<_, Option<String>>(0).unwrap_or_default(),
+                until: r.get::<_, Option<DateTime<Utc>>>(1).unwrap_or_else(Utc::now),
+            },
+        })
+    }
+
+    async fn release(&self, id: &str, claimant: &str) -> Result<()> {
+        self.client()
+            .await?
+            .execute(
+                "UPDATE car_checkpoints SET claimant = NULL, lease_until = NULL WHERE id = $1 AND claimant = $2",
+                &[&id, &claimant],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn remove(&self, id: &str, claimant: &str) -> Result<()> {
+        self.client()
+            .await?
+            .execute("DELETE FROM car_checkpoints WHERE id = $1 AND claimant = $2", &[&id, &claimant])
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<crate::checkpoint::Checkpoint>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt("SELECT body FROM car_checkpoints WHERE id = $1", &[&id])
+            .await
+            .map_err(db_err)?;
+        row.map(|r| checkpoint_of(r.get::<_, &str>(0))).transpose()
+    }
+
+    async fn list(&self) -> Result<Vec<crate::checkpoint::Checkpoint>> {
+        let rows = self
+            .client()
+            .await?
+            .query("SELECT body FROM car_checkpoints ORDER BY created_at, id", &[])
+            .await
+            .map_err(db_err)?;
+        rows.iter().map(|r| checkpoint_of(r.get::<_, &str>(0))).collect()
     }
 }
 
