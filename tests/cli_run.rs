@@ -421,3 +421,45 @@ fn a_plan_with_a_repeated_parameter_key_is_refused_and_nothing_runs() {
     assert!(r.all().contains("duplicate key `path`"), "{}", r.all());
     let _ = std::fs::remove_dir_all(&ex);
 }
+
+#[test]
+fn suspend_then_resume_ships_once_the_approval_is_answered() {
+    let ex = examples();
+    let home = ex.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let home_s = home.to_str().unwrap();
+    // Every run of the tests script is counted.
+    std::fs::write(ex.join("workspace/scripts/test.sh"), "#!/bin/sh\necho ran >> tests.log\n").unwrap();
+    let env = [("CAR_HOME", home_s)];
+    let r = cli_common::car_env(&ex, &["run", "plans/deploy.json", "--root", WS, "--suspend"], &env);
+    assert_eq!(r.code, 3, "{}", r.all());
+    assert!(r.stdout.contains("Summary: 2 succeeded, 0 failed, 0 denied, 0 skipped, 3 waiting"), "{}", r.stdout);
+    assert!(!ex.join("workspace/deployed/current").exists(), "nothing shipped while suspended");
+    let id = r.stdout.lines().find_map(|l| l.strip_prefix("Suspended: ")).expect("the suspension id").to_string();
+    let key = r
+        .stdout
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("deploy waits for approval ")
+                .and_then(|l| l.split(':').take(2).collect::<Vec<_>>().join(":").into())
+        })
+        .expect("the approval key");
+    // Resumed before anyone answered: suspended again, nothing shipped.
+    let again = cli_common::car_env(&ex, &["run", "--resume", &id, "--root", WS], &env);
+    assert_eq!(again.code, 3, "{}", again.all());
+    let ok = cli_common::car_env(&ex, &["approvals", "resolve", "--dir", home_s, &key, "allow"], &[]);
+    assert_eq!(ok.code, 0, "{}", ok.all());
+    let done = cli_common::car_env(&ex, &["run", "--resume", &id, "--root", WS, "--json"], &env);
+    assert_eq!(done.code, 0, "{}", done.all());
+    let v: Value = serde_json::from_str(&done.stdout).unwrap();
+    assert!(v.get("status").is_none(), "{v}");
+    assert_eq!(std::fs::read_to_string(ex.join("workspace/deployed/current")).unwrap(), "dashboard version 1.2.0\n");
+    assert_eq!(std::fs::read_to_string(ex.join("workspace/tests.log")).unwrap(), "ran\n", "the tests ran once");
+    // Gone once resumed to its end; a plan and --resume together are refused.
+    let gone = cli_common::car_env(&ex, &["run", "--resume", &id, "--root", WS], &env);
+    assert_eq!(gone.code, 2, "{}", gone.all());
+    assert!(gone.stderr.contains(&id), "{}", gone.stderr);
+    let both = cli_common::car_env(&ex, &["run", "plans/deploy.json", "--resume", &id], &env);
+    assert_eq!(both.code, 2, "{}", both.all());
+}

@@ -135,6 +135,16 @@ export declare class CarRuntime {
    */
   _start(proposalJson: any, sessionId?: string | undefined | null, scopeJson?: any | undefined | null): Step
   /**
+   * Starts resuming a suspended proposal whose tool calls go to the JS
+   * shim (use `rt.resumeProposal(id, toolFn)`).
+   */
+  _startResume(suspensionId: string): Step
+  /**
+   * The suspended proposals (`on_ask: "suspend"`), oldest first, as JSON
+   * text: `{suspended: [{id, proposal_id, pending, waiting, ...}]}`.
+   */
+  suspendedProposals(): Promise<string>
+  /**
    * Monte Carlo against this runtime: tools without a given rate use
    * their event-log record (Laplace-smoothed), else the default.
    */

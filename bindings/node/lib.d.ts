@@ -28,6 +28,10 @@ declare module './index' {
     setPermissionHooks(hooks?: readonly PermissionHook[] | null, canUseTool?: CanUseToolFn | null): void;
     /** Runs a plan built by `proposalPlan` after its decisions; the plan is used up. */
     proposalApply(planId: string, toolFn: ToolFn): Promise<string>;
+    /** Resumes a suspended proposal (`on_ask: "suspend"`): what had not run goes through
+     * admission again and runs, once. Rejects with `.code` `suspension_not_found`,
+     * `suspension_claimed` or `suspension_conflict`. */
+    resumeProposal(suspensionId: string, toolFn: ToolFn): Promise<string>;
 
     // Parsed results: the documents themselves instead of their JSON text.
     /** `verifyProposal`, parsed. */
@@ -42,6 +46,10 @@ declare module './index' {
     submitProposalObj(proposalJson: ProposalInput, sessionId?: string | null): Promise<ProposalResult>;
     /** `proposalApply`, parsed. */
     proposalApplyObj(planId: string, toolFn: ToolFn): Promise<ProposalResult>;
+    /** `resumeProposal`, parsed. */
+    resumeProposalObj(suspensionId: string, toolFn: ToolFn): Promise<ProposalResult>;
+    /** `suspendedProposals`, parsed. */
+    suspendedProposalsObj(): Promise<{ suspended: Array<Record<string, unknown>> }>;
     /** `verifyEventLogChain`, parsed. */
     verifyEventLogChainObj(): Promise<ChainVerification>;
     /** `approvalsPending`, parsed. */
@@ -90,6 +98,9 @@ export type CarConfigErrorCode =
   | 'policy_io_error'
   | 'policy_parse_error'
   | 'run_completed'
+  | 'suspension_claimed'
+  | 'suspension_conflict'
+  | 'suspension_not_owned'
   | 'unknown_policy_key'
   | 'unknown_preset'
   | 'unsupported_executor'
@@ -102,6 +113,7 @@ export type CarNotFoundErrorCode =
   | 'plan_item_not_found'
   | 'plan_not_found'
   | 'run_not_found'
+  | 'suspension_not_found'
   | 'unknown_method'
   | 'unknown_session';
 
@@ -113,6 +125,9 @@ export type CarRuntimeErrorCode =
   | 'approval_store_io'
   | 'approvals_not_configured'
   | 'canonicalization_failed'
+  | 'checkpoint_io'
+  | 'checkpoint_unreadable'
+  | 'checkpoint_unwritable'
   | 'event_file_io_error'
   | 'event_file_tampered'
   | 'event_log_poisoned'

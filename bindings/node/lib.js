@@ -348,10 +348,15 @@ function startStream(id, p, callId, sid, line) {
 }
 
 function run(rt, proposalJson, fn, sessionId, scopeJson) {
+  // JSON.stringify is much cheaper than napi walking an object tree.
+  const text = proposalJson !== null && typeof proposalJson === 'object' ? JSON.stringify(proposalJson) : proposalJson;
+  return runStep(() => rt._start(text, sessionId ?? null, scopeJson ?? null), fn);
+}
+
+/** Drives the engine call `start()` begins, its tool calls served by `fn`. */
+function runStep(start, fn) {
   return new Promise((resolve, reject) => {
-    // JSON.stringify is much cheaper than napi walking an object tree.
-    const text = proposalJson !== null && typeof proposalJson === 'object' ? JSON.stringify(proposalJson) : proposalJson;
-    const step = rt._start(text, sessionId ?? null, scopeJson ?? null);
+    const step = start();
     ports.set(step.port, { fn, resolve, reject, answers: '' });
     handle(step);
   });
@@ -443,6 +448,20 @@ CarRuntime.prototype.proposalApply = function proposalApply(planId, toolFn) {
   return run(this, taken.proposal_json, toolFn, taken.session_id ?? undefined, taken.scope_json ?? undefined);
 };
 
+/** Resumes a suspended proposal (`on_ask: "suspend"`): what had not run goes
+ * through admission again and runs, once; resolves to the ProposalResult text. */
+CarRuntime.prototype.resumeProposal = function resumeProposal(suspensionId, toolFn) {
+  try {
+    checkToolFn(toolFn);
+    if (typeof suspensionId !== 'string') {
+      throw invalidArgument('suspensionId', 'must be a string (the suspension id)');
+    }
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  return runStep(() => this._startResume(suspensionId), toolFn);
+};
+
 let handler = null;
 
 /** Sets the handler `submitProposal` uses. */
@@ -488,6 +507,8 @@ for (const name of [
   'eventQuery',
   'submitProposal',
   'proposalApply',
+  'resumeProposal',
+  'suspendedProposals',
   'verifyEventLogChain',
   'approvalsPending',
 ]) {

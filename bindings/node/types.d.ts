@@ -96,6 +96,14 @@ export interface ProposalResult {
   cost: CostSummary;
   /** Under worktree isolation: one `{kind: "patch", base, files, bytes, patch?, truncated?, worktree?}`. */
   artifacts?: Array<Record<string, unknown>>;
+  /** `"suspended"` when the proposal suspended on an ask approval (`on_ask: "suspend"`). */
+  status?: 'suspended';
+  /** Of a suspended proposal; resume it with `rt.resumeProposal(suspension.id, toolFn)`. */
+  suspension?: {
+    id: string;
+    pending: Array<{ action_id: string; tool?: string; approval_key: string }>;
+    waiting: string[];
+  };
 }
 
 /** What a tool function receives as JSON text (`JSON.parse(callJson) as ToolCall`). */

@@ -56,7 +56,7 @@ struct Cli {
 enum Command {
     /// Run a plan with the built-in tools: print the plan, ask, execute, summarise.
     #[command(
-        after_help = "Examples:\n  car run examples/plans/release-notes.json --root examples/workspace --no-input\n  car run plan.json --root . --preset strict --yes --json > result.json\n  car run plan.json --state state.json      # load state, save it after the run\n\nExit codes: 0 every action succeeded, 1 an action failed or was denied, 2 bad input."
+        after_help = "Examples:\n  car run examples/plans/release-notes.json --root examples/workspace --no-input\n  car run plan.json --root . --preset strict --yes --json > result.json\n  car run plan.json --state state.json      # load state, save it after the run\n  car run plan.json --suspend               # an ask suspends the run instead of prompting\n  car run --resume susp-...                 # once its approval is answered (car approvals resolve)\n\nExit codes: 0 every action succeeded, 1 an action failed or was denied, 2 bad input, 3 suspended (resume with --resume ID)."
     )]
     Run(run::RunArgs),
     /// Print what `car run` would do: the plan with verdicts and previews; nothing is asked or run.

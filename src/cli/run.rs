@@ -44,8 +44,9 @@ use super::{CliError, CliResult, pretty, read_plan, read_state, shown};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The plan (ActionProposal JSON).
-    plan: PathBuf,
+    /// The plan (ActionProposal JSON); not with `--resume`.
+    #[arg(required_unless_present = "resume", conflicts_with = "resume")]
+    plan: Option<PathBuf>,
     /// The directory the file tools are confined to and `shell` runs in.
     #[arg(long, default_value = ".")]
     root: PathBuf,
@@ -86,7 +87,21 @@ pub struct RunArgs {
     /// Do not append the run's events to the audit log.
     #[arg(long)]
     no_event_log: bool,
+    /// Do not ask: an action that asks suspends the run instead (exit 3).
+    /// Its approval waits in the state directory (`$CAR_HOME`; answer it
+    /// with `car approvals resolve --dir DIR KEY allow`) and the run in
+    /// `DIR/checkpoints`, for `car run --resume ID`.
+    #[arg(long, conflicts_with_all = ["yes", "no_input", "dry_run"])]
+    suspend: bool,
+    /// Resume the run `car run --suspend` suspended: what had not run goes
+    /// through admission again (an approval answered meanwhile applies) and
+    /// runs; what ran is not run again. Exit 3 when it suspends again.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["yes", "no_input", "dry_run", "stub_tools"])]
+    resume: Option<String>,
 }
+
+/// The exit code of a run that suspended (`--suspend`, `--resume`).
+pub const EXIT_SUSPENDED: u8 = 3;
 
 /// Where human output goes: stdout, or stderr under `--json`.
 #[derive(Clone, Copy)]
@@ -543,10 +558,85 @@ impl RunArgs {
 
 /// `car run`.
 pub fn run(a: RunArgs) -> CliResult {
-    let (text, proposal) = read_plan(&a.plan)?;
     let root = Root::new(&a.root).map_err(|e| CliError::Input(format!("--root: {e}")))?;
     let out = Out { err: a.out.json() };
+    let (rt, perms, stubs) = runtime(&a, &root)?;
+    let Some(plan_path) = a.plan.clone() else {
+        let id = a.resume.clone().unwrap_or_default();
+        return resume(&a, out, &root, &rt, &perms, &id);
+    };
+    let (text, proposal) = read_plan(&plan_path)?;
 
+    // The run's approvals live in a private directory, removed afterwards;
+    // under `--suspend` in the state directory, where they outlive the run.
+    let approvals = if a.suspend { None } else { Some(ApprovalsDir::create()?) };
+    let mut config = admission_config(&a, &perms)?;
+    config.approvals_dir = Some(match &approvals {
+        Some(d) => d.0.to_string_lossy().into_owned(),
+        None => super::events::state_dir(a.events_dir.as_deref())?.to_string_lossy().into_owned(),
+    });
+    rt.configure_admission(config).map_err(|e| CliError::Input(e.to_string()))?;
+
+    // The plan is the runtime's own (`proposal_plan`): every layer's
+    // verdict, rendered here.
+    let plan: Value = serde_json::from_str(&rt.proposal_plan(&text, None, None).map_err(input_error)?)
+        .map_err(|e| CliError::Runtime(format!("unreadable plan: {e}")))?;
+    let plan_id = plan["plan_id"].as_str().unwrap_or_default().to_string();
+    let items = plan_items(&plan, &perms);
+    print_plan(out, &plan_path, &a.root, &root, &perms, &proposal, &items);
+    print_verification(out, &rt, &text);
+    if a.dry_run {
+        let counts = &plan["counts"];
+        out.line("");
+        out.line(format!(
+            "Dry run: nothing was asked or run ({} allow, {} ask, {} deny).",
+            counts["allow"], counts["ask"], counts["deny"]
+        ));
+        if a.out.json() {
+            println!("{}", pretty(&plan));
+        }
+        return Ok(if counts["deny"].as_u64().unwrap_or(0) > 0 { 1 } else { 0 });
+    }
+    if !a.suspend {
+        let answers = decide(&a, out, &proposal, &items);
+        // Every answer is decided on the plan (`once`, or `session` for "this
+        // tool for the rest of the run"), a compensation's by its handle.
+        for (approved, reason, for_run, handle) in &answers {
+            let scope = if *for_run { "session" } else { "once" };
+            rt.proposal_decide(&plan_id, handle, if *approved { "allow" } else { "deny" }, scope, reason)
+                .map_err(|e| CliError::Runtime(e.to_string()))?;
+        }
+
+        // An ask the plan did not show (nobody was asked): denied at once, so a
+        // run never waits for an approval nobody will give.
+        let resolver = rt.clone();
+        rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
+            if let ApprovalEvent::Pending(p) = ev {
+                let _ = resolver.approval_resolve(&p.key, "deny", "not approved before the run");
+            }
+        }));
+    }
+
+    out.line("");
+    out.line("Running:");
+    let tool_calls = proposal
+        .actions
+        .iter()
+        .zip(&items)
+        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.verdict != Verdict::Deny)
+        .count();
+    let exec = progress(&rt, &root, stubs, out, tool_calls);
+    let result_json = block_on(rt.proposal_apply(&plan_id, exec))?.map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result: ProposalResult =
+        serde_json::from_str(&result_json).map_err(|e| CliError::Runtime(format!("unreadable ProposalResult: {e}")))?;
+    drop(approvals);
+    report(&a, out, &root, &rt, result)
+}
+
+/// The runtime of a run: the audit log, the built-in tools (and the
+/// stand-ins of `--stub-tools`), the policy directory, the permissions of
+/// the root and the state of `--state`.
+fn runtime(a: &RunArgs, root: &Root) -> Result<(CarRuntime, Permissions, HashSet<String>), CliError> {
     let rt = CarRuntime::with_options(RuntimeOptions::default());
     rt.set_working_dir(Some(root.path()));
     if !a.no_event_log {
@@ -591,85 +681,79 @@ pub fn run(a: RunArgs) -> CliResult {
                 .map_err(|e| CliError::Input(format!("{}: {k}: {e}", f.display())))?;
         }
     }
+    Ok((rt, perms, stubs))
+}
 
-    // The run's approvals live in a private directory, removed afterwards.
-    let approvals = ApprovalsDir::create()?;
+/// The admission document of a run: the permissions' with the run's flags.
+fn admission_config(a: &RunArgs, perms: &Permissions) -> Result<car_runtime::admission::AdmissionConfig, CliError> {
     let mut config = perms.config.clone();
     if a.no_compensate {
         config.compensate_on_abort = Some(false);
     } else if config.compensate_on_abort.is_none() {
         config.compensate_on_abort = Some(true);
     }
-    config.approvals_dir = Some(approvals.0.to_string_lossy().into_owned());
-    rt.configure_admission(config).map_err(|e| CliError::Input(e.to_string()))?;
-
-    // The plan is the runtime's own (`proposal_plan`): every layer's
-    // verdict, rendered here.
-    let plan: Value = serde_json::from_str(&rt.proposal_plan(&text, None, None).map_err(input_error)?)
-        .map_err(|e| CliError::Runtime(format!("unreadable plan: {e}")))?;
-    let plan_id = plan["plan_id"].as_str().unwrap_or_default().to_string();
-    let items = plan_items(&plan, &perms);
-    print_plan(out, &a.plan, &a.root, &root, &perms, &proposal, &items);
-    print_verification(out, &rt, &text);
-    if a.dry_run {
-        let counts = &plan["counts"];
-        out.line("");
-        out.line(format!(
-            "Dry run: nothing was asked or run ({} allow, {} ask, {} deny).",
-            counts["allow"], counts["ask"], counts["deny"]
-        ));
-        if a.out.json() {
-            println!("{}", pretty(&plan));
-        }
-        return Ok(if counts["deny"].as_u64().unwrap_or(0) > 0 { 1 } else { 0 });
+    if a.suspend || a.resume.is_some() {
+        config.on_ask = Some(car_runtime::admission::OnAsk::Suspend);
     }
-    let answers = decide(&a, out, &proposal, &items);
-    // Every answer is decided on the plan (`once`, or `session` for "this
-    // tool for the rest of the run"), a compensation's by its handle.
-    for (approved, reason, for_run, handle) in &answers {
-        let scope = if *for_run { "session" } else { "once" };
-        rt.proposal_decide(&plan_id, handle, if *approved { "allow" } else { "deny" }, scope, reason)
-            .map_err(|e| CliError::Runtime(e.to_string()))?;
-    }
+    Ok(config)
+}
 
-    // An ask the plan did not show (nobody was asked): denied at once, so a
-    // run never waits for an approval nobody will give.
-    let resolver = rt.clone();
-    rt.on_approval(Arc::new(move |ev: &ApprovalEvent| {
-        if let ApprovalEvent::Pending(p) = ev {
-            let _ = resolver.approval_resolve(&p.key, "deny", "not approved before the run");
-        }
-    }));
-
-    out.line("");
-    out.line("Running:");
-    let tool_calls = proposal
-        .actions
-        .iter()
-        .zip(&items)
-        .filter(|(x, i)| x.action_type == ActionType::ToolCall && i.verdict != Verdict::Deny)
-        .count();
-    let exec = Arc::new(Progress {
-        inner: BuiltinExecutor::new(root.clone()).with_runtime(rt.runtime().clone()),
-        stubs,
-        out,
-        total: tool_calls,
-        done: AtomicUsize::new(0),
-        succeeded: std::sync::Mutex::new(HashSet::new()),
-    });
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CliError> {
     let tokio_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    let result_json =
-        tokio_rt.block_on(rt.proposal_apply(&plan_id, exec)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    Ok(tokio_rt.block_on(f))
+}
+
+fn progress(rt: &CarRuntime, root: &Root, stubs: HashSet<String>, out: Out, total: usize) -> Arc<Progress> {
+    Arc::new(Progress {
+        inner: BuiltinExecutor::new(root.clone()).with_runtime(rt.runtime().clone()),
+        stubs,
+        out,
+        total,
+        done: AtomicUsize::new(0),
+        succeeded: std::sync::Mutex::new(HashSet::new()),
+    })
+}
+
+/// `car run --resume ID`: the suspended run of the state directory, with
+/// this root's tools and permissions.
+fn resume(a: &RunArgs, out: Out, root: &Root, rt: &CarRuntime, perms: &Permissions, id: &str) -> CliResult {
+    let mut config = admission_config(a, perms)?;
+    let dir = super::events::state_dir(a.events_dir.as_deref())?;
+    config.approvals_dir = Some(dir.to_string_lossy().into_owned());
+    rt.configure_admission(config).map_err(|e| CliError::Input(e.to_string()))?;
+    let shown_dir = dir.display().to_string();
+    out.line(format!("Resuming {} (state directory {}):", shown(id), shown(&shown_dir)));
+    // The progress counts the tool calls still to run.
+    let total = match block_on(rt.runtime().checkpoints().get(id))? {
+        Ok(Some(cp)) => cp
+            .proposal
+            .actions
+            .iter()
+            .zip(&cp.results)
+            .filter(|(x, r)| x.action_type == ActionType::ToolCall && r.is_none())
+            .count(),
+        _ => 0,
+    };
+    let exec = progress(rt, root, HashSet::new(), out, total);
+    let result_json = block_on(rt.resume_proposal(id, exec))?.map_err(|e| match e.code() {
+        "suspension_not_found" | "suspension_claimed" | "suspension_conflict" | "invalid_argument" => {
+            CliError::Input(e.to_string())
+        }
+        _ => CliError::Runtime(e.to_string()),
+    })?;
     let result: ProposalResult =
         serde_json::from_str(&result_json).map_err(|e| CliError::Runtime(format!("unreadable ProposalResult: {e}")))?;
-    drop(approvals);
+    report(a, out, root, rt, result)
+}
 
+/// Prints the results, the summary and (with `--json`) the result; the exit code.
+fn report(a: &RunArgs, out: Out, root: &Root, rt: &CarRuntime, result: ProposalResult) -> CliResult {
     if let Some(f) = &a.state {
-        save_state(&rt, f)?;
+        save_state(rt, f)?;
     }
 
     // Results: one line per action, then the cost rows. Denied: refused by
@@ -692,7 +776,7 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     out.line("");
     out.line("Results:");
-    let (mut ok, mut failed, mut denied, mut rejected, mut skipped) = (0, 0, 0, 0, 0);
+    let (mut ok, mut failed, mut denied, mut rejected, mut skipped, mut waiting) = (0, 0, 0, 0, 0, 0);
     for r in &result.results {
         // Denied: refused by the permission chain, the tier, the user or a
         // policy; otherwise a rejection is an admission check (schema,
@@ -704,6 +788,7 @@ pub fn run(a: RunArgs) -> CliResult {
             ActionStatus::Failed => failed += 1,
             ActionStatus::Rejected if is_denied => denied += 1,
             ActionStatus::Rejected => rejected += 1,
+            ActionStatus::Proposed => waiting += 1,
             _ => skipped += 1,
         }
         let ms = r.duration_ms.map_or(String::new(), |d| format!(" {d:.0} ms"));
@@ -725,7 +810,10 @@ pub fn run(a: RunArgs) -> CliResult {
     let c = &result.cost;
     out.line("");
     let rejected = if rejected > 0 { format!(", {rejected} rejected") } else { String::new() };
-    out.line(format!("Summary: {ok} succeeded, {failed} failed, {denied} denied{rejected}, {skipped} skipped"));
+    let waiting = if waiting > 0 { format!(", {waiting} waiting") } else { String::new() };
+    out.line(format!(
+        "Summary: {ok} succeeded, {failed} failed, {denied} denied{rejected}, {skipped} skipped{waiting}"
+    ));
     out.line(format!("  actions_executed   {}", c.actions_executed));
     out.line(format!("  actions_rejected   {}", c.actions_rejected));
     out.line(format!("  actions_skipped    {}", c.actions_skipped));
@@ -770,6 +858,26 @@ pub fn run(a: RunArgs) -> CliResult {
             .collect();
         v["admission_decisions"] = Value::Array(list);
         println!("{}", pretty(&v));
+    }
+    if let Some(s) = &result.suspension {
+        let dir = super::events::state_dir(a.events_dir.as_deref())?;
+        let dir = dir.display().to_string();
+        let d = shown(&dir);
+        out.line("");
+        out.line(format!("Suspended: {}", shown(s["id"].as_str().unwrap_or_default())));
+        for p in s["pending"].as_array().into_iter().flatten() {
+            let key = shown(p["approval_key"].as_str().unwrap_or_default());
+            out.line(format!(
+                "  {} waits for approval {key}: car approvals resolve --dir {d} {key} allow",
+                shown(p["action_id"].as_str().unwrap_or_default())
+            ));
+        }
+        out.line(format!(
+            "  then: car run --resume {} --root {}",
+            shown(s["id"].as_str().unwrap_or_default()),
+            shown(&a.root.display().to_string())
+        ));
+        return Ok(EXIT_SUSPENDED);
     }
     Ok(if ok == result.results.len() { 0 } else { 1 })
 }

@@ -221,10 +221,9 @@ impl Runtime {
         let cp = match store.claim(id, claimant, crate::checkpoint::DEFAULT_LEASE).await? {
             Claim::Claimed(cp) => *cp,
             Claim::NotFound => {
-                return Err(crate::Error::config(
+                return Err(crate::Error::not_found(
                     "suspension_not_found",
                     format!("no suspended proposal `{id}` (never suspended, or already resumed to its end)"),
-                    json!({"id": id}),
                 ));
             }
             Claim::Held { by, until } => {

@@ -141,7 +141,14 @@ const DECIDING: &[&str] = &[
 ];
 
 /// The methods that act on resources of the caller's own session.
-const OWNED: &[&str] = &["policy.unregister", "session.policy.close", "tools.cancel", "tools.unregister"];
+const OWNED: &[&str] = &[
+    "policy.unregister",
+    "proposal.resume",
+    "proposal.suspended",
+    "session.policy.close",
+    "tools.cancel",
+    "tools.unregister",
+];
 
 const fn eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -224,7 +231,9 @@ pub const METHODS: &[MethodSpec] = &[
     m("policy.unregister", "{name, session_id?}", "{unregistered, removed, scope}"),
     m("proposal.apply", "{plan_id}", "ProposalResult"),
     m("proposal.plan", "{proposal, session_id?, scope?}", "{plan_id, proposal_id, items, counts}"),
+    m("proposal.resume", "{id, session_id?}", "ProposalResult (status: suspended again while an approval is pending)"),
     m("proposal.submit", "{proposal, session_id?, scope?}", "ProposalResult"),
+    m("proposal.suspended", "{}", "{suspended: [{id, proposal_id, owner, pending, waiting, created_at, ...}]}"),
     m("runs.complete", "{run_id, outcome: {status, summary?, ...}}", "{run_id, ok}"),
     m("runs.get_trace", "{run_id}", "{run, events}"),
     m("runs.list", "{agent_id?, status?, limit?}", "{count, runs}"),

@@ -52,6 +52,23 @@ pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
         let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
         return with_deadline(method, deadline, guarded(method, execute(conn, submission))).await;
     }
+    if method == "proposal.resume" {
+        let id = req_str(&params, "id")?.to_string();
+        let session = opt_str(&params, "session_id")?.map(str::to_string);
+        // The deadline derives from the suspended proposal, as a submission's.
+        let cp = conn.rt.runtime().checkpoints().get(&id).await.map_err(in_param("id"))?;
+        let Some(cp) = cp else {
+            return Err(RpcError::invalid_params(format!(
+                "id: no suspended proposal `{id}` (never suspended, or already resumed to its end)"
+            ))
+            .with_data(json!({"code": "suspension_not_found"})));
+        };
+        if conn.halted.load(Ordering::SeqCst) {
+            return reject_all(&cp.proposal, HALTED);
+        }
+        let deadline = submit_deadline(&conn.config, &cp.proposal, conn.supervisors.has_subscribers());
+        return with_deadline(method, deadline, guarded(method, resume(conn, &id, session.as_deref()))).await;
+    }
     with_deadline(method, conn.config.handler_timeout, guarded(method, dispatch(conn, method, params))).await
 }
 
@@ -215,6 +232,9 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
                 Some(refused) => Ok(refused),
                 None => execute(conn, submission).await,
             }
+        }
+        "proposal.suspended" => {
+            parse(&rt.suspended_proposals(resume_owner(conn).as_deref()).await.map_err(RpcError::from)?)
         }
         "verify" => {
             let proposal = req(p, "proposal")?.clone();
@@ -731,7 +751,8 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
     let started = chrono::Utc::now();
     let summary = (conn.daemon().activity.clone(), proposal.clone());
-    let out = conn.rt.execute_parsed(proposal, executor, session, scope.as_deref()).await;
+    let owner = conn.principal();
+    let out = conn.rt.execute_parsed_as(proposal, executor, session, scope.as_deref(), Some(&owner)).await;
     summary.0.submitted(
         &conn.session_id,
         &conn.principal(),
@@ -755,6 +776,32 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
         Some((message, code, approvals)) => Err(RpcError::new(super::approvals::APPROVAL_DENIED, message)
             .with_data(json!({"code": code, "approvals": approvals, "result": value}))),
     }
+}
+
+/// Whose suspended proposals a connection may list and resume: an operator
+/// or host any (`None`), anyone else only its own (its principal).
+fn resume_owner(conn: &Conn) -> Option<String> {
+    match conn.role() {
+        Some(super::conn::Role::Operator | super::conn::Role::Host) => None,
+        _ => Some(conn.principal()),
+    }
+}
+
+/// `proposal.resume {id, session_id?}`: resumes a suspended proposal with
+/// this connection's tools (`docs/suspend.md`); a terminal tool failure
+/// halts the session.
+async fn resume(conn: &Arc<Conn>, id: &str, session: Option<&str>) -> R {
+    let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
+    let owner = resume_owner(conn);
+    let out = conn.rt.resume_parsed_as(id, executor, session, owner.as_deref()).await.map_err(|e| {
+        let code = e.code();
+        let r = RpcError::from(e);
+        if code.starts_with("suspension_") { RpcError { code: super::rpc::INVALID_PARAMS, ..r } } else { r }
+    })?;
+    if out.results.iter().any(|r| r.terminal) {
+        conn.halted.store(true, Ordering::SeqCst);
+    }
+    serde_json::to_value(&out).map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))
 }
 
 /// When an action of the submission was refused because its approval was

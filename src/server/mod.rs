@@ -201,6 +201,9 @@ pub(crate) struct Daemon {
     /// connection (the shared store's with `--store`, so a limit holds
     /// across daemons too).
     pub(crate) rates: Arc<dyn crate::store::RateLimitBackend>,
+    /// Where suspended proposals wait: the shared store's with `--store`
+    /// (another daemon may resume them), else `$CAR_HOME/checkpoints`.
+    pub(crate) checkpoints: Arc<dyn crate::checkpoint::CheckpointBackend>,
 }
 
 impl Daemon {
@@ -224,6 +227,17 @@ impl Daemon {
             rates: match &config.shared_store {
                 Some(s) => s.rates.clone(),
                 None => Arc::new(crate::engine::RateLimiter::default()),
+            },
+            checkpoints: match (&config.shared_store, &config.approvals_dir) {
+                (Some(s), _) => s.checkpoints.clone(),
+                (None, Some(d)) => match crate::checkpoint::FileCheckpoints::open(d.join("checkpoints")) {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        eprintln!("car-server: suspended proposals kept in memory: {e}");
+                        Arc::new(crate::checkpoint::MemoryCheckpoints::default())
+                    }
+                },
+                (None, None) => Arc::new(crate::checkpoint::MemoryCheckpoints::default()),
             },
             approvals: config.approvals_dir.as_ref().and_then(|d| {
                 let ledger = config.ledger_path.as_ref().map(|l| {

@@ -240,19 +240,20 @@ async def pending_ids(c, want, timeout=20):
     raise AssertionError(f"fewer than {want} approvals pending: {ids}")
 
 
-def pg_daemons(schema, url, homes):
-    env = lambda w: {"CAR_AUTH_TOKEN": OP, "CAR_STORE_URL": url, "CAR_STORE_SCHEMA": schema, "CAR_STORE_WRITER": w}
-    return Daemon(env=env("host-a"), home=homes[0]), Daemon(env=env("host-b"), home=homes[1])
+def pg_daemons(schema, url, homes, *args, token=OP):
+    env = lambda w: {"CAR_AUTH_TOKEN": token, "CAR_STORE_URL": url, "CAR_STORE_SCHEMA": schema, "CAR_STORE_WRITER": w}
+    return Daemon(*args, env=env("host-a"), home=homes[0]), Daemon(*args, env=env("host-b"), home=homes[1])
 
 
 @contextlib.contextmanager
-def two_hosts(prefix):
-    """Daemons A and B sharing one fresh schema of the test database; both
-    stopped, the schema dropped and their homes removed afterwards."""
+def two_hosts(prefix, *args, token=OP):
+    """Daemons A and B (with these arguments and operator token) sharing one
+    fresh schema of the test database; both stopped, the schema dropped and
+    their homes removed afterwards."""
     url = pg_url()
     schema = f"{prefix}_{os.getpid()}_{time.time_ns() % 1000000}"
     homes = [f"/tmp/car-stores-{prefix}-{i}-{os.getpid()}" for i in "ab"]
-    a, b = pg_daemons(schema, url, homes)
+    a, b = pg_daemons(schema, url, homes, *args, token=token)
     try:
         yield a, b
     finally:

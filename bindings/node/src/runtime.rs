@@ -385,6 +385,24 @@ impl JsCarRuntime {
         })
     }
 
+    /// Starts resuming a suspended proposal whose tool calls go to the JS
+    /// shim (use `rt.resumeProposal(id, toolFn)`).
+    #[napi(js_name = "_startResume")]
+    pub fn start_resume(&self, suspension_id: String) -> Result<crate::port::Step> {
+        let core = self.core.clone();
+        let worker_only = self.hooks_on.load(Ordering::SeqCst);
+        crate::port::start(false, worker_only, move |exec| {
+            Box::pin(async move { core.resume_proposal(&suspension_id, exec).await })
+        })
+    }
+
+    /// The suspended proposals (`on_ask: "suspend"`), oldest first, as JSON
+    /// text: `{suspended: [{id, proposal_id, pending, waiting, ...}]}`.
+    #[napi]
+    pub async fn suspended_proposals(&self) -> napi::Result<String> {
+        self.core.suspended_proposals(None).await.map_err(aerr)
+    }
+
     /// Monte Carlo against this runtime: tools without a given rate use
     /// their event-log record (Laplace-smoothed), else the default.
     #[napi]

@@ -193,14 +193,15 @@ const SPILL_AFTER: Duration = Duration::from_millis(5);
 /// signal while waiting (Ctrl-C) or a `KeyboardInterrupt` from a tool makes
 /// every later call fail terminally, so the proposal aborts and rolls back;
 /// then the interrupt is raised.
-fn run_with(
-    py: Python<'_>,
-    core: &Core,
-    proposal_json: String,
-    tool_fn: Py<PyAny>,
-    session_id: Option<String>,
-    scope_json: Option<String>,
-) -> PyResult<String> {
+/// What [`run_with`] runs with the Python tool function.
+enum Run {
+    /// A proposal: `(proposal_json, session_id, scope_json)`.
+    Proposal(String, Option<String>, Option<String>),
+    /// A suspended proposal, by id.
+    Resume(String),
+}
+
+fn run_with(py: Python<'_>, core: &Core, run: Run, tool_fn: Py<PyAny>) -> PyResult<String> {
     let two_args = takes_two_args(py, &tool_fn)?;
     static CALLER_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let caller_loop = aio(py, &CALLER_LOOP, "caller_loop")?.call0(py)?;
@@ -217,7 +218,12 @@ fn run_with(
         CallPump::with_spill(Arc::new(move |c: PumpedCall| Python::attach(|py| spilled.serve(py, c))), SPILL_AFTER);
     let exec = pump.executor();
     let out = py.detach(|| {
-        let fut = core.execute_proposal(&proposal_json, exec, session_id.as_deref(), scope_json.as_deref());
+        let fut: std::pin::Pin<Box<dyn std::future::Future<Output = car_runtime::Result<String>> + '_>> = match &run {
+            Run::Proposal(text, session, scope) => {
+                Box::pin(core.execute_proposal(text, exec, session.as_deref(), scope.as_deref()))
+            }
+            Run::Resume(id) => Box::pin(core.resume_proposal(id, exec)),
+        };
         pump.drive(
             tokio_rt().handle(),
             fut,
@@ -591,7 +597,7 @@ impl PyCarRuntime {
     /// the plan is used up.
     fn proposal_apply(&self, py: Python<'_>, plan_id: String, tool_fn: Py<PyAny>) -> PyResult<String> {
         let (proposal, session, scope) = self.core.proposal_take(&plan_id).map_err(|e| to_py_err(py, e))?;
-        run_with(py, &self.core, car_runtime::api::proposal_to_json(&proposal), tool_fn, session, scope)
+        run_with(py, &self.core, Run::Proposal(car_runtime::api::proposal_to_json(&proposal), session, scope), tool_fn)
     }
 
     /// Strict mode on or off (off by default): on, a proposal with a field
@@ -626,7 +632,24 @@ impl PyCarRuntime {
     ) -> PyResult<String> {
         let text = json_text(py, proposal_json)?;
         let scope = opt_text(py, scope_json)?;
-        run_with(py, &self.core, text, tool_fn, session_id, scope)
+        run_with(py, &self.core, Run::Proposal(text, session_id, scope), tool_fn)
+    }
+
+    /// Resumes the suspended proposal `id` (`docs/suspend.md`) with
+    /// `tool_fn` (as `execute_proposal`): what had not run goes through
+    /// admission again and runs; what settled is not run again. The
+    /// ProposalResult as JSON text (`status: "suspended"` again while an
+    /// approval is pending). `CarConfigError` codes `suspension_not_found`,
+    /// `suspension_claimed`, `suspension_conflict`.
+    fn resume_proposal(&self, py: Python<'_>, suspension_id: String, tool_fn: Py<PyAny>) -> PyResult<String> {
+        run_with(py, &self.core, Run::Resume(suspension_id), tool_fn)
+    }
+
+    /// The suspended proposals, oldest first, as JSON text:
+    /// `{suspended: [{id, proposal_id, pending, waiting, ...}]}`.
+    fn suspended_proposals(&self, py: Python<'_>) -> PyResult<String> {
+        let core = self.core.clone();
+        py.detach(move || tokio_rt().block_on(core.suspended_proposals(None))).map_err(|e| to_py_err(py, e))
     }
 
     /// Executes a proposal with the handler from `register_tool_handler`.
@@ -648,7 +671,7 @@ impl PyCarRuntime {
             ));
         };
         let text = json_text(py, proposal_json)?;
-        run_with(py, &self.core, text, handler, session_id, None)
+        run_with(py, &self.core, Run::Proposal(text, session_id, None), handler)
     }
 
     /// Monte Carlo against this runtime: tools without a given rate use
@@ -814,5 +837,5 @@ pub fn execute(
         core.register_tool(name).map_err(|e| to_py_err(py, e))?;
     }
     let text = json_text(py, proposal_json)?;
-    run_with(py, &core, text, tool_fn, None, None)
+    run_with(py, &core, Run::Proposal(text, None, None), tool_fn)
 }

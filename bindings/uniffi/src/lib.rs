@@ -652,6 +652,39 @@ impl CarRuntime {
         session_id: Option<String>,
         scope_json: Option<String>,
     ) -> Result<String, CarError> {
+        self.pumped(handler, Run::Proposal(proposal_json, session_id, scope_json))
+    }
+
+    /// Resumes the suspended proposal `suspension_id` (`on_ask =
+    /// "suspend"`) with `handler`: what had not run goes through admission
+    /// again and runs, once. The ProposalResult as JSON text (`status:
+    /// "suspended"` again while an approval is pending).
+    pub fn resume_proposal(
+        &self,
+        suspension_id: String,
+        handler: std::sync::Arc<dyn ToolHandler>,
+    ) -> Result<String, CarError> {
+        self.pumped(handler, Run::Resume(suspension_id))
+    }
+
+    /// The suspended proposals, oldest first, as JSON text:
+    /// `{suspended: [{id, proposal_id, pending, waiting, ...}]}`.
+    pub fn suspended_proposals(&self) -> Result<String, CarError> {
+        Ok(tokio_rt()?.block_on(self.core.suspended_proposals(None))?)
+    }
+}
+
+/// What [`CarRuntime::pumped`] runs with the host's handler.
+enum Run {
+    /// `(proposal_json, session_id, scope_json)`.
+    Proposal(String, Option<String>, Option<String>),
+    /// A suspended proposal, by id.
+    Resume(String),
+}
+
+impl CarRuntime {
+    /// Runs `run` with `handler` serving its tool calls on this thread.
+    fn pumped(&self, handler: std::sync::Arc<dyn ToolHandler>, run: Run) -> Result<String, CarError> {
         use car_runtime::api::callback::{CallPump, PumpedCall};
         let rt = tokio_rt()?;
         // The spill function may be dropped on a runtime thread after this
@@ -672,8 +705,12 @@ impl CarRuntime {
             }),
             SPILL_AFTER,
         );
-        let fut =
-            self.core.execute_proposal(&proposal_json, pump.executor(), session_id.as_deref(), scope_json.as_deref());
+        let fut: std::pin::Pin<Box<dyn std::future::Future<Output = car_runtime::Result<String>> + '_>> = match &run {
+            Run::Proposal(text, session, scope) => {
+                Box::pin(self.core.execute_proposal(text, pump.executor(), session.as_deref(), scope.as_deref()))
+            }
+            Run::Resume(id) => Box::pin(self.core.resume_proposal(id, pump.executor())),
+        };
         let out = pump.drive(
             rt.handle(),
             fut,
@@ -689,7 +726,10 @@ impl CarRuntime {
         release_here(handler);
         Ok(out?)
     }
+}
 
+#[uniffi::export]
+impl CarRuntime {
     /// Monte Carlo against this runtime: tools without a given rate use
     /// their event-log record (Laplace-smoothed), else the default.
     pub fn simulate_monte_carlo(

@@ -106,6 +106,12 @@ class CarRuntime(_native.NativeCarRuntime):
     def submit_proposal_obj(self, proposal_json: Any, session_id: Optional[str] = None) -> Any:
         return _json.loads(self.submit_proposal(proposal_json, session_id))
 
+    def resume_proposal_obj(self, suspension_id: str, tool_fn: Any) -> Any:
+        return _json.loads(self.resume_proposal(suspension_id, tool_fn))
+
+    def suspended_proposals_obj(self) -> Any:
+        return _json.loads(self.suspended_proposals())
+
     # -- awaitable variants -----------------------------------------------
     async def execute_proposal_async(
         self, proposal_json: Any, tool_fn: Any, session_id: Optional[str] = None, scope_json: Any = None
@@ -125,6 +131,12 @@ class CarRuntime(_native.NativeCarRuntime):
 
     async def proposal_apply_async(self, plan_id: str, tool_fn: Any) -> str:
         return await _in_thread(self.proposal_apply, plan_id, tool_fn)
+
+    async def resume_proposal_async(self, suspension_id: str, tool_fn: Any) -> str:
+        return await _in_thread(self.resume_proposal, suspension_id, tool_fn)
+
+    async def resume_proposal_obj_async(self, suspension_id: str, tool_fn: Any) -> Any:
+        return _json.loads(await self.resume_proposal_async(suspension_id, tool_fn))
 
     async def proposal_plan_async(
         self, proposal_json: Any, session_id: Optional[str] = None, scope_json: Any = None

@@ -104,6 +104,12 @@ class ProposalResult(_ProposalResultRequired, total=False):
     artifacts: List[Dict[str, Any]]
     """Under worktree isolation: one ``{kind: "patch", base, files, bytes,
     patch?, truncated?, worktree?}``."""
+    status: str
+    """``"suspended"`` when the proposal suspended on an ask approval
+    (``on_ask = "suspend"``); absent when it ran to its end."""
+    suspension: Dict[str, Any]
+    """Of a suspended proposal: ``{id, pending: [{action_id, tool,
+    approval_key}], waiting}``; resume it with ``resume_proposal(id, tool_fn)``."""
 
 
 class _ToolCallRequired(TypedDict):

@@ -51,6 +51,19 @@ def main():
         out = json.loads(rt.execute_proposal(call(3), tools, None, None))
         key = json.loads(rt.approvals_pending())["pending"][0]["key"]
         assert out["results"][0]["status"] == "rejected" and key in out["results"][0]["error"]
+
+        # Suspended instead (on_ask = "suspend"), then resumed once granted.
+        rt.set_permissions('{"ask":[{"tool":"deploy"}],"on_ask":"suspend"}', tmp)
+        before = len(tools.calls)
+        out = json.loads(rt.execute_proposal(call(4), tools, None, None))
+        assert out["status"] == "suspended", out
+        sid = out["suspension"]["id"]
+        assert [s["id"] for s in json.loads(rt.suspended_proposals())["suspended"]] == [sid]
+        rt.approval_resolve(out["suspension"]["pending"][0]["approval_key"], "allow", "ok")
+        done = json.loads(rt.resume_proposal(sid, tools))
+        assert "status" not in done and done["results"][0]["status"] == "succeeded", done
+        assert len(tools.calls) == before + 1
+        assert json.loads(rt.suspended_proposals())["suspended"] == []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("uniffi approvals: ok")
