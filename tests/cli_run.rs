@@ -463,3 +463,15 @@ fn suspend_then_resume_ships_once_the_approval_is_answered() {
     let both = cli_common::car_env(&ex, &["run", "plans/deploy.json", "--resume", &id], &env);
     assert_eq!(both.code, 2, "{}", both.all());
 }
+
+#[test]
+fn a_run_leaves_no_placeholder_of_the_runtimes_files_in_the_root() {
+    // A sandboxed shell run mounts the runtime's own file names read-only
+    // over empty placeholders; the process removes them before it exits.
+    let ex = examples();
+    let r = run(&ex, "deploy", &["--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    for name in ["approvals.jsonl", "tier-approvals.jsonl", "events.jsonl", ".car"] {
+        assert!(!ex.join(WS).join(name).exists(), "{name} was left in the root");
+    }
+}

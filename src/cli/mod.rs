@@ -418,6 +418,10 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "server")]
         Command::Serve { args } => return car_runtime::server::cli::main_with_args(args),
     };
+    // The empty placeholders of the runtime's own file names a sandboxed
+    // run made in the root go now, not after a linger the process would
+    // not live to see.
+    car_runtime::sandbox::release_idle_placeholders();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(CliError::Input(msg)) => {

@@ -262,7 +262,23 @@ impl Runtime {
             ));
         }
         let proposal = cp.proposal.clone();
-        match self.execute_from(proposal, executor, opts, Some(Resumed { checkpoint: cp, tx })).await {
+        // The claim is renewed while the run goes on, so a long resume keeps
+        // it; only a resumer that stopped lets its lease run out.
+        let renew = {
+            let (store, id, claimant) = (store.clone(), id.to_string(), claimant.to_string());
+            async move {
+                loop {
+                    tokio::time::sleep(crate::checkpoint::DEFAULT_LEASE / 3).await;
+                    let _ = store.claim(&id, &claimant, crate::checkpoint::DEFAULT_LEASE).await;
+                }
+            }
+        };
+        let run = self.execute_from(proposal, executor, opts, Some(Resumed { checkpoint: cp, tx }));
+        let outcome = tokio::select! {
+            r = run => r,
+            () = renew => unreachable!("the renewal never ends"),
+        };
+        match outcome {
             // Suspended again: the new checkpoint replaced the old (and the claim).
             Ok(r) if r.status.is_some() => Ok(r),
             Ok(r) => {

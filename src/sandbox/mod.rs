@@ -37,7 +37,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use probe::{Probe, probe};
-pub use protect::open_append_locked;
+pub use protect::{open_append_locked, release_idle_placeholders};
 pub use run::{Outcome, RunError, RunSpec, run};
 
 /// The profile name that runs a tool unconfined (operator only).

@@ -200,6 +200,20 @@ impl Drop for Protected {
     }
 }
 
+/// Removes now every placeholder this process made that no run holds (a
+/// process about to exit: the reaper's [`LINGER`] would outlive it and
+/// leave the empty files behind in the run's root).
+pub fn release_idle_placeholders() {
+    let mut g = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(map) = g.as_mut() else { return };
+    let idle: Vec<PathBuf> = map.iter().filter(|(_, e)| e.users == 0 && e.made).map(|(p, _)| p.clone()).collect();
+    for p in idle {
+        if let Some(e) = map.remove(&p) {
+            remove_placeholder(&p, e);
+        }
+    }
+}
+
 /// Opens one of the runtime's append-only files (`approvals.jsonl`, the
 /// tier ledger) for appending, creating it when absent, with a shared
 /// `flock` held until the file is closed: a sandbox run's empty placeholder

@@ -421,6 +421,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
         };
         let mcp = mcp_listener(args.mcp_bind.or_else(|| env("CAR_MCP_BIND")), &local, args.port).await?;
         server::serve_all(listener, dashboard, mcp, config, shutdown_signal()).await;
+        crate::sandbox::release_idle_placeholders();
 
         if let Some((file, token)) = published {
             // Remove the file only if it still holds our token.
