@@ -64,6 +64,11 @@ impl Scope {
         }
     }
 
+    /// The key as this scope names it, when the physical key belongs to it.
+    pub fn visible_key<'a>(&self, physical: &'a str) -> Option<&'a str> {
+        self.visible(physical)
+    }
+
     /// The tenant id, when scoped.
     pub fn tenant_id(&self) -> Option<&str> {
         self.prefix.as_deref().map(|p| &p[TENANT_PREFIX.len()..p.len() - 1])
@@ -303,6 +308,45 @@ impl StateStore {
         Ok(CasOutcome::Written { version: write_slot(&mut slots, phys, value, tx)? })
     }
 
+    /// Mirrors a shared store's `(value, version)` of a physical key (a
+    /// runtime whose state lives in a shared store, `Runtime::set_shared_state`):
+    /// a key whose version moved takes the store's value and version, and
+    /// no transaction of this runtime is its last writer any more (a
+    /// rollback leaves it as the other writer set it).
+    pub fn mirror_physical(&self, phys: &str, value: Option<Value>, version: u64) {
+        let Ok(mut slots) = self.slots.write() else { return };
+        if slots.get(phys).is_some_and(|s| s.version == version) {
+            return;
+        }
+        let key: Arc<str> = Arc::from(phys);
+        let slot = slots.entry(key.clone()).or_insert(Slot { key, value: None, version: 0, tx_mark: 0, writer: 0 });
+        slot.value = value;
+        slot.version = version;
+        slot.writer = 0;
+    }
+
+    /// True when `tx` is still the last writer of a physical key.
+    pub fn last_writer_is(&self, phys: &str, tx: &Transaction) -> bool {
+        self.slots.read().ok().is_some_and(|s| s.get(phys).is_some_and(|s| s.writer == tx.id))
+    }
+
+    /// [`StateStore::write_physical`] at the version a shared store gave the
+    /// write (instead of the next local one).
+    pub fn write_versioned_physical(
+        &self,
+        phys: &str,
+        value: Option<Value>,
+        version: u64,
+        tx: Option<&Transaction>,
+    ) -> Result<u64> {
+        let mut slots = self.slots.write().map_err(|_| poisoned())?;
+        write_slot(&mut slots, phys, value, tx)?;
+        if let Some(s) = slots.get_mut(phys) {
+            s.version = version;
+        }
+        Ok(version)
+    }
+
     /// `(value, version)` of a physical key under one lock (version 0: never
     /// written).
     pub fn versioned_physical(&self, phys: &str) -> (Option<Value>, u64) {
@@ -394,13 +438,22 @@ impl StateStore {
     /// fresh runtime) gets the proposal's value again (its undo record is
     /// that value). A key another writer moved to anything else is a
     /// conflict: nothing is taken over and the keys are returned.
-    pub fn adopt(&self, tx: &Transaction, writes: &[crate::checkpoint::StateWrite]) -> Result<(), Vec<String>> {
+    ///
+    /// `strict` (a state mirrored from a shared store, which holds the
+    /// proposal's writes): only a key holding the proposal's value is taken
+    /// over; any other is a conflict.
+    pub fn adopt(
+        &self,
+        tx: &Transaction,
+        writes: &[crate::checkpoint::StateWrite],
+        strict: bool,
+    ) -> Result<(), Vec<String>> {
         let Ok(mut slots) = self.slots.write() else { return Err(vec!["(the state lock is poisoned)".into()]) };
         let conflicts: Vec<String> = writes
             .iter()
             .filter(|w| {
                 let now = slots.get(w.key.as_str()).and_then(|s| s.value.as_ref());
-                now != w.after.as_ref() && now != w.before.as_ref()
+                now != w.after.as_ref() && (strict || now != w.before.as_ref())
             })
             .map(|w| w.key.clone())
             .collect();

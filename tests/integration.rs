@@ -60,6 +60,7 @@ mod runtime_builtins;
 mod runtime_permissions;
 mod sandbox;
 mod sandbox_cli;
+mod shared_state;
 mod shell_constructs;
 mod shell_fail_closed;
 mod shell_match_cli;

@@ -198,6 +198,8 @@ pub(crate) struct Inner {
     pub(crate) stage: RwLock<Arc<crate::admission::AdmissionStage>>,
     /// Where suspended proposals wait (`crate::checkpoint`).
     pub(crate) checkpoints: RwLock<Arc<dyn crate::checkpoint::CheckpointBackend>>,
+    /// The shared state store, when the state lives there (`set_shared_state`).
+    pub(crate) shared_state: RwLock<Option<Arc<dyn crate::store::StateBackend>>>,
 }
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
@@ -243,6 +245,7 @@ impl Runtime {
                 admission: RwLock::new(None),
                 stage: RwLock::new(Arc::new(crate::admission::AdmissionStage::empty())),
                 checkpoints: RwLock::new(Arc::new(crate::checkpoint::MemoryCheckpoints::default())),
+                shared_state: RwLock::new(None),
             }),
         }
     }
@@ -299,6 +302,27 @@ impl Runtime {
             Ok(mut c) => *c = backend,
             Err(p) => *p.into_inner() = backend,
         }
+    }
+
+    /// Keeps the state in `backend`, shared with other runtimes (every
+    /// daemon of one database, `car-server --shared-state`), instead of
+    /// this runtime alone: a proposal starts from the store's state, reads
+    /// the keys an action checks again before it runs, writes each key by
+    /// compare-and-set in the store (a `read_version` that moved is a
+    /// `conflict` there too), and a rollback restores a key in the store
+    /// only while its version is still the one the proposal wrote. The
+    /// runtime's own state mirrors the store's. `None`: back to this
+    /// runtime's state alone.
+    pub fn set_shared_state(&self, backend: Option<Arc<dyn crate::store::StateBackend>>) {
+        match self.inner.shared_state.write() {
+            Ok(mut s) => *s = backend,
+            Err(p) => *p.into_inner() = backend,
+        }
+    }
+
+    /// The shared state store, when set.
+    pub fn shared_state(&self) -> Option<Arc<dyn crate::store::StateBackend>> {
+        self.inner.shared_state.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Where suspended proposals wait.

@@ -115,6 +115,8 @@ struct Ctx {
     suspend: Option<Suspending>,
     /// Who submitted the proposal (kept in a checkpoint).
     owner: Option<String>,
+    /// The shared state store, when the state lives there.
+    shared: Option<Arc<dyn crate::store::StateBackend>>,
     /// Held while an `interactive` tool runs: such calls run one at a time
     /// (`plan-apply-gate.md`: asking a person two things at once confuses).
     interactive: tokio::sync::Mutex<()>,
@@ -249,8 +251,16 @@ impl Runtime {
         opts.tenant = cp.tenant.clone();
         opts.owner = cp.owner.clone();
         opts.suspend = true;
+        let pulled = match Scope::from_option(cp.tenant.as_deref()) {
+            Ok(scope) => self.pull_shared(&scope).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = pulled {
+            let _ = store.release(id, claimant).await;
+            return Err(e);
+        }
         let tx = Transaction::with_capacity(cp.writes.len());
-        if let Err(keys) = self.inner.state.adopt(&tx, &cp.writes) {
+        if let Err(keys) = self.inner.state.adopt(&tx, &cp.writes, self.shared_state().is_some()) {
             let _ = store.release(id, claimant).await;
             return Err(crate::Error::config(
                 "suspension_conflict",
@@ -313,6 +323,11 @@ impl Runtime {
             .into());
         }
         let start = Instant::now();
+        // A shared store: the proposal starts from its state (a resumed one
+        // pulled it before taking over its writes).
+        if resumed.is_none() {
+            self.pull_shared(&scope).await?;
+        }
         let proposal = Arc::new(proposal);
         let pid: Arc<str> = Arc::from(proposal.id.as_str());
         let n = proposal.actions.len();
@@ -379,6 +394,7 @@ impl Runtime {
             holds: std::sync::Mutex::new(HashMap::new()),
             suspend: opts.suspend.then(|| Suspending::new(&dag)),
             owner: opts.owner,
+            shared: self.shared_state(),
             interactive: tokio::sync::Mutex::new(()),
             abort_tx: None,
             detached: Mutex::new(Vec::new()),
@@ -547,7 +563,10 @@ impl Runtime {
                 let a = &proposal.actions[i];
                 cancelled_tools.push(json!({"action_id": a.id, "tool": a.tool, "handle": handle}));
             }
-            let rb = self.inner.state.rollback_report(&ctx.tx);
+            let rb = match &ctx.shared {
+                Some(shared) => self.shared_rollback(&ctx, shared).await,
+                None => self.inner.state.rollback_report(&ctx.tx),
+            };
             let mut data = json!({"keys": rb.restored});
             if !rb.not_restored.is_empty() {
                 // Keys another writer moved since this proposal wrote them:
@@ -617,6 +636,49 @@ impl Runtime {
             status: suspension.is_some().then(|| "suspended".to_string()),
             suspension,
         })
+    }
+
+    /// Mirrors the shared state store's keys of `scope` into this runtime's
+    /// state (nothing without a shared store). A store that cannot answer
+    /// is an error: nothing runs on state that may be stale.
+    async fn pull_shared(&self, scope: &Scope) -> Result<()> {
+        let Some(shared) = self.shared_state() else { return Ok(()) };
+        for (k, v) in shared.snapshot(scope.tenant_id()).await? {
+            if let Some(phys) = scope.physical(&k) {
+                self.inner.state.mirror_physical(&phys, v.value, v.version);
+            }
+        }
+        Ok(())
+    }
+
+    /// The rollback of a proposal whose state lives in a shared store: each
+    /// key it wrote is restored there by compare-and-set against the
+    /// version it wrote (a key another writer moved since is left and
+    /// reported), then here.
+    async fn shared_rollback(&self, ctx: &Ctx, shared: &Arc<dyn crate::store::StateBackend>) -> crate::state::Rollback {
+        let state = &self.inner.state;
+        let mut out = crate::state::Rollback::default();
+        let tenant = ctx.scope.tenant_id();
+        for w in state.transaction_writes(&ctx.tx) {
+            let Some(key) = ctx.scope.visible_key(&w.key).map(str::to_string) else { continue };
+            // A key seen moved by another writer since is theirs.
+            if !state.last_writer_is(&w.key, &ctx.tx) {
+                out.not_restored.push(w.key.clone());
+                continue;
+            }
+            let ours = state.version_physical(&w.key);
+            match shared.put(tenant, &key, w.before.clone(), Expect::Version(ours)).await {
+                Ok(CasOutcome::Written { .. }) => out.restored.push(w.key.clone()),
+                Ok(CasOutcome::Conflict { .. }) | Err(_) => out.not_restored.push(w.key.clone()),
+            }
+        }
+        let _ = state.rollback_report(&ctx.tx);
+        // Here as there: the restored keys at the store's versions, the
+        // others as the other writer set them.
+        let _ = self.pull_shared(&ctx.scope).await;
+        out.restored.sort();
+        out.not_restored.sort();
+        out
     }
 
     /// Saves the checkpoint of a run that suspends; its summary
@@ -1139,6 +1201,47 @@ fn dispatch_check(ctx: &Ctx, a: &Action) -> Option<String> {
     None
 }
 
+/// Reads again from the shared store every key `a` checks or writes, so
+/// its preconditions and `read_version`s see the store as it is now.
+async fn refresh_keys(ctx: &Ctx, shared: &Arc<dyn crate::store::StateBackend>, a: &Action) -> Result<()> {
+    let mut keys: Vec<&str> = a.preconditions.iter().map(|p| p.key.as_str()).collect();
+    keys.extend(a.state_dependencies.iter().map(String::as_str));
+    keys.extend(a.assumptions.iter().map(|s| s.key.as_str()));
+    keys.extend(a.expected_effects.keys().map(String::as_str));
+    if a.action_type != ActionType::ToolCall
+        && let Some(k) = a.param("key").and_then(Value::as_str)
+    {
+        keys.push(k);
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let tenant = ctx.scope.tenant_id();
+    for k in keys {
+        let Some(phys) = ctx.scope.physical(k) else { continue };
+        let v = shared.get(tenant, k).await?;
+        ctx.rt.inner.state.mirror_physical(&phys, v.value, v.version);
+    }
+    Ok(())
+}
+
+/// Writes `key` in the shared store (by compare-and-set against the version
+/// the action read it at, when it did); the version the store gave it.
+async fn shared_put(
+    ctx: &Ctx,
+    shared: &Arc<dyn crate::store::StateBackend>,
+    a: &Action,
+    key: &str,
+    value: Option<Value>,
+) -> Result<u64, Fail> {
+    let read = a.assumptions.iter().find(|s| s.key == key).and_then(|s| s.read_version);
+    let expect = read.map_or(Expect::Any, Expect::Version);
+    match shared.put(ctx.scope.tenant_id(), key, value, expect).await {
+        Ok(CasOutcome::Written { version }) => Ok(version),
+        Ok(CasOutcome::Conflict { current }) => Err(conflict_fail(key, read.unwrap_or(0), current)),
+        Err(e) => Err(Fail::new(format!("state key '{key}': the shared state store: {e}"), ErrorClass::Unknown)),
+    }
+}
+
 /// How the admission hold of an action ended.
 enum HoldEnd {
     /// No hold.
@@ -1240,6 +1343,12 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
             r.error = Some(reason.to_string());
             return Outcome { result: r, abort: false };
         }
+    }
+    if let Some(shared) = &ctx.shared
+        && let Err(e) = refresh_keys(ctx, shared, a).await
+    {
+        let reason = format!("the shared state store cannot be read: {e}");
+        return ctx.reject(a, Decision::deny(layer::DISPATCH, reason), "dispatch");
     }
     if let Some(reason) = dispatch_check(ctx, a) {
         return ctx.reject(a, Decision::deny(layer::DISPATCH, reason), "dispatch");
@@ -1426,6 +1535,7 @@ fn write_state(
     value: Option<Value>,
     tx: Option<&Transaction>,
     changes: &mut Map<String, Value>,
+    remote: Option<u64>,
 ) -> Result<(), Fail> {
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
@@ -1433,15 +1543,21 @@ fn write_state(
     let wire = Value::Object(mutation_wire(value.as_ref()));
     let state = &ctx.rt.inner.state;
     let read = a.assumptions.iter().find(|s| s.key == key).and_then(|s| s.read_version);
-    let version = match read {
+    let version = match (remote, read) {
+        // Written in the shared store already: mirrored at its version.
+        (Some(v), _) => state
+            .write_versioned_physical(&phys, value, v, tx)
+            .map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?,
         // The action read this key at a version: the write is a
         // compare-and-set against it, checked and written under one lock.
-        Some(read) => match state.compare_and_set_physical(&phys, value, Expect::Version(read), tx) {
+        (None, Some(read)) => match state.compare_and_set_physical(&phys, value, Expect::Version(read), tx) {
             Ok(CasOutcome::Written { version }) => version,
             Ok(CasOutcome::Conflict { current }) => return Err(conflict_fail(key, read, current)),
             Err(e) => return Err(Fail::new(e.to_string(), ErrorClass::Unknown)),
         },
-        None => state.write_physical(&phys, value, tx).map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?,
+        (None, None) => {
+            state.write_physical(&phys, value, tx).map_err(|e| Fail::new(e.to_string(), ErrorClass::Unknown))?
+        }
     };
 
     let data = EventData::ActionState {
@@ -1468,7 +1584,11 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Some(a.param("value").cloned().unwrap_or(Value::Null))
             };
             let mut changes = Map::with_capacity(1);
-            write_state(ctx, a, i, None, key, value, tx, &mut changes)?;
+            let remote = match &ctx.shared {
+                Some(shared) => Some(shared_put(ctx, shared, a, key, value.clone()).await?),
+                None => None,
+            };
+            write_state(ctx, a, i, None, key, value, tx, &mut changes, remote)?;
             let mut out = String::with_capacity(9 + key.len());
             out.push_str("written: ");
             out.push_str(key);
@@ -1646,7 +1766,11 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
 
     let mut changes = Map::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
-        write_state(ctx, a, i, Some(e), k, Some(v.clone()), tx, &mut changes)?;
+        let remote = match &ctx.shared {
+            Some(shared) => Some(shared_put(ctx, shared, a, k, Some(v.clone())).await?),
+            None => None,
+        };
+        write_state(ctx, a, i, Some(e), k, Some(v.clone()), tx, &mut changes, remote)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }

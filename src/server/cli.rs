@@ -33,6 +33,10 @@ usage: car-server [options]
                          PostgreSQL, shared with every daemon of the database
                          (feature `postgres`; migrations at start, a newer schema
                          refuses to start); default: the files under $CAR_HOME
+  --shared-state         with --store: every connection's state (state.*, the
+                         proposals' reads and writes) lives in the store, shared
+                         with every daemon of the database (CAR_SHARED_STATE=1);
+                         default: each connection's own
   --mcp-bind ADDR        the MCP endpoint's address (CAR_MCP_BIND; default the bind
                          address at port + 2, a free port with --port 0; `disabled`)
   --webhook URL          POST every approval event, signed, to URL (repeatable;
@@ -65,6 +69,7 @@ struct Args {
     max_frame_bytes: Option<usize>,
     dashboard: Option<String>,
     store: Option<String>,
+    shared_state: bool,
     webhooks: Vec<String>,
     webhook_secret_file: Option<PathBuf>,
 }
@@ -87,6 +92,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
         max_frame_bytes: None,
         dashboard: None,
         store: None,
+        shared_state: false,
         webhooks: Vec::new(),
         webhook_secret_file: None,
     };
@@ -114,6 +120,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Args>, String> {
                     Some(value("--max-frame-bytes")?.parse().map_err(|e| format!("--max-frame-bytes: {e}"))?)
             }
             "--store" => a.store = Some(value("--store")?),
+            "--shared-state" => a.shared_state = true,
             "--webhook" => a.webhooks.push(value("--webhook")?),
             "--webhook-secret-file" => a.webhook_secret_file = Some(PathBuf::from(value("--webhook-secret-file")?)),
             "--require-auth" => {
@@ -300,6 +307,12 @@ fn run(args: Vec<String>) -> Result<(), String> {
     crate::policy::LedgerKey::load_or_create(&paths.ledger_key_file).map_err(|e| e.to_string())?;
     config.ledger_key_path = Some(paths.ledger_key_file.clone());
     let store_url = args.store.clone().or_else(|| env("CAR_STORE_URL"));
+    let shared_state =
+        args.shared_state || env("CAR_SHARED_STATE").is_some_and(|v| v != "0" && v.to_lowercase() != "false");
+    if shared_state && store_url.is_none() {
+        return Err("--shared-state / CAR_SHARED_STATE needs a shared store (--store postgres://...)".to_string());
+    }
+    config.shared_state = shared_state;
     if store_url.is_none() {
         let events_path = paths.state_root.join(crate::store::file::EVENTS_FILE);
         let (audit, report) = crate::store::file::AuditFile::open(&events_path).map_err(|e| e.to_string())?;

@@ -176,6 +176,9 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     }
     rt.runtime().set_rate_backend(Some(daemon.rates.clone()));
     rt.set_checkpoints(daemon.checkpoints.clone());
+    if let Some(store) = config.shared_store.as_ref().filter(|_| config.shared_state) {
+        rt.runtime().set_shared_state(Some(store.state.clone()));
+    }
     if let Some(dir) = &config.runs_dir {
         rt.set_runs_dir(Some(&dir.to_string_lossy()))
             .map_err(|e| format!("connection refused: runs directory: {e}"))?;

@@ -274,6 +274,11 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             let session = opt_str(p, "session_id")?;
             Ok(json!({"policies": parse(&rt.list_policies(session)?)?, "scope": scope(session)}))
         }
+        "state.get" | "state.set" | "state.exists" | "state.keys" | "state.snapshot"
+            if let Some(shared) = rt.runtime().shared_state() =>
+        {
+            shared_state_call(&shared, method, p).await
+        }
         "state.get" => parse(&rt.state_get(req_str(p, "key")?, opt_str(p, "tenant_id")?)?),
         "state.set" => {
             let key = req_str(p, "key")?;
@@ -775,6 +780,34 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
         None => Ok(value),
         Some((message, code, approvals)) => Err(RpcError::new(super::approvals::APPROVAL_DENIED, message)
             .with_data(json!({"code": code, "approvals": approvals, "result": value}))),
+    }
+}
+
+/// `state.*` on a daemon whose state lives in the shared store
+/// (`--shared-state`): the same params and results, read and written there.
+async fn shared_state_call(shared: &Arc<dyn crate::store::StateBackend>, method: &str, p: &Value) -> R {
+    let tenant = opt_str(p, "tenant_id")?;
+    if let Some(t) = tenant {
+        crate::state::Scope::tenant(t).map_err(RpcError::from)?;
+    }
+    match method {
+        "state.get" => Ok(shared.get(tenant, req_str(p, "key")?).await?.value.unwrap_or(Value::Null)),
+        "state.exists" => Ok(json!(shared.get(tenant, req_str(p, "key")?).await?.value.is_some())),
+        "state.set" => {
+            let value = obj(p)?.get("value").cloned().unwrap_or(Value::Null);
+            shared.put(tenant, req_str(p, "key")?, Some(value), crate::store::Expect::Any).await?;
+            Ok(json!("ok"))
+        }
+        "state.keys" => Ok(json!(shared.keys(tenant).await?)),
+        _ => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in shared.snapshot(tenant).await? {
+                if let Some(v) = v.value {
+                    out.insert(k, v);
+                }
+            }
+            Ok(Value::Object(out))
+        }
     }
 }
 

@@ -108,6 +108,10 @@ pub struct Config {
     /// of the store applies on every one. `None`: the local store of
     /// `approvals_dir`.
     pub shared_store: Option<crate::store::Backends>,
+    /// Every session's state lives in the shared store's state backend
+    /// (`--shared-state`): shared by every connection of every daemon of
+    /// the store. Off: each connection has its own state.
+    pub shared_state: bool,
     /// Where every session keeps its run traces (`$CAR_HOME/runs`); `None`:
     /// in memory.
     pub runs_dir: Option<PathBuf>,
@@ -143,6 +147,7 @@ impl Default for Config {
             event_log: None,
             webhooks: None,
             shared_store: None,
+            shared_state: false,
             runs_dir: None,
         }
     }

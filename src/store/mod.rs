@@ -67,6 +67,16 @@ pub trait StateBackend: Send + Sync {
     async fn put(&self, tenant: Option<&str>, key: &str, value: Option<Value>, expect: Expect) -> Result<CasOutcome>;
     /// Keys holding a value in the tenant's scope, sorted.
     async fn keys(&self, tenant: Option<&str>) -> Result<Vec<String>>;
+    /// Every key of the tenant's scope with its value and version (a
+    /// deleted key with `value: None` where the store keeps its version).
+    async fn snapshot(&self, tenant: Option<&str>) -> Result<Vec<(String, Versioned)>> {
+        let mut out = Vec::new();
+        for k in self.keys(tenant).await? {
+            let v = self.get(tenant, &k).await?;
+            out.push((k, v));
+        }
+        Ok(out)
+    }
 }
 
 /// An event to append.

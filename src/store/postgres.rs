@@ -365,6 +365,23 @@ impl StateBackend for PgBackends {
         }))
     }
 
+    async fn snapshot(&self, tenant: Option<&str>) -> Result<Vec<(String, Versioned)>> {
+        let t = tenant_col(tenant)?;
+        let rows = self
+            .client()
+            .await?
+            .query("SELECT key, value, version FROM car_state WHERE tenant = $1 ORDER BY key", &[&t])
+            .await
+            .map_err(db_err)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let v = Versioned { value: r.get::<_, Option<Value>>(1), version: to_version(r.get(2)) };
+                (r.get::<_, String>(0), v)
+            })
+            .collect())
+    }
+
     async fn put(&self, tenant: Option<&str>, key: &str, value: Option<Value>, expect: Expect) -> Result<CasOutcome> {
         check_key(tenant, key)?;
         let t = tenant_col(tenant)?;

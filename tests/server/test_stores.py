@@ -469,3 +469,42 @@ def test_a_waiting_action_survives_a_postgres_restart():
             await approver.close()
 
         run(go())
+
+
+# --- state shared across daemons (--shared-state) ----------------------------------
+
+def test_shared_state_gives_one_winner_per_round_of_same_read_version_writes():
+    with two_hosts("state", "--shared-state") as (a, b):
+        async def go():
+            ca, cb = await authed(a.url), await authed(b.url)
+            assert await ca.call("state.set", {"key": "counter", "value": 0}) == "ok"
+            # B reads what A wrote: one state for every connection of both.
+            assert await cb.call("state.get", {"key": "counter"}) == 0
+            assert "counter" in await cb.call("state.keys", {})
+            rounds = int(os.environ.get("STATE_ROUNDS", "50"))
+            version = 1
+            for r in range(rounds):
+                def write(who):
+                    return {"proposal": proposal([{"id": "w", "type": "state_write",
+                                                   "parameters": {"key": "counter", "value": f"{who}-{r}"},
+                                                   "assumptions": [{"key": "counter", "read_version": version}]}],
+                                                 f"{who}-{r}")}
+                ra, rb = await asyncio.gather(ca.call("proposal.submit", write("a")),
+                                              cb.call("proposal.submit", write("b")))
+                won = [x for x in (ra, rb) if x["results"][0]["status"] == "succeeded"]
+                assert len(won) == 1, (r, ra, rb)
+                lost = rb if won[0] is ra else ra
+                assert lost["results"][0]["error"].startswith("conflict:"), lost
+                winner = "a" if won[0] is ra else "b"
+                assert await ca.call("state.get", {"key": "counter"}) == f"{winner}-{r}"
+                assert await cb.call("state.get", {"key": "counter"}) == f"{winner}-{r}"
+                version += 1
+            for c in (ca, cb):
+                await c.close()
+
+        run(go())
+
+
+def test_shared_state_needs_a_store():
+    with pytest.raises(RuntimeError, match="needs a shared store"):
+        Daemon("--shared-state", env={"CAR_AUTH_TOKEN": OP})
