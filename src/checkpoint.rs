@@ -99,6 +99,13 @@ pub struct Checkpoint {
     /// How many times it suspended.
     #[serde(default)]
     pub suspensions: u32,
+    /// A run in progress (journaled while its state lives in a shared
+    /// store), not a suspended one: `writes` are its undo records, written
+    /// before each write. Its runner holds it by lease; once the lease runs
+    /// out (the runner died), a sweeper rolls the writes back
+    /// ([`crate::engine::Runtime::sweep`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running: bool,
 }
 
 impl Checkpoint {
@@ -119,6 +126,7 @@ impl Checkpoint {
             "created_at": self.created_at,
             "suspended_at": self.suspended_at,
             "suspensions": self.suspensions,
+            "running": self.running,
         })
     }
 }
@@ -145,6 +153,9 @@ pub enum Claim {
 pub trait CheckpointBackend: Send + Sync {
     /// Stores `cp` (replacing one of the same id and its claim).
     async fn save(&self, cp: &Checkpoint) -> Result<()>;
+    /// Stores `cp` claimed by `claimant` for `lease`, in one step (no other
+    /// claimant can take it in between).
+    async fn save_claimed(&self, cp: &Checkpoint, claimant: &str, lease: Duration) -> Result<()>;
     /// Claims `id` for `claimant` for `lease`: only one claimant at a time
     /// (an expired lease may be taken over).
     async fn claim(&self, id: &str, claimant: &str, lease: Duration) -> Result<Claim>;
@@ -182,6 +193,13 @@ impl CheckpointBackend for MemoryCheckpoints {
     async fn save(&self, cp: &Checkpoint) -> Result<()> {
         check_id(&cp.id)?;
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(cp.id.clone(), (cp.clone(), None));
+        Ok(())
+    }
+
+    async fn save_claimed(&self, cp: &Checkpoint, claimant: &str, lease: Duration) -> Result<()> {
+        check_id(&cp.id)?;
+        let claim = Some((claimant.to_string(), lease_until(lease)));
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(cp.id.clone(), (cp.clone(), claim));
         Ok(())
     }
 
@@ -307,6 +325,17 @@ impl CheckpointBackend for FileCheckpoints {
             self.write(&self.path(&cp.id, "json"), &bytes)?;
             let _ = std::fs::remove_file(self.path(&cp.id, "claim"));
             Ok(())
+        })
+    }
+
+    async fn save_claimed(&self, cp: &Checkpoint, claimant: &str, lease: Duration) -> Result<()> {
+        check_id(&cp.id)?;
+        let bytes = serde_json::to_vec(cp).map_err(|e| Error::runtime("checkpoint_unwritable", e.to_string()))?;
+        let c = ClaimFile { by: claimant.to_string(), until: lease_until(lease) };
+        let claim = serde_json::to_vec(&c).map_err(|e| Error::runtime("checkpoint_unwritable", e.to_string()))?;
+        self.locked(|| {
+            self.write(&self.path(&cp.id, "claim"), &claim)?;
+            self.write(&self.path(&cp.id, "json"), &bytes)
         })
     }
 

@@ -63,11 +63,14 @@ pub enum EventKind {
     ProposalSuspended,
     /// A suspended proposal was resumed (its suspension id).
     ProposalResumed,
+    /// A sweeper rolled back the state writes of a run whose runner died
+    /// (`Runtime::sweep`): its journal id, the keys restored and not.
+    ProposalSwept,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 21] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::ProposalReceived,
         EventKind::ActionRejected,
         EventKind::ActionExecuting,
@@ -89,6 +92,7 @@ impl EventKind {
         EventKind::RunCompleted,
         EventKind::ProposalSuspended,
         EventKind::ProposalResumed,
+        EventKind::ProposalSwept,
     ];
 
     /// The wire spelling (`ActionSucceeded`, ...).
@@ -115,6 +119,7 @@ impl EventKind {
             EventKind::RunCompleted => "RunCompleted",
             EventKind::ProposalSuspended => "ProposalSuspended",
             EventKind::ProposalResumed => "ProposalResumed",
+            EventKind::ProposalSwept => "ProposalSwept",
         }
     }
 

@@ -5,6 +5,8 @@
 //!
 //! - 50 rounds of two runtimes writing one key with the same `read_version`:
 //!   exactly one wins each round, the other fails with `conflict`.
+//! - A run whose runner died mid-run is rolled back by a sweeper once its
+//!   lease runs out (`Runtime::sweep`); a live one is left.
 //! - A proposal starts from the store's state and sees another runtime's
 //!   writes; a rollback restores the store, except a key another runtime
 //!   moved since (left, and reported `not_restored`).
@@ -184,5 +186,112 @@ async fn postgres_one_winner_per_round() {
 async fn postgres_start_from_the_store_and_roll_back_in_it() {
     let Some((s, url, schema)) = postgres("rollback").await else { return };
     start_from_the_store_and_roll_back_in_it(s).await;
+    car_runtime::store::postgres::PgBackends::drop_schema(&url, &schema).await.unwrap();
+}
+
+/// `hang` never answers (its runner is "killed" by dropping the run).
+struct Hang;
+
+#[async_trait::async_trait]
+impl ToolExecutor for Hang {
+    async fn execute(&self, _call: ToolCall) -> Result<Value, car_runtime::ir::ToolFailure> {
+        std::future::pending().await
+    }
+}
+
+/// `hang` answers after 1.2 s: four leases of 300 ms.
+struct Slow;
+
+#[async_trait::async_trait]
+impl ToolExecutor for Slow {
+    async fn execute(&self, _call: ToolCall) -> Result<Value, car_runtime::ir::ToolFailure> {
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        Ok(json!("ok"))
+    }
+}
+
+async fn a_dead_runners_writes_are_swept_back(shared: Arc<dyn StateBackend>) {
+    let journals: Arc<dyn car_runtime::checkpoint::CheckpointBackend> =
+        Arc::new(car_runtime::checkpoint::MemoryCheckpoints::default());
+    let (a, b) = (runtime(&shared), runtime(&shared));
+    for rt in [&a, &b] {
+        rt.register_tool("hang").unwrap();
+        rt.set_checkpoints(journals.clone());
+        rt.runtime().set_checkpoint_lease(std::time::Duration::from_millis(300));
+    }
+    shared.put(None, "base", Some(json!("before")), Expect::Any).await.unwrap();
+    let p = json!({"id": "dies", "actions": [
+        {"id": "w1", "type": "state_write", "parameters": {"key": "base", "value": "mid-run"}},
+        {"id": "w2", "type": "state_write", "parameters": {"key": "fresh", "value": "x"}, "dependencies": ["w1"]},
+        {"id": "h", "type": "tool_call", "tool": "hang", "dependencies": ["w2"]}]})
+    .to_string();
+    let hang: Arc<dyn ToolExecutor> = Arc::new(Hang);
+    // The runner "dies" mid-run: its future is dropped with the writes made.
+    let run = a.execute_proposal(&p, hang, None, None);
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(400), run).await.is_err());
+    assert_eq!(shared.get(None, "base").await.unwrap().value, Some(json!("mid-run")));
+    let listed = journals.list().await.unwrap();
+    assert!(listed.len() == 1 && listed[0].running, "{listed:?}");
+    // Once its lease ran out, the sweeper rolls it back.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let swept = b.runtime().sweep("sweeper").await.unwrap();
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    assert_eq!(swept[0]["restored"], json!(["base", "fresh"]), "{swept:?}");
+    assert_eq!(shared.get(None, "base").await.unwrap().value, Some(json!("before")));
+    assert_eq!(shared.get(None, "fresh").await.unwrap().value, None);
+    assert!(journals.list().await.unwrap().is_empty());
+    assert!(b.runtime().sweep("sweeper").await.unwrap().is_empty(), "swept once");
+    // A live run longer than its lease is never swept: the lease is renewed.
+    let slow: Arc<dyn ToolExecutor> = Arc::new(Slow);
+    let p = json!({"id": "alive", "actions": [
+        {"id": "w", "type": "state_write", "parameters": {"key": "live", "value": 1}},
+        {"id": "s", "type": "tool_call", "tool": "hang", "dependencies": ["w"]}]})
+    .to_string();
+    let sweeping = async {
+        for _ in 0..20 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert!(b.runtime().sweep("sweeper").await.unwrap().is_empty(), "a live run was swept");
+        }
+    };
+    let (r, ()) = tokio::join!(a.execute_proposal(&p, slow, None, None), sweeping);
+    let r: Value = serde_json::from_str(&r.unwrap()).unwrap();
+    assert_eq!(r["results"][1]["status"], "succeeded", "{r}");
+    assert_eq!(shared.get(None, "live").await.unwrap().value, Some(json!(1)));
+    // A run that finishes leaves no journal; one whose key another writer
+    // moved after the run died leaves that key.
+    let r = submit(
+        &a,
+        json!({"id": "ok", "actions": [{"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 1}}]}),
+    )
+    .await;
+    assert_eq!(r["results"][0]["status"], "succeeded");
+    assert!(journals.list().await.unwrap().is_empty());
+    let hang: Arc<dyn ToolExecutor> = Arc::new(Hang);
+    let p = json!({"id": "dies2", "actions": [
+        {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 2}},
+        {"id": "h", "type": "tool_call", "tool": "hang", "dependencies": ["w"]}]})
+    .to_string();
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(200), a.execute_proposal(&p, hang, None, None))
+            .await
+            .is_err()
+    );
+    shared.put(None, "k", Some(json!(3)), Expect::Any).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let swept = b.runtime().sweep("sweeper").await.unwrap();
+    assert_eq!(swept[0]["not_restored"], json!(["k"]), "{swept:?}");
+    assert_eq!(shared.get(None, "k").await.unwrap().value, Some(json!(3)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_dead_runners_writes_are_swept_back() {
+    a_dead_runners_writes_are_swept_back(embedded().await).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_dead_runners_writes_are_swept_back() {
+    let Some((s, url, schema)) = postgres("sweep").await else { return };
+    a_dead_runners_writes_are_swept_back(s).await;
     car_runtime::store::postgres::PgBackends::drop_schema(&url, &schema).await.unwrap();
 }

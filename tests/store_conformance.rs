@@ -168,6 +168,7 @@ fn checkpoint(id: &str, n: u32) -> car_runtime::checkpoint::Checkpoint {
         created_at: now + chrono::Duration::milliseconds(i64::from(n)),
         suspended_at: now,
         suspensions: n,
+        running: false,
     }
 }
 

@@ -200,6 +200,8 @@ pub(crate) struct Inner {
     pub(crate) checkpoints: RwLock<Arc<dyn crate::checkpoint::CheckpointBackend>>,
     /// The shared state store, when the state lives there (`set_shared_state`).
     pub(crate) shared_state: RwLock<Option<Arc<dyn crate::store::StateBackend>>>,
+    /// The lease of a checkpoint claim, in milliseconds.
+    pub(crate) lease_ms: AtomicU64,
 }
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
@@ -246,6 +248,7 @@ impl Runtime {
                 stage: RwLock::new(Arc::new(crate::admission::AdmissionStage::empty())),
                 checkpoints: RwLock::new(Arc::new(crate::checkpoint::MemoryCheckpoints::default())),
                 shared_state: RwLock::new(None),
+                lease_ms: AtomicU64::new(crate::checkpoint::DEFAULT_LEASE.as_millis() as u64),
             }),
         }
     }
@@ -318,6 +321,19 @@ impl Runtime {
             Ok(mut s) => *s = backend,
             Err(p) => *p.into_inner() = backend,
         }
+    }
+
+    /// How long a claim on a checkpoint holds before another may take it
+    /// (a resumer's, a journaled run's; renewed every third of it while the
+    /// claimant runs). Default [`crate::checkpoint::DEFAULT_LEASE`]; at
+    /// least 100 ms.
+    pub fn set_checkpoint_lease(&self, lease: std::time::Duration) {
+        self.inner.lease_ms.store(lease.as_millis().max(100) as u64, Ordering::Relaxed);
+    }
+
+    /// The lease of a checkpoint claim.
+    pub fn checkpoint_lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.inner.lease_ms.load(Ordering::Relaxed))
     }
 
     /// The shared state store, when set.

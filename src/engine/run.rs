@@ -117,6 +117,8 @@ struct Ctx {
     owner: Option<String>,
     /// The shared state store, when the state lives there.
     shared: Option<Arc<dyn crate::store::StateBackend>>,
+    /// The run's undo journal (a run whose state lives in a shared store).
+    journal: Option<Journal>,
     /// Held while an `interactive` tool runs: such calls run one at a time
     /// (`plan-apply-gate.md`: asking a person two things at once confuses).
     interactive: tokio::sync::Mutex<()>,
@@ -182,6 +184,90 @@ struct Resumed {
     tx: Transaction,
 }
 
+/// The undo journal of a run whose state lives in a shared store: a
+/// `running` checkpoint its runner holds by lease (renewed while it runs)
+/// and rewrites before each write, so that a sweeper on any daemon rolls
+/// the writes back if the runner dies ([`Runtime::sweep`]).
+struct Journal {
+    store: Arc<dyn crate::checkpoint::CheckpointBackend>,
+    claimant: String,
+    lease: Duration,
+    cp: tokio::sync::Mutex<Checkpoint>,
+    renew: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.stop_renewal();
+    }
+}
+
+impl Journal {
+    /// Journals a run of `proposal` (saved claimed, before anything runs).
+    async fn start(rt: &Runtime, proposal: &ActionProposal, tenant: Option<&str>, owner: Option<&str>) -> Result<Self> {
+        let store = rt.checkpoints();
+        let lease = rt.checkpoint_lease();
+        let now = chrono::Utc::now();
+        let cp = Checkpoint {
+            id: Checkpoint::new_id(),
+            proposal: proposal.clone(),
+            tenant: tenant.map(str::to_string),
+            owner: owner.map(str::to_string),
+            results: vec![None; proposal.actions.len()],
+            writes: Vec::new(),
+            pending: Vec::new(),
+            waiting: Vec::new(),
+            tool_calls: 0,
+            retries: 0,
+            duration_ms: 0.0,
+            created_at: now,
+            suspended_at: now,
+            suspensions: 0,
+            running: true,
+        };
+        let claimant = format!("run-{}", uuid::Uuid::new_v4());
+        store.save_claimed(&cp, &claimant, lease).await?;
+        let renew = tokio::runtime::Handle::try_current().ok().map(|h| {
+            let (store, id, claimant) = (store.clone(), cp.id.clone(), claimant.clone());
+            h.spawn(async move {
+                loop {
+                    tokio::time::sleep(lease / 3).await;
+                    let _ = store.claim(&id, &claimant, lease).await;
+                }
+            })
+        });
+        Ok(Journal { store, claimant, lease, cp: tokio::sync::Mutex::new(cp), renew })
+    }
+
+    async fn id(&self) -> String {
+        self.cp.lock().await.id.clone()
+    }
+
+    /// Records the undo of a write of `phys` (its value before the run,
+    /// and the value it is about to get) before the write is made.
+    async fn record(&self, phys: &str, before: Option<Value>, after: Option<Value>) -> Result<()> {
+        let mut cp = self.cp.lock().await;
+        match cp.writes.iter_mut().find(|w| w.key == phys) {
+            Some(w) => w.after = after,
+            None => cp.writes.push(crate::checkpoint::StateWrite { key: phys.to_string(), before, after }),
+        }
+        self.store.save_claimed(&cp, &self.claimant, self.lease).await
+    }
+
+    fn stop_renewal(&mut self) {
+        if let Some(r) = self.renew.take() {
+            r.abort();
+        }
+    }
+
+    /// The run ended: its journal goes.
+    async fn finish(&mut self) {
+        self.stop_renewal();
+        let id = self.id().await;
+        let _ = self.store.remove(&id, &self.claimant).await;
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -220,7 +306,8 @@ impl Runtime {
     ) -> Result<ProposalResult> {
         use crate::checkpoint::Claim;
         let store = self.checkpoints();
-        let cp = match store.claim(id, claimant, crate::checkpoint::DEFAULT_LEASE).await? {
+        let lease = self.checkpoint_lease();
+        let cp = match store.claim(id, claimant, lease).await? {
             Claim::Claimed(cp) => *cp,
             Claim::NotFound => {
                 return Err(crate::Error::not_found(
@@ -236,6 +323,14 @@ impl Runtime {
                 ));
             }
         };
+        if cp.running {
+            // A run in progress (or whose runner died: the sweeper's).
+            let _ = store.release(id, claimant).await;
+            return Err(crate::Error::not_found(
+                "suspension_not_found",
+                format!("`{id}` is a run in progress, not a suspended proposal"),
+            ));
+        }
         if let Some(owner) = &opts.owner
             && cp.owner.as_ref() != Some(owner)
         {
@@ -278,8 +373,8 @@ impl Runtime {
             let (store, id, claimant) = (store.clone(), id.to_string(), claimant.to_string());
             async move {
                 loop {
-                    tokio::time::sleep(crate::checkpoint::DEFAULT_LEASE / 3).await;
-                    let _ = store.claim(&id, &claimant, crate::checkpoint::DEFAULT_LEASE).await;
+                    tokio::time::sleep(lease / 3).await;
+                    let _ = store.claim(&id, &claimant, lease).await;
                 }
             }
         };
@@ -395,6 +490,7 @@ impl Runtime {
             suspend: opts.suspend.then(|| Suspending::new(&dag)),
             owner: opts.owner,
             shared: self.shared_state(),
+            journal: None,
             interactive: tokio::sync::Mutex::new(()),
             abort_tx: None,
             detached: Mutex::new(Vec::new()),
@@ -402,6 +498,12 @@ impl Runtime {
             refused: Vec::new(),
             overrides: Vec::new(),
         };
+        // A run whose state lives in a shared store journals its writes
+        // (a resumed one has its checkpoint already).
+        if ctx.shared.is_some() && resumed.is_none() {
+            let j = Journal::start(self, &proposal, ctx.tenant.as_deref(), ctx.owner.as_deref()).await?;
+            ctx.journal = Some(j);
+        }
         // The supervision layer: a supervisor sees a proposal the tier layer
         // does not refuse as a whole, and may park it until a person decides.
         let supervised = match ctx.stage.supervisor() {
@@ -503,6 +605,10 @@ impl Runtime {
                     results[*i] = None;
                 }
             } else {
+                // The journal becomes the suspension (same id, no runner).
+                if let Some(j) = ctx.journal.as_mut() {
+                    j.stop_renewal();
+                }
                 match self.save_suspension(&ctx, &results, &deferred, start, resumed.as_ref()).await {
                     Ok(v) => suspension = Some(v),
                     Err(e) => {
@@ -628,6 +734,11 @@ impl Runtime {
         // The proposal answers once its completion event is durable in the
         // audit log a daemon attached (a database sink writes in batches).
         self.inner.events.sink_durable().await;
+        if let Some(j) = ctx.journal.as_mut()
+            && suspension.is_none()
+        {
+            j.finish().await;
+        }
         Ok(ProposalResult {
             proposal_id: proposal.id.clone(),
             results,
@@ -636,6 +747,53 @@ impl Runtime {
             status: suspension.is_some().then(|| "suspended".to_string()),
             suspension,
         })
+    }
+
+    /// Rolls back the runs whose runner died: every journaled run (a run
+    /// whose state lives in the shared store) whose lease ran out is
+    /// claimed as `claimant`, each key it wrote that still holds the value
+    /// it wrote is restored in the shared store by compare-and-set (any
+    /// other is left as its writer set it), its journal removed and a
+    /// `ProposalSwept` event recorded. Runs whose runner is alive (lease
+    /// held) and suspended proposals are left. One
+    /// `{id, proposal_id, restored, not_restored}` per run swept.
+    pub async fn sweep(&self, claimant: &str) -> Result<Vec<Value>> {
+        use crate::checkpoint::Claim;
+        let Some(shared) = self.shared_state() else { return Ok(Vec::new()) };
+        let store = self.checkpoints();
+        let mut out = Vec::new();
+        for listed in store.list().await? {
+            if !listed.running {
+                continue;
+            }
+            let Claim::Claimed(cp) = store.claim(&listed.id, claimant, self.checkpoint_lease()).await? else {
+                continue;
+            };
+            let scope = Scope::from_option(cp.tenant.as_deref())?;
+            let tenant = scope.tenant_id();
+            let (mut restored, mut not_restored) = (Vec::new(), Vec::new());
+            for w in &cp.writes {
+                let Some(key) = scope.visible_key(&w.key) else { continue };
+                let now = shared.get(tenant, key).await?;
+                let put = if now.value == w.after {
+                    shared.put(tenant, key, w.before.clone(), Expect::Version(now.version)).await?
+                } else {
+                    CasOutcome::Conflict { current: now.version }
+                };
+                match put {
+                    CasOutcome::Written { .. } => restored.push(key.to_string()),
+                    CasOutcome::Conflict { .. } => not_restored.push(key.to_string()),
+                }
+            }
+            store.remove(&cp.id, claimant).await?;
+            let data =
+                json!({"id": cp.id, "proposal_id": cp.proposal.id, "restored": restored, "not_restored": not_restored});
+            let pid: Arc<str> = Arc::from(cp.proposal.id.as_str());
+            self.inner.events.record(EventKind::ProposalSwept, Some(&pid), None, data.clone());
+            out.push(data);
+        }
+        self.inner.events.sink_durable().await;
+        Ok(out)
     }
 
     /// Mirrors the shared state store's keys of `scope` into this runtime's
@@ -708,8 +866,16 @@ impl Runtime {
             }
         }
         let now = chrono::Utc::now();
+        let journaled = match &ctx.journal {
+            Some(j) => Some(j.id().await),
+            None => None,
+        };
         let cp = Checkpoint {
-            id: resumed.map_or_else(Checkpoint::new_id, |c| c.id.clone()),
+            id: match (resumed, journaled) {
+                (Some(c), _) => c.id.clone(),
+                (None, Some(id)) => id,
+                (None, None) => Checkpoint::new_id(),
+            },
             proposal: (*ctx.proposal).clone(),
             tenant: ctx.tenant.as_deref().map(str::to_string),
             owner: ctx.owner.clone(),
@@ -723,6 +889,7 @@ impl Runtime {
             created_at: resumed.map_or(now, |c| c.created_at),
             suspended_at: now,
             suspensions: resumed.map_or(0, |c| c.suspensions) + 1,
+            running: false,
         };
         self.checkpoints().save(&cp).await?;
         Ok(json!({"id": cp.id, "pending": cp.pending, "waiting": cp.waiting}))
@@ -1235,6 +1402,14 @@ async fn shared_put(
 ) -> Result<u64, Fail> {
     let read = a.assumptions.iter().find(|s| s.key == key).and_then(|s| s.read_version);
     let expect = read.map_or(Expect::Any, Expect::Version);
+    if let Some(j) = &ctx.journal {
+        // Write-ahead: the undo is durable before the write.
+        let phys = ctx.scope.physical(key).map(|p| p.into_owned()).unwrap_or_default();
+        let before = ctx.rt.inner.state.get_physical(&phys);
+        j.record(&phys, before, value.clone())
+            .await
+            .map_err(|e| Fail::new(format!("state key '{key}': the run's journal: {e}"), ErrorClass::Unknown))?;
+    }
     match shared.put(ctx.scope.tenant_id(), key, value, expect).await {
         Ok(CasOutcome::Written { version }) => Ok(version),
         Ok(CasOutcome::Conflict { current }) => Err(conflict_fail(key, read.unwrap_or(0), current)),

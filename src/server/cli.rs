@@ -313,6 +313,17 @@ fn run(args: Vec<String>) -> Result<(), String> {
         return Err("--shared-state / CAR_SHARED_STATE needs a shared store (--store postgres://...)".to_string());
     }
     config.shared_state = shared_state;
+    let ms = |name: &str| -> Result<Option<std::time::Duration>, String> {
+        env(name)
+            .map(|v| v.parse::<u64>().map(std::time::Duration::from_millis).map_err(|e| format!("{name}: {e}")))
+            .transpose()
+    };
+    if let Some(d) = ms("CAR_CHECKPOINT_LEASE_MS")? {
+        config.checkpoint_lease = d.max(std::time::Duration::from_millis(100));
+    }
+    if let Some(d) = ms("CAR_SWEEP_INTERVAL_MS")? {
+        config.sweep_interval = d.max(std::time::Duration::from_millis(50));
+    }
     if store_url.is_none() {
         let events_path = paths.state_root.join(crate::store::file::EVENTS_FILE);
         let (audit, report) = crate::store::file::AuditFile::open(&events_path).map_err(|e| e.to_string())?;

@@ -179,6 +179,7 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     if let Some(store) = config.shared_store.as_ref().filter(|_| config.shared_state) {
         rt.runtime().set_shared_state(Some(store.state.clone()));
     }
+    rt.runtime().set_checkpoint_lease(config.checkpoint_lease);
     if let Some(dir) = &config.runs_dir {
         rt.set_runs_dir(Some(&dir.to_string_lossy()))
             .map_err(|e| format!("connection refused: runs directory: {e}"))?;

@@ -112,6 +112,13 @@ pub struct Config {
     /// (`--shared-state`): shared by every connection of every daemon of
     /// the store. Off: each connection has its own state.
     pub shared_state: bool,
+    /// The lease of a checkpoint claim (`CAR_CHECKPOINT_LEASE_MS`, default
+    /// 60 s): a journaled run or a resumer that stops is taken over once
+    /// it runs out.
+    pub checkpoint_lease: Duration,
+    /// How often the sweeper looks for runs whose runner died
+    /// (`CAR_SWEEP_INTERVAL_MS`, default 10 s; with `shared_state`).
+    pub sweep_interval: Duration,
     /// Where every session keeps its run traces (`$CAR_HOME/runs`); `None`:
     /// in memory.
     pub runs_dir: Option<PathBuf>,
@@ -148,6 +155,8 @@ impl Default for Config {
             webhooks: None,
             shared_store: None,
             shared_state: false,
+            checkpoint_lease: crate::checkpoint::DEFAULT_LEASE,
+            sweep_interval: Duration::from_secs(10),
             runs_dir: None,
         }
     }
@@ -347,6 +356,7 @@ pub async fn serve_all(
         (None, _) => None,
     };
     let config = Arc::new(config);
+    let sweeper = config.shared_state.then(|| tokio::spawn(sweep(config.clone(), daemon.clone())));
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let endpoint = mcp.map(|l| {
         let stopped = async move {
@@ -364,6 +374,40 @@ pub async fn serve_all(
     }
     if let Some(t) = dashboard_task {
         t.abort();
+    }
+    if let Some(t) = sweeper {
+        t.abort();
+    }
+}
+
+/// The sweeper of a daemon whose state lives in the shared store: every
+/// `sweep_interval`, the runs of any daemon whose runner died (its lease
+/// ran out) are rolled back in the store (`Runtime::sweep`).
+async fn sweep(config: Arc<Config>, daemon: Arc<Daemon>) {
+    let rt = match conn::session_runtime(&config, &daemon, &[]) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("car-server: sweeper not started: {e}");
+            return;
+        }
+    };
+    let claimant = format!("sweeper-{}", uuid::Uuid::new_v4());
+    loop {
+        tokio::time::sleep(config.sweep_interval).await;
+        match rt.runtime().sweep(&claimant).await {
+            Ok(swept) => {
+                for s in swept {
+                    eprintln!(
+                        "car-server: swept run {} (proposal {}) whose daemon stopped: restored {}, left {}",
+                        s["id"].as_str().unwrap_or_default(),
+                        s["proposal_id"].as_str().unwrap_or_default(),
+                        s["restored"],
+                        s["not_restored"]
+                    );
+                }
+            }
+            Err(e) => eprintln!("car-server: sweep: {e}"),
+        }
     }
 }
 

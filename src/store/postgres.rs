@@ -962,6 +962,23 @@ impl crate::checkpoint::CheckpointBackend for PgBackends {
         Ok(())
     }
 
+    async fn save_claimed(&self, cp: &crate::checkpoint::Checkpoint, claimant: &str, lease: Duration) -> Result<()> {
+        let body = serde_json::to_string(cp).map_err(db_err)?;
+        let ms = lease.as_secs_f64() * 1000.0;
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO car_checkpoints (id, body, created_at, claimant, lease_until) \
+                 VALUES ($1, $2, $3, $4, clock_timestamp() + $5::float8 * interval '1 millisecond') \
+                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, claimant = EXCLUDED.claimant, \
+                 lease_until = EXCLUDED.lease_until",
+                &[&cp.id, &body, &cp.created_at, &claimant, &ms],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
     async fn claim(&self, id: &str, claimant: &str, lease: Duration) -> Result<crate::checkpoint::Claim> {
         use crate::checkpoint::Claim;
         let client = self.client().await?;

@@ -240,20 +240,21 @@ async def pending_ids(c, want, timeout=20):
     raise AssertionError(f"fewer than {want} approvals pending: {ids}")
 
 
-def pg_daemons(schema, url, homes, *args, token=OP):
-    env = lambda w: {"CAR_AUTH_TOKEN": token, "CAR_STORE_URL": url, "CAR_STORE_SCHEMA": schema, "CAR_STORE_WRITER": w}
+def pg_daemons(schema, url, homes, *args, token=OP, extra_env=None):
+    env = lambda w: {"CAR_AUTH_TOKEN": token, "CAR_STORE_URL": url, "CAR_STORE_SCHEMA": schema, "CAR_STORE_WRITER": w,
+                     **(extra_env or {})}
     return Daemon(*args, env=env("host-a"), home=homes[0]), Daemon(*args, env=env("host-b"), home=homes[1])
 
 
 @contextlib.contextmanager
-def two_hosts(prefix, *args, token=OP):
+def two_hosts(prefix, *args, token=OP, extra_env=None):
     """Daemons A and B (with these arguments and operator token) sharing one
     fresh schema of the test database; both stopped, the schema dropped and
     their homes removed afterwards."""
     url = pg_url()
     schema = f"{prefix}_{os.getpid()}_{time.time_ns() % 1000000}"
     homes = [f"/tmp/car-stores-{prefix}-{i}-{os.getpid()}" for i in "ab"]
-    a, b = pg_daemons(schema, url, homes, *args, token=token)
+    a, b = pg_daemons(schema, url, homes, *args, token=token, extra_env=extra_env)
     try:
         yield a, b
     finally:
@@ -508,3 +509,73 @@ def test_shared_state_gives_one_winner_per_round_of_same_read_version_writes():
 def test_shared_state_needs_a_store():
     with pytest.raises(RuntimeError, match="needs a shared store"):
         Daemon("--shared-state", env={"CAR_AUTH_TOKEN": OP})
+
+
+# --- the sweeper: a run whose daemon died is rolled back (--shared-state) ------------
+
+async def tools_client(url, handler):
+    """An operator session serving `hang` and `slow` with `handler`."""
+    c = await Client.connect(url)
+    assert (await c.call("session.auth", {"token": OP}))["ok"] is True
+    await c.call("server.handshake", {"protocol_version": 3})
+    await c.call("session.init", {"client_id": "sweep-test"})
+    await c.call("tools.register", [{"name": "hang"}, {"name": "slow"}])
+    c.handlers["tools.execute"] = handler
+    return c
+
+
+async def until(f, want, timeout=20):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    got = None
+    while loop.time() < end:
+        got = await f()
+        if got == want:
+            return got
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"still {got!r}, not {want!r}")
+
+
+def test_the_writes_of_a_run_whose_daemon_died_are_rolled_back_by_a_sweeper():
+    fast = {"CAR_CHECKPOINT_LEASE_MS": "1500", "CAR_SWEEP_INTERVAL_MS": "200"}
+    with two_hosts("sweep", "--shared-state", extra_env=fast) as (a, b):
+        async def go():
+            async def hang(params):
+                await asyncio.sleep(3600)
+
+            async def slow(params):
+                await asyncio.sleep(3.5)  # longer than the lease: renewed meanwhile
+                return "ok"
+
+            ca = await tools_client(a.url, hang)
+            cb = await tools_client(b.url, slow)
+            assert await ca.call("state.set", {"key": "base", "value": "before"}) == "ok"
+            run_on_a = proposal([
+                {"id": "w1", "type": "state_write", "parameters": {"key": "base", "value": "mid-run"}},
+                {"id": "w2", "type": "state_write", "parameters": {"key": "fresh", "value": "x"}, "dependencies": ["w1"]},
+                tool_call("h", "hang", dependencies=["w2"]),
+            ], "dies-mid-run")
+            asyncio.create_task(ca.request("proposal.submit", {"proposal": run_on_a}, timeout=3600))
+            await until(lambda: cb.call("state.get", {"key": "fresh"}), "x")
+            assert await cb.call("state.get", {"key": "base"}) == "mid-run"
+            a.stop(signal.SIGKILL)
+            # B's sweeper takes the dead run over once its lease runs out.
+            await until(lambda: cb.call("state.get", {"key": "base"}), "before")
+            assert await cb.call("state.get", {"key": "fresh"}) is None
+            swept = await cb.call("events.query", {"store": True, "kinds": ["ProposalSwept"]})
+            assert [e["data"]["restored"] for e in swept["events"]] == [["base", "fresh"]], swept
+            assert swept["events"][0]["proposal_id"] == "dies-mid-run"
+            # A live run longer than the lease is not swept: its lease is renewed.
+            live = proposal([
+                {"id": "w", "type": "state_write", "parameters": {"key": "live", "value": 1}},
+                tool_call("s", "slow", dependencies=["w"]),
+            ], "alive")
+            res = await cb.call("proposal.submit", {"proposal": live})
+            assert [r["status"] for r in res["results"]] == ["succeeded", "succeeded"], res
+            await asyncio.sleep(0.5)
+            assert await cb.call("state.get", {"key": "live"}) == 1
+            again = await cb.call("events.query", {"store": True, "kinds": ["ProposalSwept"]})
+            assert again["count"] == 1, again
+            await cb.close()
+
+        run(go())
