@@ -232,6 +232,10 @@ async fn a_dead_runners_writes_are_swept_back(shared: Arc<dyn StateBackend>) {
     assert_eq!(shared.get(None, "base").await.unwrap().value, Some(json!("mid-run")));
     let listed = journals.list().await.unwrap();
     assert!(listed.len() == 1 && listed[0].running, "{listed:?}");
+    // A journal is not a suspended proposal: not listed, not resumable.
+    assert_eq!(b.suspended_proposals(None).await.unwrap(), r#"{"suspended":[]}"#);
+    let e = b.resume_proposal(&listed[0].id, exec()).await.unwrap_err();
+    assert!(matches!(e.code(), "suspension_not_found" | "suspension_claimed"), "{e}");
     // Once its lease ran out, the sweeper rolls it back.
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let swept = b.runtime().sweep("sweeper").await.unwrap();
@@ -266,6 +270,10 @@ async fn a_dead_runners_writes_are_swept_back(shared: Arc<dyn StateBackend>) {
     .await;
     assert_eq!(r["results"][0]["status"], "succeeded");
     assert!(journals.list().await.unwrap().is_empty());
+    // A run that writes no state journals nothing.
+    let r = submit(&a, json!({"id": "reads", "actions": [{"id": "n", "type": "tool_call", "tool": "noop"}]})).await;
+    assert_eq!(r["results"][0]["status"], "succeeded");
+    assert!(journals.list().await.unwrap().is_empty());
     let hang: Arc<dyn ToolExecutor> = Arc::new(Hang);
     let p = json!({"id": "dies2", "actions": [
         {"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 2}},
@@ -294,4 +302,33 @@ async fn postgres_a_dead_runners_writes_are_swept_back() {
     let Some((s, url, schema)) = postgres("sweep").await else { return };
     a_dead_runners_writes_are_swept_back(s).await;
     car_runtime::store::postgres::PgBackends::drop_schema(&url, &schema).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journaled_run_that_suspends_becomes_its_suspension_and_resumes() {
+    let shared = embedded().await;
+    let dir = std::env::temp_dir().join(format!("car-shared-susp-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = runtime(&shared);
+    rt.register_tool("gate").unwrap();
+    rt.set_permissions(Some(r#"{"ask":[{"tool":"gate"}],"on_ask":"suspend"}"#), Some(dir.to_str().unwrap())).unwrap();
+    let r = submit(
+        &rt,
+        json!({"id": "s", "actions": [
+        {"id": "w", "type": "state_write", "parameters": {"key": "stage", "value": "built"}},
+        {"id": "g", "type": "tool_call", "tool": "gate", "dependencies": ["w"]}]}),
+    )
+    .await;
+    assert_eq!(r["status"], "suspended", "{r}");
+    let id = r["suspension"]["id"].as_str().unwrap();
+    // Suspended, not running: listed, and never swept while it waits.
+    let listed: Value = serde_json::from_str(&rt.suspended_proposals(None).await.unwrap()).unwrap();
+    assert_eq!(listed["suspended"][0]["id"], id, "{listed}");
+    assert!(rt.runtime().sweep("sweeper").await.unwrap().is_empty());
+    assert_eq!(shared.get(None, "stage").await.unwrap().value, Some(json!("built")));
+    rt.approval_resolve(r["suspension"]["pending"][0]["approval_key"].as_str().unwrap(), "allow", "ok").unwrap();
+    let done: Value = serde_json::from_str(&rt.resume_proposal(id, exec()).await.unwrap()).unwrap();
+    assert!(done.get("status").is_none(), "{done}");
+    assert_eq!(done["results"][1]["status"], "succeeded", "{done}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

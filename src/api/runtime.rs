@@ -597,7 +597,7 @@ impl CarRuntime {
         let all = self.rt.checkpoints().list().await?;
         let rows: Vec<Value> = all
             .iter()
-            .filter(|c| owner.is_none() || c.owner.as_deref() == owner)
+            .filter(|c| !c.running && (owner.is_none() || c.owner.as_deref() == owner))
             .map(crate::checkpoint::Checkpoint::summary)
             .collect();
         Ok(to_text(&json!({"suspended": rows})))

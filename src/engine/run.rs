@@ -187,13 +187,15 @@ struct Resumed {
 /// The undo journal of a run whose state lives in a shared store: a
 /// `running` checkpoint its runner holds by lease (renewed while it runs)
 /// and rewrites before each write, so that a sweeper on any daemon rolls
-/// the writes back if the runner dies ([`Runtime::sweep`]).
+/// the writes back if the runner dies ([`Runtime::sweep`]). Saved at the
+/// run's first write: a run that writes no state costs the store nothing.
 struct Journal {
     store: Arc<dyn crate::checkpoint::CheckpointBackend>,
     claimant: String,
     lease: Duration,
-    cp: tokio::sync::Mutex<Checkpoint>,
-    renew: Option<tokio::task::JoinHandle<()>>,
+    /// The checkpoint, and whether it was saved.
+    cp: tokio::sync::Mutex<(Checkpoint, bool)>,
+    renew: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Journal {
@@ -203,8 +205,8 @@ impl Drop for Journal {
 }
 
 impl Journal {
-    /// Journals a run of `proposal` (saved claimed, before anything runs).
-    async fn start(rt: &Runtime, proposal: &ActionProposal, tenant: Option<&str>, owner: Option<&str>) -> Result<Self> {
+    /// The journal of a run of `proposal` (saved, claimed, at its first write).
+    fn start(rt: &Runtime, proposal: &ActionProposal, tenant: Option<&str>, owner: Option<&str>) -> Self {
         let store = rt.checkpoints();
         let lease = rt.checkpoint_lease();
         let now = chrono::Utc::now();
@@ -226,45 +228,54 @@ impl Journal {
             running: true,
         };
         let claimant = format!("run-{}", uuid::Uuid::new_v4());
-        store.save_claimed(&cp, &claimant, lease).await?;
-        let renew = tokio::runtime::Handle::try_current().ok().map(|h| {
-            let (store, id, claimant) = (store.clone(), cp.id.clone(), claimant.clone());
-            h.spawn(async move {
-                loop {
-                    tokio::time::sleep(lease / 3).await;
-                    let _ = store.claim(&id, &claimant, lease).await;
-                }
-            })
-        });
-        Ok(Journal { store, claimant, lease, cp: tokio::sync::Mutex::new(cp), renew })
+        Journal { store, claimant, lease, cp: tokio::sync::Mutex::new((cp, false)), renew: Mutex::new(None) }
     }
 
     async fn id(&self) -> String {
-        self.cp.lock().await.id.clone()
+        self.cp.lock().await.0.id.clone()
     }
 
     /// Records the undo of a write of `phys` (its value before the run,
     /// and the value it is about to get) before the write is made.
     async fn record(&self, phys: &str, before: Option<Value>, after: Option<Value>) -> Result<()> {
-        let mut cp = self.cp.lock().await;
+        let mut g = self.cp.lock().await;
+        let (cp, saved) = &mut *g;
         match cp.writes.iter_mut().find(|w| w.key == phys) {
             Some(w) => w.after = after,
             None => cp.writes.push(crate::checkpoint::StateWrite { key: phys.to_string(), before, after }),
         }
-        self.store.save_claimed(&cp, &self.claimant, self.lease).await
+        self.store.save_claimed(cp, &self.claimant, self.lease).await?;
+        if !*saved {
+            *saved = true;
+            // Renewed while the run goes on, so only a dead runner's lease runs out.
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                let (store, id, claimant, lease) =
+                    (self.store.clone(), cp.id.clone(), self.claimant.clone(), self.lease);
+                let task = h.spawn(async move {
+                    loop {
+                        tokio::time::sleep(lease / 3).await;
+                        let _ = store.claim(&id, &claimant, lease).await;
+                    }
+                });
+                *self.renew.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+            }
+        }
+        Ok(())
     }
 
-    fn stop_renewal(&mut self) {
-        if let Some(r) = self.renew.take() {
+    fn stop_renewal(&self) {
+        if let Some(r) = self.renew.lock().unwrap_or_else(PoisonError::into_inner).take() {
             r.abort();
         }
     }
 
-    /// The run ended: its journal goes.
-    async fn finish(&mut self) {
+    /// The run ended: its journal goes (when it was ever saved).
+    async fn finish(&self) {
         self.stop_renewal();
-        let id = self.id().await;
-        let _ = self.store.remove(&id, &self.claimant).await;
+        let g = self.cp.lock().await;
+        if g.1 {
+            let _ = self.store.remove(&g.0.id, &self.claimant).await;
+        }
     }
 }
 
@@ -501,8 +512,7 @@ impl Runtime {
         // A run whose state lives in a shared store journals its writes
         // (a resumed one has its checkpoint already).
         if ctx.shared.is_some() && resumed.is_none() {
-            let j = Journal::start(self, &proposal, ctx.tenant.as_deref(), ctx.owner.as_deref()).await?;
-            ctx.journal = Some(j);
+            ctx.journal = Some(Journal::start(self, &proposal, ctx.tenant.as_deref(), ctx.owner.as_deref()));
         }
         // The supervision layer: a supervisor sees a proposal the tier layer
         // does not refuse as a whole, and may park it until a person decides.
@@ -606,7 +616,7 @@ impl Runtime {
                 }
             } else {
                 // The journal becomes the suspension (same id, no runner).
-                if let Some(j) = ctx.journal.as_mut() {
+                if let Some(j) = &ctx.journal {
                     j.stop_renewal();
                 }
                 match self.save_suspension(&ctx, &results, &deferred, start, resumed.as_ref()).await {
@@ -734,7 +744,7 @@ impl Runtime {
         // The proposal answers once its completion event is durable in the
         // audit log a daemon attached (a database sink writes in batches).
         self.inner.events.sink_durable().await;
-        if let Some(j) = ctx.journal.as_mut()
+        if let Some(j) = &ctx.journal
             && suspension.is_none()
         {
             j.finish().await;
@@ -1520,7 +1530,7 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
         }
     }
     if let Some(shared) = &ctx.shared
-        && let Err(e) = refresh_keys(ctx, shared, a).await
+        && let Err(e) = Box::pin(refresh_keys(ctx, shared, a)).await
     {
         let reason = format!("the shared state store cannot be read: {e}");
         return ctx.reject(a, Decision::deny(layer::DISPATCH, reason), "dispatch");
@@ -1760,7 +1770,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             };
             let mut changes = Map::with_capacity(1);
             let remote = match &ctx.shared {
-                Some(shared) => Some(shared_put(ctx, shared, a, key, value.clone()).await?),
+                Some(shared) => Some(Box::pin(shared_put(ctx, shared, a, key, value.clone())).await?),
                 None => None,
             };
             write_state(ctx, a, i, None, key, value, tx, &mut changes, remote)?;
@@ -1942,7 +1952,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
     let mut changes = Map::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
         let remote = match &ctx.shared {
-            Some(shared) => Some(shared_put(ctx, shared, a, k, Some(v.clone())).await?),
+            Some(shared) => Some(Box::pin(shared_put(ctx, shared, a, k, Some(v.clone()))).await?),
             None => None,
         };
         write_state(ctx, a, i, Some(e), k, Some(v.clone()), tx, &mut changes, remote)?;
