@@ -137,7 +137,33 @@ conformance!(
     events_chain_query_and_retention,
     tamper_detection,
     checkpoints_claim_by_lease,
+    always_rules,
 );
+
+async fn always_rules(u: &Under) {
+    use car_runtime::approval::rules::always_rule_of;
+    let a = &u.b.approvals;
+    let shared = a.persist_always(&always_rule_of("deploy", true, "r1", "fine")).await.unwrap();
+    match &u.kind {
+        // The embedded store keeps none: the host's file does.
+        Kind::Embedded => {
+            assert!(!shared);
+            assert_eq!(a.always_rule("deploy").await.unwrap(), None);
+        }
+        #[cfg(feature = "postgres")]
+        Kind::Pg { .. } => {
+            assert!(shared);
+            assert!(a.persist_always(&always_rule_of("deploy", false, "r2", "")).await.unwrap());
+            let r = a.always_rule("deploy").await.unwrap().unwrap();
+            assert_eq!(r.decision, car_runtime::gate::Decision::Deny, "the latest decision wins");
+            assert!(r.reason.contains("by r2"), "{}", r.reason);
+            assert_eq!(a.always_rule("other").await.unwrap(), None);
+            // Another handle on the database reads the same rule.
+            let b = second_handle(u).await;
+            assert_eq!(b.always_rule("deploy").await.unwrap().unwrap().decision, car_runtime::gate::Decision::Deny);
+        }
+    }
+}
 
 fn checkpoint(id: &str, n: u32) -> car_runtime::checkpoint::Checkpoint {
     let proposal = car_runtime::ir::parse_proposal(
@@ -225,8 +251,10 @@ async fn checkpoints_claim_by_lease(u: &Under) {
     }
     #[cfg(feature = "postgres")]
     if let Kind::Pg { pg, url, schema } = &u.kind {
-        // A database of schema 1 (before checkpoints) is migrated at start-up.
-        pg.execute_raw("DROP TABLE car_checkpoints; UPDATE car_schema SET version = 1").await.unwrap();
+        // A database of schema 1 (before checkpoints and shared rules) is migrated at start-up.
+        pg.execute_raw("DROP TABLE car_checkpoints; DROP TABLE car_always_rules; UPDATE car_schema SET version = 1")
+            .await
+            .unwrap();
         let again = car_runtime::store::postgres::PgBackends::connect(url, schema, "w2").await.unwrap();
         let b = again.backends();
         assert_eq!(b.checkpoints.list().await.unwrap(), vec![]);

@@ -1166,6 +1166,9 @@ impl AdmissionStage {
             Held {
                 wait: Box::pin(async move {
                     let key = crate::gate::approval_key(&tool, &digest);
+                    if let Some(answer) = shared_always(&*backend, &tool).await {
+                        return answer;
+                    }
                     let closed = match backend.request(None, &tool, &digest, Some(deadline)).await {
                         Ok(Ticket::Resolved(r)) => Ok(r),
                         Ok(Ticket::Pending(p)) => backend.wait(&p.key, Some(deadline)).await,
@@ -1179,6 +1182,9 @@ impl AdmissionStage {
                 }),
                 park: Some(Box::pin(async move {
                     let key = crate::gate::approval_key(&park_tool, &park_digest);
+                    if let Some(answer) = shared_always(&*park_backend, &park_tool).await {
+                        return Parked::Decided(answer);
+                    }
                     match park_backend.request(None, &park_tool, &park_digest, Some(deadline)).await {
                         Ok(Ticket::Resolved(r)) => Parked::Decided(closed_reason(r)),
                         Ok(Ticket::Pending(p)) => Parked::Pending(p.key),
@@ -1189,7 +1195,21 @@ impl AdmissionStage {
             },
         )
     }
+}
 
+/// An `always` rule on `tool` of a shared approvals store (every daemon's
+/// `always` decisions): `Some(None)` it allows, `Some(Some(reason))` it
+/// denies (or the store cannot be read: fail closed), `None` no rule.
+async fn shared_always(backend: &dyn crate::store::ApprovalBackend, tool: &str) -> Option<Option<String>> {
+    match backend.always_rule(tool).await {
+        Ok(None) => None,
+        Ok(Some(rule)) if rule.decision == crate::gate::Decision::Allow => Some(None),
+        Ok(Some(rule)) => Some(Some(rule.reason)),
+        Err(e) => Some(Some(format!("refused: the `always` rules of the shared store cannot be read: {e}"))),
+    }
+}
+
+impl AdmissionStage {
     /// The dispatch-time inspectors for one attempt of a `tool_call`.
     pub fn dispatch(&self, a: &Action) -> Option<Decision> {
         let inspectors = self.inspectors.as_ref()?;

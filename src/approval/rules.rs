@@ -32,9 +32,16 @@ pub fn rule_name(tool: &str) -> String {
 
 /// Persists an `always` decision on `tool` by `reviewer`.
 pub fn persist_always(path: &Path, tool: &str, allow: bool, reviewer: &str, reason: &str) -> Result<GateRule> {
+    let rule = always_rule_of(tool, allow, reviewer, reason);
+    FilePolicyStore::open(path).persist(rule.clone())?;
+    Ok(rule)
+}
+
+/// The rule an `always` decision on `tool` by `reviewer` makes.
+pub fn always_rule_of(tool: &str, allow: bool, reviewer: &str, reason: &str) -> GateRule {
     let verdict = if allow { "allowed" } else { "denied" };
     let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
-    let rule = GateRule {
+    GateRule {
         name: rule_name(tool),
         provider: None,
         operation_name: Some(tool.to_string()),
@@ -42,9 +49,7 @@ pub fn persist_always(path: &Path, tool: &str, allow: bool, reviewer: &str, reas
         risk: None,
         decision: if allow { Decision::Allow } else { Decision::Deny },
         reason: format!("`{tool}` was always {verdict} by {reviewer}{why}"),
-    };
-    FilePolicyStore::open(path).persist(rule.clone())?;
-    Ok(rule)
+    }
 }
 
 /// The rule in force for `tool`: the latest `always` rule naming it (a

@@ -713,10 +713,16 @@ impl Approvals {
                     }
                 }
                 Scope::Always => {
-                    let path =
-                        crate::approval::rules::rules_path_of(&self.rules_dir.join(crate::approval::APPROVALS_FILE));
-                    crate::approval::rules::persist_always(&path, &tool, d.allow, me.reviewer, &d.reason)
-                        .map_err(RpcError::from)?;
+                    // In the shared store when it keeps rules (every daemon
+                    // then answers by it), else beside this daemon's approvals.
+                    let rule = crate::approval::rules::always_rule_of(&tool, d.allow, me.reviewer, &d.reason);
+                    if !self.backend.persist_always(&rule).await.map_err(RpcError::from)? {
+                        let path = crate::approval::rules::rules_path_of(
+                            &self.rules_dir.join(crate::approval::APPROVALS_FILE),
+                        );
+                        crate::gate::PolicyStore::persist(&crate::gate::FilePolicyStore::open(&path), rule)
+                            .map_err(RpcError::from)?;
+                    }
                 }
             }
         }

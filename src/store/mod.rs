@@ -150,6 +150,19 @@ pub trait ApprovalBackend: Send + Sync {
     async fn pending(&self) -> Result<Vec<PendingApproval>>;
     /// Notifications of requests and resolutions.
     fn subscribe(&self) -> broadcast::Receiver<ApprovalEvent>;
+    /// Records an `always` decision (`rule`) for every host of the store;
+    /// `false` when this backend keeps none (the host keeps its rules
+    /// itself, `always-rules.jsonl` beside its approvals).
+    async fn persist_always(&self, rule: &crate::gate::GateRule) -> Result<bool> {
+        let _ = rule;
+        Ok(false)
+    }
+    /// The latest `always` rule on `tool` in the store (`None`: none, or
+    /// this backend keeps none).
+    async fn always_rule(&self, tool: &str) -> Result<Option<crate::gate::GateRule>> {
+        let _ = tool;
+        Ok(None)
+    }
 }
 
 /// The tier approvals ledger.

@@ -43,7 +43,7 @@ use crate::state::{Scope, TENANT_PREFIX};
 use crate::{Error, Result};
 
 /// The schema version this binary writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// How often a waiting approval re-reads its row when no notification came.
 pub const APPROVAL_POLL: Duration = Duration::from_secs(1);
@@ -113,6 +113,16 @@ CREATE TABLE car_checkpoints (
     lease_until timestamptz,
     created_at timestamptz NOT NULL
 );
+"#;
+
+/// `always` decisions shared by every daemon of the store.
+const MIGRATION_3: &str = r#"
+CREATE TABLE car_always_rules (
+    id bigserial PRIMARY KEY,
+    tool text NOT NULL,
+    rule jsonb NOT NULL
+);
+CREATE INDEX car_always_rules_tool ON car_always_rules (tool, id);
 "#;
 
 fn db_err(e: impl std::fmt::Display) -> Error {
@@ -262,6 +272,9 @@ async fn migrate(pool: &Pool) -> Result<()> {
     }
     if current < 2 {
         tx.batch_execute(MIGRATION_2).await.map_err(db_err)?;
+    }
+    if current < 3 {
+        tx.batch_execute(MIGRATION_3).await.map_err(db_err)?;
     }
     tx.execute(
         "INSERT INTO car_schema (id, version) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET version = $1",
@@ -909,6 +922,27 @@ impl ApprovalBackend for PgBackends {
             .await
             .map_err(db_err)?;
         Ok(rows.iter().map(pending_of).collect())
+    }
+
+    async fn persist_always(&self, rule: &crate::gate::GateRule) -> Result<bool> {
+        let tool = rule.operation_name.clone().unwrap_or_default();
+        let v = serde_json::to_value(rule).map_err(db_err)?;
+        self.client()
+            .await?
+            .execute("INSERT INTO car_always_rules (tool, rule) VALUES ($1, $2)", &[&tool, &v])
+            .await
+            .map_err(db_err)?;
+        Ok(true)
+    }
+
+    async fn always_rule(&self, tool: &str) -> Result<Option<crate::gate::GateRule>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt("SELECT rule FROM car_always_rules WHERE tool = $1 ORDER BY id DESC LIMIT 1", &[&tool])
+            .await
+            .map_err(db_err)?;
+        row.map(|r| serde_json::from_value(r.get::<_, Value>(0)).map_err(db_err)).transpose()
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ApprovalEvent> {

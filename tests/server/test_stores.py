@@ -579,3 +579,36 @@ def test_the_writes_of_a_run_whose_daemon_died_are_rolled_back_by_a_sweeper():
             await cb.close()
 
         run(go())
+
+
+# --- `always` decisions shared across daemons ---------------------------------------
+
+def test_an_always_decision_on_one_daemon_answers_the_asks_of_another():
+    with two_hosts("always") as (a, b):
+        async def go():
+            approver = await authed(b.url)
+            assert (await approver.call("host.subscribe", {}))["subscribed"] is True
+            s = await echo_submitter(a.url)
+            first = asyncio.create_task(
+                s.request("proposal.submit", {"proposal": proposal([tool_call("e1", parameters={"n": 1})], "al-1")}))
+            [key] = await pending_ids(approver, 1)
+            r = await approver.call("host.resolve_approval",
+                                    {"approval_id": key, "resolution": "approve", "scope": "always", "reason": "trusted"})
+            assert r["applied"] is True and r["scope"] == "always"
+            assert (await first)["result"]["results"][0]["status"] == "succeeded"
+            # The rule lives in the store, not in B's home.
+            assert not os.path.exists(os.path.join(b.home, "always-rules.jsonl"))
+            # A later call on A with another input: answered by the rule, nobody asked.
+            res = await s.call("proposal.submit", {"proposal": proposal([tool_call("e2", parameters={"n": 2})], "al-2")})
+            assert res["results"][0]["status"] == "succeeded", res
+            assert s.ran == [{"n": 1}, {"n": 2}]
+            assert (await approver.call("host.approvals"))["approvals"] == []
+            # A deny rule of the session still wins over the always-allow.
+            d = await approvals_connect(a.url, auth={"token": OP}, admission={"deny": [{"tool": "echo"}]})
+            await d.call("tools.register", [{"name": "echo"}])
+            res = await d.call("proposal.submit", {"proposal": proposal([tool_call("e3")], "al-3")})
+            assert res["results"][0]["status"] == "rejected" and "deny-rule" in res["results"][0]["error"], res
+            for c in (s, approver, d):
+                await c.close()
+
+        run(go())
