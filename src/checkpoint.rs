@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -114,6 +114,29 @@ impl Checkpoint {
         format!("susp-{}", uuid::Uuid::new_v4())
     }
 
+    /// A checkpoint `id` of `proposal` with nothing settled, written or
+    /// pending yet, created now.
+    pub fn new(id: String, proposal: ActionProposal, tenant: Option<String>, owner: Option<String>) -> Self {
+        let now = Utc::now();
+        Checkpoint {
+            id,
+            results: vec![None; proposal.actions.len()],
+            proposal,
+            tenant,
+            owner,
+            writes: Vec::new(),
+            pending: Vec::new(),
+            waiting: Vec::new(),
+            tool_calls: 0,
+            retries: 0,
+            duration_ms: 0.0,
+            created_at: now,
+            suspended_at: now,
+            suspensions: 0,
+            running: false,
+        }
+    }
+
     /// The summary listed by [`CheckpointBackend::list`].
     pub fn summary(&self) -> Value {
         serde_json::json!({
@@ -167,6 +190,15 @@ pub trait CheckpointBackend: Send + Sync {
     async fn get(&self, id: &str) -> Result<Option<Checkpoint>>;
     /// Every checkpoint, oldest first.
     async fn list(&self) -> Result<Vec<Checkpoint>>;
+}
+
+/// Renews `claimant`'s claim on `id` every third of `lease`, for as long as
+/// it is polled (never ends): a claimant that stops lets its lease run out.
+pub(crate) async fn renew_claim(store: Arc<dyn CheckpointBackend>, id: String, claimant: String, lease: Duration) {
+    loop {
+        tokio::time::sleep(lease / 3).await;
+        let _ = store.claim(&id, &claimant, lease).await;
+    }
 }
 
 fn check_id(id: &str) -> Result<()> {

@@ -1153,47 +1153,62 @@ impl AdmissionStage {
         };
         let deadline = chrono::Utc::now() + self.approval_timeout;
         let (backend, tool) = (shared.backend.clone(), name.to_string());
-        let (park_backend, park_tool, park_digest) = (backend.clone(), tool.clone(), digest.clone());
-        let closed_reason = |r: crate::gate::Resolution| {
-            if r.decision == ApprovalDecision::Allow {
-                None
-            } else {
-                Some(format!("approval `{}` was denied: {}", r.key, r.reason))
-            }
-        };
+        let asking = SharedAsk { backend: backend.clone(), tool, digest, deadline };
+        let park = asking.clone().ask();
         StageVerdict::Hold(
             asked,
             Held {
+                // Waiting is asking once, then waiting for a pending approval to close.
                 wait: Box::pin(async move {
-                    let key = crate::gate::approval_key(&tool, &digest);
-                    if let Some(answer) = shared_always(&*backend, &tool).await {
-                        return answer;
-                    }
-                    let closed = match backend.request(None, &tool, &digest, Some(deadline)).await {
-                        Ok(Ticket::Resolved(r)) => Ok(r),
-                        Ok(Ticket::Pending(p)) => backend.wait(&p.key, Some(deadline)).await,
-                        Err(e) => Err(e),
-                    };
-                    match closed {
-                        Ok(r) => closed_reason(r),
-                        // Fail closed: an approval whose outcome cannot be learnt is a deny.
-                        Err(e) => Some(format!("approval `{key}` was denied: {e}")),
+                    match asking.ask().await {
+                        Parked::Decided(answer) => answer,
+                        Parked::Pending(key) => match backend.wait(&key, Some(deadline)).await {
+                            Ok(r) => closed_reason(r),
+                            // Fail closed: an approval whose outcome cannot be learnt is a deny.
+                            Err(e) => Some(format!("approval `{key}` was denied: {e}")),
+                        },
                     }
                 }),
-                park: Some(Box::pin(async move {
-                    let key = crate::gate::approval_key(&park_tool, &park_digest);
-                    if let Some(answer) = shared_always(&*park_backend, &park_tool).await {
-                        return Parked::Decided(answer);
-                    }
-                    match park_backend.request(None, &park_tool, &park_digest, Some(deadline)).await {
-                        Ok(Ticket::Resolved(r)) => Parked::Decided(closed_reason(r)),
-                        Ok(Ticket::Pending(p)) => Parked::Pending(p.key),
-                        // Fail closed.
-                        Err(e) => Parked::Decided(Some(format!("approval `{key}` was denied: {e}"))),
-                    }
-                })),
+                park: Some(Box::pin(park)),
             },
         )
+    }
+}
+
+/// `None` for an allow, else the denial's reason.
+fn closed_reason(r: crate::gate::Resolution) -> Option<String> {
+    if r.decision == ApprovalDecision::Allow {
+        None
+    } else {
+        Some(format!("approval `{}` was denied: {}", r.key, r.reason))
+    }
+}
+
+/// One ask of a shared approvals store.
+#[derive(Clone)]
+struct SharedAsk {
+    backend: Arc<dyn crate::store::ApprovalBackend>,
+    tool: String,
+    digest: String,
+    deadline: chrono::DateTime<chrono::Utc>,
+}
+
+impl SharedAsk {
+    /// Asks once: an `always` rule of the store, else an approval already
+    /// resolved (used up), decides; otherwise the pending approval's key.
+    /// Every error is a deny.
+    async fn ask(self) -> Parked {
+        if let Some(answer) = shared_always(&*self.backend, &self.tool).await {
+            return Parked::Decided(answer);
+        }
+        match self.backend.request(None, &self.tool, &self.digest, Some(self.deadline)).await {
+            Ok(Ticket::Resolved(r)) => Parked::Decided(closed_reason(r)),
+            Ok(Ticket::Pending(p)) => Parked::Pending(p.key),
+            Err(e) => {
+                let key = crate::gate::approval_key(&self.tool, &self.digest);
+                Parked::Decided(Some(format!("approval `{key}` was denied: {e}")))
+            }
+        }
     }
 }
 

@@ -207,26 +207,14 @@ impl Drop for Journal {
 impl Journal {
     /// The journal of a run of `proposal` (saved, claimed, at its first write).
     fn start(rt: &Runtime, proposal: &ActionProposal, tenant: Option<&str>, owner: Option<&str>) -> Self {
-        let store = rt.checkpoints();
-        let lease = rt.checkpoint_lease();
-        let now = chrono::Utc::now();
-        let cp = Checkpoint {
-            id: Checkpoint::new_id(),
-            proposal: proposal.clone(),
-            tenant: tenant.map(str::to_string),
-            owner: owner.map(str::to_string),
-            results: vec![None; proposal.actions.len()],
-            writes: Vec::new(),
-            pending: Vec::new(),
-            waiting: Vec::new(),
-            tool_calls: 0,
-            retries: 0,
-            duration_ms: 0.0,
-            created_at: now,
-            suspended_at: now,
-            suspensions: 0,
-            running: true,
-        };
+        let (store, lease) = (rt.checkpoints(), rt.checkpoint_lease());
+        let mut cp = Checkpoint::new(
+            Checkpoint::new_id(),
+            proposal.clone(),
+            tenant.map(str::to_string),
+            owner.map(str::to_string),
+        );
+        cp.running = true;
         let claimant = format!("run-{}", uuid::Uuid::new_v4());
         Journal { store, claimant, lease, cp: tokio::sync::Mutex::new((cp, false)), renew: Mutex::new(None) }
     }
@@ -249,15 +237,13 @@ impl Journal {
             *saved = true;
             // Renewed while the run goes on, so only a dead runner's lease runs out.
             if let Ok(h) = tokio::runtime::Handle::try_current() {
-                let (store, id, claimant, lease) =
-                    (self.store.clone(), cp.id.clone(), self.claimant.clone(), self.lease);
-                let task = h.spawn(async move {
-                    loop {
-                        tokio::time::sleep(lease / 3).await;
-                        let _ = store.claim(&id, &claimant, lease).await;
-                    }
-                });
-                *self.renew.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+                let renew = crate::checkpoint::renew_claim(
+                    self.store.clone(),
+                    cp.id.clone(),
+                    self.claimant.clone(),
+                    self.lease,
+                );
+                *self.renew.lock().unwrap_or_else(PoisonError::into_inner) = Some(h.spawn(renew));
             }
         }
         Ok(())
@@ -334,61 +320,17 @@ impl Runtime {
                 ));
             }
         };
-        if cp.running {
-            // A run in progress (or whose runner died: the sweeper's).
-            let _ = store.release(id, claimant).await;
-            return Err(crate::Error::not_found(
-                "suspension_not_found",
-                format!("`{id}` is a run in progress, not a suspended proposal"),
-            ));
-        }
-        if let Some(owner) = &opts.owner
-            && cp.owner.as_ref() != Some(owner)
-        {
-            let _ = store.release(id, claimant).await;
-            return Err(crate::Error::config(
-                "suspension_not_owned",
-                format!(
-                    "suspended proposal `{id}` was submitted by another principal; only it or an operator may resume it"
-                ),
-                json!({"id": id}),
-            ));
-        }
-        opts.tenant = cp.tenant.clone();
-        opts.owner = cp.owner.clone();
-        opts.suspend = true;
-        let pulled = match Scope::from_option(cp.tenant.as_deref()) {
-            Ok(scope) => self.pull_shared(&scope).await,
-            Err(e) => Err(e),
+        let tx = match self.take_up(&cp, &mut opts).await {
+            Ok(tx) => tx,
+            Err(e) => {
+                let _ = store.release(id, claimant).await;
+                return Err(e);
+            }
         };
-        if let Err(e) = pulled {
-            let _ = store.release(id, claimant).await;
-            return Err(e);
-        }
-        let tx = Transaction::with_capacity(cp.writes.len());
-        if let Err(keys) = self.inner.state.adopt(&tx, &cp.writes, self.shared_state().is_some()) {
-            let _ = store.release(id, claimant).await;
-            return Err(crate::Error::config(
-                "suspension_conflict",
-                format!(
-                    "suspended proposal `{id}` cannot resume: another writer moved {} since it suspended; nothing ran",
-                    keys.join(", ")
-                ),
-                json!({"id": id, "keys": keys}),
-            ));
-        }
         let proposal = cp.proposal.clone();
         // The claim is renewed while the run goes on, so a long resume keeps
         // it; only a resumer that stopped lets its lease run out.
-        let renew = {
-            let (store, id, claimant) = (store.clone(), id.to_string(), claimant.to_string());
-            async move {
-                loop {
-                    tokio::time::sleep(lease / 3).await;
-                    let _ = store.claim(&id, &claimant, lease).await;
-                }
-            }
-        };
+        let renew = crate::checkpoint::renew_claim(store.clone(), id.to_string(), claimant.to_string(), lease);
         let run = self.execute_from(proposal, executor, opts, Some(Resumed { checkpoint: cp, tx }));
         let outcome = tokio::select! {
             r = run => r,
@@ -406,6 +348,49 @@ impl Runtime {
                 Err(e)
             }
         }
+    }
+
+    /// The checks before a claimed checkpoint resumes, and the state it
+    /// takes over: not a run in progress, the owner's (when `opts` names
+    /// one), the state mirrored from a shared store, the checkpoint's writes
+    /// adopted into a new transaction. Sets `opts` to the checkpoint's
+    /// tenant and owner, suspending. An error changes nothing.
+    async fn take_up(&self, cp: &Checkpoint, opts: &mut ExecOptions) -> Result<Transaction> {
+        let id = &cp.id;
+        if cp.running {
+            // A run in progress (or whose runner died: the sweeper's).
+            return Err(crate::Error::not_found(
+                "suspension_not_found",
+                format!("`{id}` is a run in progress, not a suspended proposal"),
+            ));
+        }
+        if let Some(owner) = &opts.owner
+            && cp.owner.as_ref() != Some(owner)
+        {
+            return Err(crate::Error::config(
+                "suspension_not_owned",
+                format!(
+                    "suspended proposal `{id}` was submitted by another principal; only it or an operator may resume it"
+                ),
+                json!({"id": id}),
+            ));
+        }
+        opts.tenant = cp.tenant.clone();
+        opts.owner = cp.owner.clone();
+        opts.suspend = true;
+        self.pull_shared(&Scope::from_option(cp.tenant.as_deref())?).await?;
+        let tx = Transaction::with_capacity(cp.writes.len());
+        if let Err(keys) = self.inner.state.adopt(&tx, &cp.writes, self.shared_state().is_some()) {
+            return Err(crate::Error::config(
+                "suspension_conflict",
+                format!(
+                    "suspended proposal `{id}` cannot resume: another writer moved {} since it suspended; nothing ran",
+                    keys.join(", ")
+                ),
+                json!({"id": id, "keys": keys}),
+            ));
+        }
+        Ok(tx)
     }
 
     async fn execute_from(
@@ -875,32 +860,28 @@ impl Runtime {
                 None => waiting.push(a.id.clone()),
             }
         }
-        let now = chrono::Utc::now();
         let journaled = match &ctx.journal {
             Some(j) => Some(j.id().await),
             None => None,
         };
-        let cp = Checkpoint {
-            id: match (resumed, journaled) {
-                (Some(c), _) => c.id.clone(),
-                (None, Some(id)) => id,
-                (None, None) => Checkpoint::new_id(),
-            },
-            proposal: (*ctx.proposal).clone(),
-            tenant: ctx.tenant.as_deref().map(str::to_string),
-            owner: ctx.owner.clone(),
-            results: slots,
-            writes: self.inner.state.transaction_writes(&ctx.tx),
-            pending,
-            waiting,
-            tool_calls: ctx.tool_calls.load(Ordering::Relaxed),
-            retries: ctx.retries.load(Ordering::Relaxed),
-            duration_ms: ms(start.elapsed()) + resumed.map_or(0.0, |c| c.duration_ms),
-            created_at: resumed.map_or(now, |c| c.created_at),
-            suspended_at: now,
-            suspensions: resumed.map_or(0, |c| c.suspensions) + 1,
-            running: false,
+        let id = match (resumed, journaled) {
+            (Some(c), _) => c.id.clone(),
+            (None, Some(id)) => id,
+            (None, None) => Checkpoint::new_id(),
         };
+        let tenant = ctx.tenant.as_deref().map(str::to_string);
+        let mut cp = Checkpoint::new(id, (*ctx.proposal).clone(), tenant, ctx.owner.clone());
+        cp.results = slots;
+        cp.writes = self.inner.state.transaction_writes(&ctx.tx);
+        cp.pending = pending;
+        cp.waiting = waiting;
+        cp.tool_calls = ctx.tool_calls.load(Ordering::Relaxed);
+        cp.retries = ctx.retries.load(Ordering::Relaxed);
+        cp.duration_ms = ms(start.elapsed()) + resumed.map_or(0.0, |c| c.duration_ms);
+        if let Some(c) = resumed {
+            cp.created_at = c.created_at;
+        }
+        cp.suspensions = resumed.map_or(0, |c| c.suspensions) + 1;
         self.checkpoints().save(&cp).await?;
         Ok(json!({"id": cp.id, "pending": cp.pending, "waiting": cp.waiting}))
     }
@@ -1401,6 +1382,20 @@ async fn refresh_keys(ctx: &Ctx, shared: &Arc<dyn crate::store::StateBackend>, a
     Ok(())
 }
 
+/// The write of `key` in the shared store, when the state lives there
+/// (`None`: no shared store, the write is local only); it yields the
+/// version the store gave it. Boxed and built here, not awaited here: only
+/// a shared store takes this await, and every action's future stays small.
+fn shared_write<'a>(
+    ctx: &'a Ctx,
+    a: &'a Action,
+    key: &'a str,
+    value: &Option<Value>,
+) -> Option<futures::future::BoxFuture<'a, Result<u64, Fail>>> {
+    let shared = ctx.shared.as_ref()?;
+    Some(Box::pin(shared_put(ctx, shared, a, key, value.clone())))
+}
+
 /// Writes `key` in the shared store (by compare-and-set against the version
 /// the action read it at, when it did); the version the store gave it.
 async fn shared_put(
@@ -1412,9 +1407,13 @@ async fn shared_put(
 ) -> Result<u64, Fail> {
     let read = a.assumptions.iter().find(|s| s.key == key).and_then(|s| s.read_version);
     let expect = read.map_or(Expect::Any, Expect::Version);
+    // The key as `write_state` checks it: a tenant key of the unscoped
+    // view never reaches the store or the journal.
+    let phys = ctx.scope.physical(key).ok_or_else(|| {
+        Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
+    })?;
     if let Some(j) = &ctx.journal {
         // Write-ahead: the undo is durable before the write.
-        let phys = ctx.scope.physical(key).map(|p| p.into_owned()).unwrap_or_default();
         let before = ctx.rt.inner.state.get_physical(&phys);
         j.record(&phys, before, value.clone())
             .await
@@ -1769,8 +1768,8 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Some(a.param("value").cloned().unwrap_or(Value::Null))
             };
             let mut changes = Map::with_capacity(1);
-            let remote = match &ctx.shared {
-                Some(shared) => Some(Box::pin(shared_put(ctx, shared, a, key, value.clone())).await?),
+            let remote = match shared_write(ctx, a, key, &value) {
+                Some(w) => Some(w.await?),
                 None => None,
             };
             write_state(ctx, a, i, None, key, value, tx, &mut changes, remote)?;
@@ -1951,11 +1950,12 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
 
     let mut changes = Map::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
-        let remote = match &ctx.shared {
-            Some(shared) => Some(Box::pin(shared_put(ctx, shared, a, k, Some(v.clone()))).await?),
+        let value = Some(v.clone());
+        let remote = match shared_write(ctx, a, k, &value) {
+            Some(w) => Some(w.await?),
             None => None,
         };
-        write_state(ctx, a, i, Some(e), k, Some(v.clone()), tx, &mut changes, remote)?;
+        write_state(ctx, a, i, Some(e), k, value, tx, &mut changes, remote)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
