@@ -370,7 +370,7 @@ async fn an_attached_tier_ledger_survives_every_reconfiguration() {
     let rt = CarRuntime::new();
     rt.register_tool_schema(&json!({"name": "deploy", "parameters": {"type": "object"}}).to_string()).unwrap();
     rt.permission_set_tier("read_only").unwrap();
-    rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)))).unwrap();
+    rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)).into())).unwrap();
     let action =
         json!({"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "failure_behavior": "skip"});
     let calls = Arc::new(AtomicUsize::new(0));

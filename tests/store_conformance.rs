@@ -138,6 +138,7 @@ conformance!(
     tamper_detection,
     checkpoints_claim_by_lease,
     always_rules,
+    tier_ledger_shared_by_two_hosts,
 );
 
 async fn always_rules(u: &Under) {
@@ -610,5 +611,103 @@ async fn tamper_detection(u: &Under) {
             let err = car_runtime::store::postgres::PgBackends::connect(url, schema, "w").await.unwrap_err();
             assert_eq!(err.code(), "store_schema_newer", "{err}");
         }
+    }
+}
+
+/// A second handle on the tier ledger backend: the same one (embedded, as
+/// one process's store) or another pool (PostgreSQL, a second host).
+async fn second_ledger(u: &Under) -> Arc<dyn car_runtime::store::TierLedgerBackend> {
+    match &u.kind {
+        Kind::Embedded => u.b.ledger.clone(),
+        #[cfg(feature = "postgres")]
+        Kind::Pg { url, schema, .. } => {
+            car_runtime::store::postgres::PgBackends::connect(url, schema, "writer-b").await.unwrap().backends().ledger
+        }
+    }
+}
+
+/// Two hosts' ledgers shared through one store: a record on either holds
+/// on both (after a refresh, which every run does first), the latest
+/// decision wins, concurrent appends are all seen, nothing is decided on a
+/// copy never read, and (PostgreSQL) a store that cannot be read refuses.
+async fn tier_ledger_shared_by_two_hosts(u: &Under) {
+    use car_runtime::policy::{ApprovalRecord, ApprovalVerdict, JsonlLedger, PermissionTier};
+    use car_runtime::store::ledger::{SharedLedger, TierLedger};
+    let dir = temp_dir("tier");
+    let host = |n: &str, b: Arc<dyn car_runtime::store::TierLedgerBackend>| {
+        Arc::new(SharedLedger::shared(Arc::new(JsonlLedger::new(dir.0.join(n).join("tier.jsonl"))), b))
+    };
+    let (h1, h2) = (host("a", u.b.ledger.clone()), host("b", second_ledger(u).await));
+    assert!(h2.latest_shared().is_err(), "a copy never read decides nothing");
+    h2.refresh().await.unwrap();
+    assert!(h2.latest_shared().unwrap().is_empty());
+    let rec = |fp: &str, ok: bool, who: &str| {
+        ApprovalRecord::new(fp, PermissionTier::FullAccess, ok, who, "r", None).unwrap()
+    };
+    h1.append(&rec("tool_call|deploy|{}", true, "alice")).await.unwrap();
+    h2.refresh().await.unwrap();
+    let got = h2.latest_shared().unwrap();
+    assert_eq!(got["tool_call|deploy|{}"].decision, ApprovalVerdict::Approved);
+    assert_eq!(got["tool_call|deploy|{}"].reviewer, "alice");
+    h2.append(&rec("tool_call|deploy|{}", false, "bob")).await.unwrap();
+    h1.refresh().await.unwrap();
+    assert_eq!(h1.latest_shared().unwrap()["tool_call|deploy|{}"].decision, ApprovalVerdict::Rejected);
+
+    // 40 appends at once from both hosts: each host then sees every one.
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let h = if i % 2 == 0 { h1.clone() } else { h2.clone() };
+        tasks.push(tokio::spawn(async move { h.append(&rec(&format!("fp-{i}"), true, "r")).await }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    for h in [&h1, &h2] {
+        h.refresh().await.unwrap();
+        let seen = h.latest_shared().unwrap();
+        assert_eq!((0..40).filter(|i| seen.contains_key(&format!("fp-{i}"))).count(), 40);
+    }
+    let (all, next) = u.b.ledger.since(0).await.unwrap();
+    assert_eq!(all.len(), 42);
+    let (none, again) = u.b.ledger.since(next).await.unwrap();
+    assert!(none.is_empty() && again == next, "nothing after the end");
+
+    // A runtime deciding on host 2 admits what host 1 approves, at its next run.
+    let rt = car_runtime::api::runtime::CarRuntime::new();
+    rt.register_tool_schema(&json!({"name": "ship", "parameters": {"type": "object"}}).to_string()).unwrap();
+    rt.permission_set_tier("read_only").unwrap();
+    rt.set_tier_ledger(Some(TierLedger::Shared(h2.clone()))).unwrap();
+    let action: car_runtime::ir::Action = serde_json::from_value(
+        json!({"id": "s", "type": "tool_call", "tool": "ship", "parameters": {"v": 1}, "failure_behavior": "skip"}),
+    )
+    .unwrap();
+    let status = |rt: &car_runtime::api::runtime::CarRuntime, a: &car_runtime::ir::Action| {
+        let p = json!({"id": format!("p-{}", uuid_like()), "actions": [a]}).to_string();
+        let rt = rt.clone();
+        async move {
+            let exec = Arc::new(car_runtime::engine::FnExecutor(|_c: car_runtime::engine::ToolCall| Ok(json!({}))));
+            let out: serde_json::Value =
+                serde_json::from_str(&rt.execute_proposal(&p, exec, None, None).await.unwrap()).unwrap();
+            out["results"][0]["status"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(status(&rt, &action).await, "rejected");
+    let required = car_runtime::policy::PermissionGate::new().required_tier(&action);
+    let fp = car_runtime::policy::fingerprint(&action);
+    h1.append(&ApprovalRecord::new(&fp, required, true, "carol", "ok", None).unwrap()).await.unwrap();
+    assert_eq!(status(&rt, &action).await, "succeeded", "host 1's approval holds on host 2");
+    h1.append(&ApprovalRecord::new(&fp, required, false, "carol", "no", None).unwrap()).await.unwrap();
+    assert_eq!(status(&rt, &action).await, "rejected", "and so does its rejection");
+
+    #[cfg(feature = "postgres")]
+    if let Kind::Pg { url, schema, .. } = &u.kind {
+        // The store gone: the refresh fails and the copy refuses.
+        car_runtime::store::postgres::PgBackends::drop_schema(url, schema).await.unwrap();
+        assert!(h2.refresh().await.is_err());
+        let e = h2.latest_shared().unwrap_err().to_string();
+        assert!(e.contains("cannot be read"), "{e}");
+        assert_eq!(status(&rt, &action).await, "rejected", "nothing runs on a stale copy");
+        assert!(h1.append(&rec("fp-late", true, "r")).await.is_err(), "the store refused the record");
+        assert!(!h1.file().latest_shared().unwrap().contains_key("fp-late"), "so the file holds nothing of it");
     }
 }

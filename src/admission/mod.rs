@@ -286,7 +286,7 @@ pub struct HostLayers {
     /// The tier layer's approvals ledger when the document names none (a
     /// daemon shares one across its connections). Part of every stage built
     /// while it is attached, so no reconfiguration runs without it.
-    pub tier_ledger: Option<Arc<JsonlLedger>>,
+    pub tier_ledger: Option<crate::store::ledger::TierLedger>,
     /// A shared approvals backend (a daemon's `--store postgres://...`):
     /// when set and the document names no `approvals_dir`, the `approval`
     /// layer asks and waits through it, so an approval granted on any host
@@ -329,7 +329,7 @@ impl std::fmt::Debug for HostLayers {
 pub struct AdmissionStage {
     config: AdmissionConfig,
     tier: Option<PermissionTier>,
-    ledger: Option<Arc<JsonlLedger>>,
+    ledger: Option<crate::store::ledger::TierLedger>,
     chain: Option<PermissionChain>,
     defs: HashMap<String, ToolDefinition>,
     approvals: Option<Arc<ApprovalStore>>,
@@ -547,7 +547,7 @@ impl AdmissionStage {
             (None, None) => None,
         };
         let ledger = match (&config.ledger_path, &config.ledger_key_path) {
-            (Some(p), key) => Some(Arc::new(JsonlLedger::open(Path::new(p), key.as_deref().map(Path::new))?)),
+            (Some(p), key) => Some(Arc::new(JsonlLedger::open(Path::new(p), key.as_deref().map(Path::new))?).into()),
             (None, Some(_)) => {
                 return Err(crate::Error::config(
                     "invalid_admission_config",
@@ -562,8 +562,7 @@ impl AdmissionStage {
             .filter(|d| d.kind == crate::permission::ToolKind::Interactive)
             .map(|d| d.name.clone())
             .collect();
-        let protected_names =
-            protected_names_of(ledger.as_deref().map(JsonlLedger::path), config.ledger_key_path.as_deref());
+        let protected_names = protected_names_of(ledger.as_ref().map(|l| l.path()), config.ledger_key_path.as_deref());
         Ok(AdmissionStage {
             protected_names,
             tier: config.tier,
@@ -617,8 +616,17 @@ impl AdmissionStage {
     }
 
     /// The tier layer's approvals ledger, when one is attached.
-    pub fn ledger(&self) -> Option<&Arc<JsonlLedger>> {
+    pub fn ledger(&self) -> Option<&crate::store::ledger::TierLedger> {
         self.ledger.as_ref()
+    }
+
+    /// Brings a shared tier ledger up to date before a proposal is decided
+    /// (nothing for a file or no ledger). A store that cannot be read is
+    /// remembered: the tier layer refuses until a refresh succeeds.
+    pub async fn refresh_ledger(&self) {
+        if let Some(l) = &self.ledger {
+            let _ = l.refresh().await;
+        }
     }
 
     /// The approvals store of the `approval` layer.

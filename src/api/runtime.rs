@@ -1436,7 +1436,7 @@ impl CarRuntime {
     /// for every stage built from now on whose document names no
     /// `ledger_path`: it stays attached across reconfigurations, installed
     /// in the same step as each rebuilt stage.
-    pub fn set_tier_ledger(&self, ledger: Option<Arc<crate::policy::JsonlLedger>>) -> Result<()> {
+    pub fn set_tier_ledger(&self, ledger: Option<crate::store::ledger::TierLedger>) -> Result<()> {
         self.update_host(|h| h.tier_ledger = ledger)
     }
 }

@@ -91,6 +91,32 @@ pub struct ApprovalRecord {
     pub decided_at: chrono::DateTime<chrono::Utc>,
 }
 
+impl ApprovalRecord {
+    /// A verdict on the operation `fingerprint` by `reviewer`, decided now.
+    /// An empty fingerprint is refused.
+    pub fn new(
+        fingerprint: &str,
+        required_tier: PermissionTier,
+        approve: bool,
+        reviewer: &str,
+        reason: &str,
+        evidence: Option<Value>,
+    ) -> crate::Result<ApprovalRecord> {
+        if fingerprint.is_empty() {
+            return Err(Error::invalid_argument("fingerprint", "must not be empty"));
+        }
+        Ok(ApprovalRecord {
+            fingerprint: fingerprint.to_string(),
+            required_tier,
+            decision: if approve { ApprovalVerdict::Approved } else { ApprovalVerdict::Rejected },
+            reviewer: reviewer.to_string(),
+            reason: reason.to_string(),
+            evidence,
+            decided_at: chrono::Utc::now(),
+        })
+    }
+}
+
 /// The environment variable holding a ledger key (its text, at least
 /// [`LedgerKey::MIN_LEN`] bytes) for a ledger configured without a key file.
 pub const LEDGER_KEY_ENV: &str = "CAR_LEDGER_KEY";
@@ -500,6 +526,14 @@ fn latest_by_fingerprint(records: impl IntoIterator<Item = ApprovalRecord>) -> H
         out.insert(r.fingerprint.clone(), r);
     }
     out
+}
+
+impl MemoryLedger {
+    /// Every record, oldest first.
+    pub fn all(&self) -> crate::Result<Vec<ApprovalRecord>> {
+        let g = self.records.lock().map_err(|_| Error::runtime("ledger_io_error", "approvals ledger lock poisoned"))?;
+        Ok(g.clone())
+    }
 }
 
 impl ApprovalLedger for MemoryLedger {

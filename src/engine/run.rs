@@ -494,6 +494,11 @@ impl Runtime {
             refused: Vec::new(),
             overrides: Vec::new(),
         };
+        // A tier ledger shared through a store: its records of other hosts
+        // read before anything is decided (a stale copy refuses).
+        if ctx.stage.ledger().is_some_and(crate::store::ledger::TierLedger::is_shared) {
+            Box::pin(ctx.stage.refresh_ledger()).await;
+        }
         // A run whose state lives in a shared store journals its writes
         // (a resumed one has its checkpoint already).
         if ctx.shared.is_some() && resumed.is_none() {

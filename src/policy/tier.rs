@@ -262,18 +262,7 @@ impl PermissionGate {
     ) -> crate::Result<ApprovalRecord> {
         let ledger =
             self.ledger.as_ref().ok_or_else(|| Error::runtime("no_ledger", "no approvals ledger is configured"))?;
-        if fingerprint.is_empty() {
-            return Err(Error::invalid_argument("fingerprint", "must not be empty"));
-        }
-        let rec = ApprovalRecord {
-            fingerprint: fingerprint.to_string(),
-            required_tier,
-            decision: if approve { ApprovalVerdict::Approved } else { ApprovalVerdict::Rejected },
-            reviewer: reviewer.to_string(),
-            reason: reason.to_string(),
-            evidence,
-            decided_at: chrono::Utc::now(),
-        };
+        let rec = ApprovalRecord::new(fingerprint, required_tier, approve, reviewer, reason, evidence)?;
         ledger.append(&rec)?;
         Ok(rec)
     }

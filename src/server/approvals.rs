@@ -91,8 +91,8 @@ pub(crate) struct Approvals {
     /// The directory of the `always` rules (`$CAR_HOME`).
     rules_dir: PathBuf,
     allow_self: bool,
-    /// The tier ledger and its key file, for approved escalations.
-    ledger: Option<(String, Option<String>)>,
+    /// The tier ledger, for approved escalations.
+    ledger: Option<Arc<crate::store::ledger::SharedLedger>>,
     state: Mutex<State>,
     /// Every approval event as the JSON document people see (dashboard,
     /// webhooks).
@@ -194,7 +194,7 @@ impl Approvals {
     pub(crate) fn open(
         dir: &Path,
         allow_self: bool,
-        ledger: Option<(String, Option<String>)>,
+        ledger: Option<Arc<crate::store::ledger::SharedLedger>>,
     ) -> crate::Result<Arc<Approvals>> {
         let store = Arc::new(ApprovalStore::open(dir)?);
         let (live, _) = broadcast::channel(1024);
@@ -217,7 +217,7 @@ impl Approvals {
         backend: Arc<dyn ApprovalBackend>,
         rules_dir: &Path,
         allow_self: bool,
-        ledger: Option<(String, Option<String>)>,
+        ledger: Option<Arc<crate::store::ledger::SharedLedger>>,
     ) -> Arc<Approvals> {
         let (live, _) = broadcast::channel(1024);
         let mut rx = backend.subscribe();
@@ -647,10 +647,11 @@ impl Approvals {
         };
         if tier.is_none() && key.starts_with(&format!("{TIER_TOOL}:")) {
             // Asked on another daemon of a shared store (or before a
-            // restart): its ledger is not this daemon's, so an approval here
-            // could not be recorded where the escalation is decided.
+            // restart): the operation it would approve (its fingerprint,
+            // which holds the parameter values) is known only where it was
+            // asked, so nothing could be recorded for it here.
             return Err(RpcError::internal(format!(
-                "tier escalation `{key}` was not asked on this daemon; decide it on the daemon that asked (the tier ledger is per daemon)"
+                "tier escalation `{key}` was not asked on this daemon; decide it on the daemon that asked (only it knows the operation to record)"
             ))
             .with_data(json!({"code": "approval_elsewhere", "approval_id": key})));
         }
@@ -676,20 +677,14 @@ impl Approvals {
         // An approved escalation is a tier-ledger approval by this reviewer,
         // recorded before the waiting submission learns of it.
         if let (Some((fp, required)), true) = (&tier, d.allow) {
-            let (ledger, key_file) = self.ledger.as_ref().ok_or_else(|| {
+            let ledger = self.ledger.as_ref().ok_or_else(|| {
                 RpcError::internal("no approvals ledger is configured: a tier escalation cannot be approved")
             })?;
-            crate::api::policy::permission_record_for_fingerprint_keyed(
-                fp,
-                required,
-                true,
-                me.reviewer,
-                &d.reason,
-                ledger,
-                key_file.as_deref(),
-                Some(&format!("approval `{key}`")),
-            )
-            .map_err(RpcError::from)?;
+            let tier = crate::policy::PermissionTier::parse(required)
+                .ok_or_else(|| RpcError::internal(format!("escalation `{key}` names an unknown tier `{required}`")))?;
+            let evidence = Some(Value::String(format!("approval `{key}`")));
+            let rec = crate::policy::ApprovalRecord::new(fp, tier, true, me.reviewer, &d.reason, evidence)?;
+            ledger.append(&rec).await.map_err(RpcError::from)?;
         }
         let decision = if d.allow { ApprovalDecision::Allow } else { ApprovalDecision::Deny };
         let outcome = self.backend.resolve(key, decision, &stored).await.map_err(RpcError::from);

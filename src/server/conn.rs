@@ -170,7 +170,8 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     // The session's tier layer: on from the start (`sandbox_edit`),
     // reading the daemon's one approvals ledger (websocket-methods.md).
     let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
-    rt.set_tier_ledger(daemon.ledger.clone()).map_err(|e| format!("connection refused: tier ledger: {e}"))?;
+    rt.set_tier_ledger(daemon.ledger.clone().map(Into::into))
+        .map_err(|e| format!("connection refused: tier ledger: {e}"))?;
     if let Some(audit) = &config.event_log {
         rt.runtime().events().attach_sink(audit.clone());
     }

@@ -327,9 +327,9 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             let args = json!({"proposal": req(p, "proposal")?});
             crate::api::call("permission_classify", &args).map_err(in_param("proposal"))
         }
-        "permission.evaluate" => evaluate(conn, p),
+        "permission.evaluate" => evaluate(conn, p).await,
         "permission.pending" => {
-            let decisions = evaluate(conn, p)?;
+            let decisions = evaluate(conn, p).await?;
             let pending: Vec<Value> = decisions
                 .get("decisions")
                 .and_then(Value::as_array)
@@ -373,8 +373,8 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
                 .resolve(&super::approvals::Reviewer { principal: &principal, reviewer: &reviewer }, &d)
                 .await
         }
-        "permission.approve" => record_approval(conn, p, true),
-        "permission.reject" => record_approval(conn, p, false),
+        "permission.approve" => record_approval(conn, p, true).await,
+        "permission.reject" => record_approval(conn, p, false).await,
         other => Err(RpcError::unknown_method(other)),
     }
 }
@@ -422,16 +422,27 @@ fn approvals_of(conn: &Conn) -> Result<&Arc<super::approvals::Approvals>, RpcErr
     })
 }
 
-/// `permission.evaluate` against the session's tier and the approvals ledger.
-fn evaluate(conn: &Conn, p: &Value) -> R {
-    let mut args = json!({"proposal": req(p, "proposal")?, "granted_tier": conn.rt.permission_get_tier()});
-    if let Some(l) = &conn.config.ledger_path {
-        args["ledger_path"] = json!(l.to_string_lossy());
-        if let Some(k) = &conn.config.ledger_key_path {
-            args["ledger_key_path"] = json!(k.to_string_lossy());
+/// `permission.evaluate` against the session's tier and the daemon's
+/// approvals ledger (brought up to date first when it is shared).
+async fn evaluate(conn: &Conn, p: &Value) -> R {
+    let proposal = req(p, "proposal")?;
+    let proposal = crate::ir::parse_proposal(&proposal.to_string()).map_err(in_param("proposal"))?;
+    let granted = crate::policy::PermissionTier::parse(&conn.rt.permission_get_tier())
+        .ok_or_else(|| RpcError::internal("the connection's tier is unknown"))?;
+    let latest = match &conn.daemon().ledger {
+        Some(l) => {
+            let _ = l.refresh().await;
+            l.latest_shared()?
         }
-    }
-    crate::api::call("permission_evaluate", &args).map_err(in_param("proposal"))
+        None => {
+            if conn.config.ledger_path.is_some() {
+                daemon_ledger(conn)?;
+            }
+            Default::default()
+        }
+    };
+    let rows = crate::policy::PermissionGate::new().evaluate_with(&proposal.actions, granted, &latest);
+    Ok(json!({ "decisions": rows }))
 }
 
 /// Refuses to remove or shadow a global policy loaded from the policy
@@ -446,56 +457,64 @@ fn protect_policy(conn: &Conn, name: &str, session: Option<&str>, verb: &str) ->
     Ok(())
 }
 
-/// `permission.approve` / `permission.reject`: a ledger record; the reviewer
-/// is stamped by the server (`car-server:<role>:<principal>`); a client-given
-/// one is refused.
-fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
+/// `permission.approve` / `permission.reject`: a ledger record (in the
+/// daemon's ledger, and with `--store` in the one every daemon reads); the
+/// reviewer is stamped by the server (`car-server:<role>:<principal>`); a
+/// client-given one is refused.
+async fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
     if obj(p)?.contains_key("reviewer") {
         return Err(RpcError::invalid_params("reviewer is stamped by the server; do not send one"));
     }
-    let ledger = conn
-        .config
-        .ledger_path
-        .as_ref()
-        .ok_or_else(|| RpcError::internal("no approvals ledger is configured"))?
-        .to_string_lossy()
-        .to_string();
-    let key = conn.config.ledger_key_path.as_ref().map(|k| k.to_string_lossy().into_owned());
+    let ledger = daemon_ledger(conn)?;
     let reviewer = conn.reviewer();
     let reason = opt_str(p, "reason")?.unwrap_or("");
     let evidence = match obj(p)?.get("evidence") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => Some(other.to_string()),
+        Some(Value::String(s)) => Some(Value::String(s.clone())),
+        Some(other) => Some(Value::String(other.to_string())),
     };
-    let text = match obj(p)?.get("action").filter(|a| !a.is_null()) {
+    let rec = match obj(p)?.get("action").filter(|a| !a.is_null()) {
         Some(action) => {
             if !action.is_object() {
                 return Err(RpcError::invalid_params("action must be an object"));
             }
-            crate::api::policy::permission_record_decision_keyed(
-                &action.to_string(),
+            let action: crate::ir::Action =
+                crate::ir::from_json_str(&action.to_string()).map_err(in_param("action"))?;
+            let required = crate::policy::PermissionGate::new().required_tier(&action);
+            crate::policy::ApprovalRecord::new(
+                &crate::policy::fingerprint(&action),
+                required,
                 approve,
                 &reviewer,
                 reason,
-                &ledger,
-                key.as_deref(),
-                evidence.as_deref(),
-            )
-            .map_err(in_param("action"))?
+                evidence,
+            )?
         }
-        None => crate::api::policy::permission_record_for_fingerprint_keyed(
-            req_str(p, "fingerprint")?,
-            req_str(p, "required_tier")?,
-            approve,
-            &reviewer,
-            reason,
-            &ledger,
-            key.as_deref(),
-            evidence.as_deref(),
-        )?,
+        None => {
+            let fp = req_str(p, "fingerprint")?;
+            let tier = req_str(p, "required_tier")?;
+            let tier = crate::policy::PermissionTier::parse(tier)
+                .ok_or_else(|| RpcError::invalid_params(format!("required_tier: unknown permission tier `{tier}`")))?;
+            crate::policy::ApprovalRecord::new(fp, tier, approve, &reviewer, reason, evidence)?
+        }
     };
-    parse(&text)
+    ledger.append(&rec).await?;
+    serde_json::to_value(&rec).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// The daemon's tier ledger, or why there is none (a key that could not be
+/// read is reported again, naming the file).
+fn daemon_ledger(conn: &Conn) -> Result<&Arc<crate::store::ledger::SharedLedger>, RpcError> {
+    if let Some(l) = &conn.daemon().ledger {
+        return Ok(l);
+    }
+    match &conn.config.ledger_path {
+        Some(p) => match crate::policy::JsonlLedger::open(p, conn.config.ledger_key_path.as_deref()) {
+            Err(e) => Err(e.into()),
+            Ok(_) => Err(RpcError::internal("the approvals ledger was disabled at start-up")),
+        },
+        None => Err(RpcError::internal("no approvals ledger is configured")),
+    }
 }
 
 fn register_tools(conn: &Conn, defs: &[Value]) -> Result<u64, RpcError> {
@@ -683,6 +702,7 @@ async fn admit(conn: &Arc<Conn>, sub: &Submission) -> Result<Option<Value>, RpcE
     // approval first (recorded on the ledger, so the stage then admits it).
     if let Some(a) = conn.approvals.as_ref().filter(|a| a.attached()) {
         let stage = conn.rt.runtime().admission_stage();
+        stage.refresh_ledger().await;
         if stage.tier_decisions(&proposal.actions).iter().any(|(refused, _)| *refused) {
             return escalations(conn, a, sub, stage.approval_timeout()).await;
         }
@@ -701,7 +721,7 @@ async fn escalations(
     timeout: chrono::Duration,
 ) -> Result<Option<Value>, RpcError> {
     let proposal = serde_json::to_value(&sub.proposal).map_err(|e| RpcError::internal(e.to_string()))?;
-    let decisions = evaluate(conn, &json!({ "proposal": proposal }))?;
+    let decisions = evaluate(conn, &json!({ "proposal": proposal })).await?;
     let rows: Vec<Value> = decisions.get("decisions").and_then(Value::as_array).cloned().unwrap_or_default();
     if rows.iter().any(|r| r["decision"] == "deny") {
         return Ok(None);

@@ -201,8 +201,9 @@ pub(crate) struct Daemon {
     /// The daemon-wide supervision registry.
     pub(crate) supervisors: Arc<supervision::Supervisors>,
     /// The approvals ledger, one for the daemon so its read cache serves
-    /// every connection.
-    pub(crate) ledger: Option<Arc<crate::policy::JsonlLedger>>,
+    /// every connection; with `--store`, shared with every daemon of the
+    /// store (`crate::store::ledger`).
+    pub(crate) ledger: Option<Arc<crate::store::ledger::SharedLedger>>,
     /// Failed-auth accounting per peer address.
     pub(crate) throttle: throttle::AuthThrottle,
     /// Connections accepted and not yet authenticated.
@@ -222,19 +223,23 @@ pub(crate) struct Daemon {
 
 impl Daemon {
     pub(crate) fn new(config: &Config) -> Daemon {
+        let ledger = config.ledger_path.as_ref().and_then(|p| {
+            match crate::policy::JsonlLedger::open(p, config.ledger_key_path.as_deref()) {
+                Ok(l) => Some(Arc::new(match &config.shared_store {
+                    Some(s) => crate::store::ledger::SharedLedger::shared(Arc::new(l), s.ledger.clone()),
+                    None => crate::store::ledger::SharedLedger::local(Arc::new(l)),
+                })),
+                // Fail closed: no ledger admits nothing, and every
+                // ledger method reports the key error itself.
+                Err(e) => {
+                    eprintln!("car-server: approvals ledger disabled: {e}");
+                    None
+                }
+            }
+        });
         Daemon {
             supervisors: Arc::new(supervision::Supervisors::new(config.supervision_timeout)),
-            ledger: config.ledger_path.as_ref().and_then(|p| {
-                match crate::policy::JsonlLedger::open(p, config.ledger_key_path.as_deref()) {
-                    Ok(l) => Some(Arc::new(l)),
-                    // Fail closed: no ledger admits nothing, and every
-                    // ledger method reports the key error itself.
-                    Err(e) => {
-                        eprintln!("car-server: approvals ledger disabled: {e}");
-                        None
-                    }
-                }
-            }),
+            ledger: ledger.clone(),
             throttle: throttle::AuthThrottle::new(config.auth_max_failures, config.auth_failure_window),
             unauthenticated: Arc::new(AtomicUsize::new(0)),
             activity: Arc::new(activity::Activity::default()),
@@ -254,21 +259,15 @@ impl Daemon {
                 (None, None) => Arc::new(crate::checkpoint::MemoryCheckpoints::default()),
             },
             approvals: config.approvals_dir.as_ref().and_then(|d| {
-                let ledger = config.ledger_path.as_ref().map(|l| {
-                    (
-                        l.to_string_lossy().into_owned(),
-                        config.ledger_key_path.as_ref().map(|k| k.to_string_lossy().into_owned()),
-                    )
-                });
                 if let Some(shared) = &config.shared_store {
                     return Some(approvals::Approvals::open_shared(
                         shared.approvals.clone(),
                         d,
                         config.allow_self_approval,
-                        ledger,
+                        ledger.clone(),
                     ));
                 }
-                match approvals::Approvals::open(d, config.allow_self_approval, ledger) {
+                match approvals::Approvals::open(d, config.allow_self_approval, ledger.clone()) {
                     Ok(a) => Some(a),
                     // Fail closed: without the store every ask is refused.
                     Err(e) => {

@@ -128,6 +128,13 @@ impl ApprovalBackend for ApprovalStore {
     }
 }
 
+/// The records of an append-only list after position `cursor`.
+fn since_in(all: Vec<ApprovalRecord>, cursor: u64) -> Result<(Vec<ApprovalRecord>, u64)> {
+    let n = all.len() as u64;
+    let from = usize::try_from(cursor.min(n)).unwrap_or(usize::MAX);
+    Ok((all.into_iter().skip(from).collect(), n.max(cursor)))
+}
+
 #[async_trait]
 impl TierLedgerBackend for JsonlLedger {
     async fn latest(&self, fingerprint: &str) -> Result<Option<ApprovalRecord>> {
@@ -136,6 +143,10 @@ impl TierLedgerBackend for JsonlLedger {
 
     async fn append(&self, record: &ApprovalRecord) -> Result<()> {
         ApprovalLedger::append(self, record)
+    }
+
+    async fn since(&self, cursor: u64) -> Result<(Vec<ApprovalRecord>, u64)> {
+        since_in(self.records()?, cursor)
     }
 }
 
@@ -147,6 +158,10 @@ impl TierLedgerBackend for MemoryLedger {
 
     async fn append(&self, record: &ApprovalRecord) -> Result<()> {
         ApprovalLedger::append(self, record)
+    }
+
+    async fn since(&self, cursor: u64) -> Result<(Vec<ApprovalRecord>, u64)> {
+        since_in(self.all()?, cursor)
     }
 }
 

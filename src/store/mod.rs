@@ -27,6 +27,7 @@
 
 mod embedded;
 pub mod file;
+pub mod ledger;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
@@ -170,8 +171,13 @@ pub trait ApprovalBackend: Send + Sync {
 pub trait TierLedgerBackend: Send + Sync {
     /// The latest record of a fingerprint.
     async fn latest(&self, fingerprint: &str) -> Result<Option<ApprovalRecord>>;
-    /// Appends a record.
+    /// Appends a record. Records become readable through [`Self::since`]
+    /// in the order of their positions (a reader never skips one appended
+    /// before the last it read).
     async fn append(&self, record: &ApprovalRecord) -> Result<()>;
+    /// The records after position `cursor` (0: all), oldest first, and the
+    /// position after the last of them.
+    async fn since(&self, cursor: u64) -> Result<(Vec<ApprovalRecord>, u64)>;
 }
 
 /// Sliding rate-limit windows: at most `max_calls` starts within any trailing

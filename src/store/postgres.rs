@@ -967,12 +967,33 @@ impl TierLedgerBackend for PgBackends {
 
     async fn append(&self, record: &ApprovalRecord) -> Result<()> {
         let v = serde_json::to_value(record).map_err(db_err)?;
-        self.client()
-            .await?
-            .execute("INSERT INTO car_tier_ledger (fingerprint, record) VALUES ($1, $2)", &[&record.fingerprint, &v])
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        // Appends one at a time, so ids become visible in order and a
+        // reader's cursor (`since`) never passes one still committing.
+        // Reads do not wait on it; appends are human decisions, rare.
+        tx.batch_execute("LOCK TABLE car_tier_ledger IN SHARE ROW EXCLUSIVE MODE").await.map_err(db_err)?;
+        tx.execute("INSERT INTO car_tier_ledger (fingerprint, record) VALUES ($1, $2)", &[&record.fingerprint, &v])
             .await
             .map_err(db_err)?;
-        Ok(())
+        tx.commit().await.map_err(db_err)
+    }
+
+    async fn since(&self, cursor: u64) -> Result<(Vec<ApprovalRecord>, u64)> {
+        let from = i64::try_from(cursor).unwrap_or(i64::MAX);
+        let rows = self
+            .client()
+            .await?
+            .query("SELECT id, record FROM car_tier_ledger WHERE id > $1 ORDER BY id", &[&from])
+            .await
+            .map_err(db_err)?;
+        let mut next = cursor;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            next = next.max(u64::try_from(r.get::<_, i64>(0)).unwrap_or(0));
+            out.push(serde_json::from_value(r.get::<_, Value>(1)).map_err(db_err)?);
+        }
+        Ok((out, next))
     }
 }
 

@@ -612,3 +612,57 @@ def test_an_always_decision_on_one_daemon_answers_the_asks_of_another():
                 await c.close()
 
         run(go())
+
+
+# --- the tier ledger shared across daemons -------------------------------------------
+
+def test_a_tier_decision_recorded_on_one_daemon_holds_on_every_daemon():
+    """`permission.approve` on B admits the operation on A; a later
+    `permission.reject` on B refuses it on A again; A's
+    `permission.evaluate` agrees each time. The records live in the store
+    and in each recording daemon's own file."""
+    with two_hosts("tier") as (a, b):
+        async def go():
+            ran = []
+
+            async def execute(params):
+                ran.append(params["tool"])
+                return {"ok": True}
+
+            s = await Client.connect(a.url)
+            assert (await s.call("session.auth", {"token": OP}))["ok"] is True
+            await s.call("session.init", {"client_id": "tier-shared"})
+            await s.call("tools.register", [{"name": "deploy"}])
+            s.handlers["tools.execute"] = execute
+            op = await Client.connect(b.url)
+            assert (await op.call("session.auth", {"token": OP}))["ok"] is True
+            deploy = tool_call("d", "deploy", parameters={"target": f"prod-{time.time_ns()}"})
+
+            async def submitted(pid):
+                res = await s.call("proposal.submit", {"proposal": proposal([deploy], pid)})
+                return res["results"][0]
+
+            async def evaluated():
+                rows = (await s.call("permission.evaluate", {"proposal": proposal([deploy])}))["decisions"]
+                return rows[0]["decision"]
+
+            # (A submission now would wait for an escalation approval: a
+            # shared store always has someone who could approve.)
+            assert await evaluated() == "needs_approval"
+            rec = await op.call("permission.approve", {"action": deploy, "reason": "release 7"})
+            assert rec["reviewer"].startswith("car-server:operator:"), rec
+            assert await evaluated() == "allow"
+            assert (await submitted("t2"))["status"] == "succeeded"
+            assert ran == ["deploy"]
+            await op.call("permission.reject", {"action": deploy, "reason": "rolled back"})
+            assert await evaluated() == "deny"
+            third = await submitted("t3")
+            assert third["status"] == "rejected" and ran == ["deploy"], third
+            # B wrote its file too; A's has nothing of its own.
+            with open(os.path.join(b.home, "tier-approvals.jsonl")) as f:
+                assert [json.loads(line)["decision"] for line in f] == ["approved", "rejected"]
+            assert not os.path.exists(os.path.join(a.home, "tier-approvals.jsonl"))
+            for c in (s, op):
+                await c.close()
+
+        run(go())
