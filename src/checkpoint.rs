@@ -45,6 +45,18 @@ pub struct StateWrite {
     /// The value the proposal left (`None`: deleted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Value>,
+    /// The values the proposal wrote before `after`, oldest first: a runner
+    /// that died between journaling a write and making it left one of
+    /// these in the store, and a sweeper still recognises it as the run's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<Option<Value>>,
+}
+
+impl StateWrite {
+    /// Whether `value` is one this proposal wrote.
+    pub fn wrote(&self, value: &Option<Value>) -> bool {
+        *value == self.after || self.earlier.contains(value)
+    }
 }
 
 /// An action waiting for an approval.

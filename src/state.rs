@@ -426,7 +426,7 @@ impl StateStore {
                 continue;
             }
             let after = slots.get(&k).and_then(|s| s.value.clone());
-            out.push(crate::checkpoint::StateWrite { key: k.to_string(), before, after });
+            out.push(crate::checkpoint::StateWrite { key: k.to_string(), before, after, earlier: Vec::new() });
         }
         out
     }

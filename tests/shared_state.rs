@@ -332,3 +332,77 @@ async fn a_journaled_run_that_suspends_becomes_its_suspension_and_resumes() {
     assert_eq!(done["results"][1]["status"], "succeeded", "{done}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A shared store whose put of `key` with `value` never returns: the
+/// runner "dies" between journaling that write and making it.
+struct DiesOnPut {
+    inner: Arc<dyn StateBackend>,
+    key: &'static str,
+    value: Value,
+}
+
+#[async_trait::async_trait]
+impl StateBackend for DiesOnPut {
+    async fn get(&self, tenant: Option<&str>, key: &str) -> car_runtime::Result<car_runtime::store::Versioned> {
+        self.inner.get(tenant, key).await
+    }
+
+    async fn put(
+        &self,
+        tenant: Option<&str>,
+        key: &str,
+        value: Option<Value>,
+        expect: Expect,
+    ) -> car_runtime::Result<car_runtime::store::CasOutcome> {
+        if key == self.key && value.as_ref() == Some(&self.value) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.put(tenant, key, value, expect).await
+    }
+
+    async fn keys(&self, tenant: Option<&str>) -> car_runtime::Result<Vec<String>> {
+        self.inner.keys(tenant).await
+    }
+}
+
+/// A key a run wrote twice, its runner dead after journaling the second
+/// write and before making it: the store holds the run's first value, and
+/// the sweeper still restores the key (it was left before: the value was
+/// not the journal's last).
+async fn a_key_written_twice_by_a_runner_that_died_before_the_second_is_restored(shared: Arc<dyn StateBackend>) {
+    let journals: Arc<dyn car_runtime::checkpoint::CheckpointBackend> =
+        Arc::new(car_runtime::checkpoint::MemoryCheckpoints::default());
+    let dying: Arc<dyn StateBackend> =
+        Arc::new(DiesOnPut { inner: shared.clone(), key: "twice", value: json!("second") });
+    let (a, b) = (runtime(&dying), runtime(&shared));
+    for rt in [&a, &b] {
+        rt.set_checkpoints(journals.clone());
+        rt.runtime().set_checkpoint_lease(std::time::Duration::from_millis(300));
+    }
+    shared.put(None, "twice", Some(json!("orig")), Expect::Any).await.unwrap();
+    let p = json!({"id": "twice", "actions": [
+        {"id": "w1", "type": "state_write", "parameters": {"key": "twice", "value": "first"}},
+        {"id": "w2", "type": "state_write", "parameters": {"key": "twice", "value": "second"}, "dependencies": ["w1"]}]})
+    .to_string();
+    let run = a.execute_proposal(&p, exec(), None, None);
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(400), run).await.is_err());
+    assert_eq!(shared.get(None, "twice").await.unwrap().value, Some(json!("first")));
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let swept = b.runtime().sweep("sweeper").await.unwrap();
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    assert_eq!(swept[0]["restored"], json!(["twice"]), "{swept:?}");
+    assert_eq!(shared.get(None, "twice").await.unwrap().value, Some(json!("orig")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_key_written_twice_by_a_runner_that_died_before_the_second_is_restored() {
+    a_key_written_twice_by_a_runner_that_died_before_the_second_is_restored(embedded().await).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_key_written_twice_by_a_runner_that_died_before_the_second_is_restored() {
+    let Some((s, url, schema)) = postgres("twice").await else { return };
+    a_key_written_twice_by_a_runner_that_died_before_the_second_is_restored(s).await;
+    car_runtime::store::postgres::PgBackends::drop_schema(&url, &schema).await.unwrap();
+}

@@ -182,6 +182,7 @@ fn checkpoint(id: &str, n: u32) -> car_runtime::checkpoint::Checkpoint {
             key: "k".into(),
             before: None,
             after: Some(json!("\u{0}nul")),
+            earlier: vec![Some(json!(1)), None],
         }],
         pending: vec![car_runtime::checkpoint::PendingAction {
             action_id: "a".into(),

@@ -229,8 +229,16 @@ impl Journal {
         let mut g = self.cp.lock().await;
         let (cp, saved) = &mut *g;
         match cp.writes.iter_mut().find(|w| w.key == phys) {
-            Some(w) => w.after = after,
-            None => cp.writes.push(crate::checkpoint::StateWrite { key: phys.to_string(), before, after }),
+            Some(w) => {
+                let landed = std::mem::replace(&mut w.after, after);
+                w.earlier.push(landed);
+            }
+            None => cp.writes.push(crate::checkpoint::StateWrite {
+                key: phys.to_string(),
+                before,
+                after,
+                earlier: Vec::new(),
+            }),
         }
         self.store.save_claimed(cp, &self.claimant, self.lease).await?;
         if !*saved {
@@ -775,7 +783,9 @@ impl Runtime {
             for w in &cp.writes {
                 let Some(key) = scope.visible_key(&w.key) else { continue };
                 let now = shared.get(tenant, key).await?;
-                let put = if now.value == w.after {
+                // Ours when it holds a value this run wrote (the last, or
+                // an earlier one when the runner died before the last landed).
+                let put = if w.wrote(&now.value) {
                     shared.put(tenant, key, w.before.clone(), Expect::Version(now.version)).await?
                 } else {
                     CasOutcome::Conflict { current: now.version }
