@@ -28,6 +28,9 @@ use crate::api::runtime::CarRuntime;
 /// What the outcome of a server-initiated request carries back.
 pub(crate) type CallbackOutcome = Result<Value, Value>;
 
+/// Chunks a detached call's stream holds before `tools.stream.push` waits.
+const STREAM_BUFFER: usize = 64;
+
 /// Who a connection is, from the credential it authenticated with (see
 /// docs/server.md, "Roles").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +157,9 @@ pub(crate) struct Conn {
     pub(crate) protected_policies: Vec<String>,
     /// The `tools.stream.subscribe` forwarder, aborted at teardown.
     stream_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The open streams of this client's detached tool calls, by request id
+    /// (`tools.stream.push`).
+    streams: Mutex<HashMap<String, tokio::sync::mpsc::Sender<crate::ir::ToolStreamChunk>>>,
 }
 
 /// A session's runtime as the daemon configures it for every client (a
@@ -350,6 +356,40 @@ impl Conn {
             p.insert(id.to_string(), tx);
         }
         rx
+    }
+
+    /// Opens the stream of detached call `id`: the chunks its client pushes.
+    pub(crate) fn open_stream(&self, id: &str) -> tokio::sync::mpsc::Receiver<crate::ir::ToolStreamChunk> {
+        let (tx, rx) = tokio::sync::mpsc::channel(STREAM_BUFFER);
+        if let Ok(mut s) = self.streams.lock() {
+            s.insert(id.to_string(), tx);
+        }
+        rx
+    }
+
+    /// Closes a stream; false when it was not open.
+    pub(crate) fn close_stream(&self, id: &str) -> bool {
+        self.streams.lock().ok().and_then(|mut s| s.remove(id)).is_some()
+    }
+
+    /// `tools.stream.push`: hands the chunks to stream `id` in order (each
+    /// waits while the stream's buffer is full); a terminal chunk closes it,
+    /// and chunks after it are not taken. Returns how many were taken.
+    pub(crate) async fn push_stream(&self, id: &str, chunks: Vec<crate::ir::ToolStreamChunk>) -> Option<usize> {
+        let tx = self.streams.lock().ok()?.get(id).cloned()?;
+        let mut taken = 0;
+        for c in chunks {
+            let terminal = c.is_terminal();
+            if tx.send(c).await.is_err() {
+                break;
+            }
+            taken += 1;
+            if terminal {
+                self.close_stream(id);
+                break;
+            }
+        }
+        Some(taken)
     }
 
     /// Forgets a pending request (given up on).
@@ -567,6 +607,13 @@ pub(crate) async fn serve_connection(
     if let Ok(mut p) = conn.pending.lock() {
         p.clear();
     }
+    // Detached calls of this client end: nobody is left to push.
+    let streams: Vec<_> = conn.streams.lock().map(|mut s| s.drain().collect()).unwrap_or_default();
+    for (_, tx) in streams {
+        let _ = tx.try_send(crate::ir::ToolStreamChunk::Error {
+            message: "the client that ran this tool disconnected".into(),
+        });
+    }
     if handlers > 0 || callbacks > 0 {
         eprintln!(
             "car-server: {peer}: connection ended with {handlers} handler(s) in flight; abandoned them and cancelled {callbacks} tool callback(s)"
@@ -629,6 +676,7 @@ impl Conn {
             negotiated: AtomicBool::new(false),
             protected_policies,
             stream_forwarder: Mutex::new(None),
+            streams: Mutex::new(HashMap::new()),
             daemon: daemon.clone(),
             config,
         };

@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 
 use super::conn::Conn;
 use super::rpc;
-use crate::engine::{ToolCall, ToolExecutor};
-use crate::ir::ToolFailure;
+use crate::engine::{CancelToken, ChunkStream, ToolCall, ToolExecutor};
+use crate::ir::{ToolFailure, ToolStreamChunk};
+use futures::StreamExt;
 
 /// Sends `tools.execute` to the client of one connection.
 pub(crate) struct WsToolExecutor {
@@ -58,6 +59,64 @@ impl Drop for CancelGuard<'_> {
 #[async_trait]
 impl ToolExecutor for WsToolExecutor {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+        self.callback(&call, false).await
+    }
+
+    /// A detached call: `tools.execute` with `detached: true`. The client
+    /// answers `{"stream": true}` and then pushes the chunks with
+    /// `tools.stream.push {request_id, chunk | chunks}` until a terminal
+    /// one (`done` / `error`); any other answer is the whole result (one
+    /// `done` chunk). A cancellation of the handle (`tools.cancel`) sends
+    /// the client `tools.cancel {request_id, action_id, reason}` and closes
+    /// the stream; a client that disconnects ends it with an `error` chunk.
+    async fn execute_stream(&self, call: ToolCall, cancel: CancelToken) -> Result<ChunkStream, ToolFailure> {
+        let conn = self.conn.clone();
+        // Open before asking, so a push that follows the answer at once lands.
+        let chunks = conn.open_stream(&call.request_id);
+        let answer = match self.callback(&call, true).await {
+            Ok(v) => v,
+            Err(f) => {
+                conn.close_stream(&call.request_id);
+                return Err(f);
+            }
+        };
+        if answer.get("stream") != Some(&Value::Bool(true)) {
+            conn.close_stream(&call.request_id);
+            let done = ToolStreamChunk::Done { result: Some(answer) };
+            return Ok(futures::stream::iter([done]).boxed());
+        }
+        // The stream's end (dropped by the engine's drain) stops the watcher.
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+        let (request_id, action_id, tool) = (call.request_id.clone(), call.action_id.clone(), call.tool.clone());
+        let weak = Arc::downgrade(&conn);
+        tokio::spawn(async move {
+            // Cancellation first: the engine drops the stream when cancelled.
+            let reason = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => format!("tool '{tool}' cancelled (tools.cancel on its handle)"),
+                _ = ended_rx => format!("tool '{tool}': its stream is no longer read"),
+            };
+            // Still open: the client was not done, tell it to stop.
+            if let Some(conn) = weak.upgrade()
+                && conn.close_stream(&request_id)
+            {
+                conn.send(&rpc::notification(
+                    "tools.cancel",
+                    json!({"request_id": request_id, "action_id": action_id, "reason": reason}),
+                ));
+            }
+        });
+        Ok(futures::stream::unfold((chunks, ended_tx), |(mut rx, ended)| async move {
+            rx.recv().await.map(|c| (c, (rx, ended)))
+        })
+        .boxed())
+    }
+}
+
+impl WsToolExecutor {
+    /// One `tools.execute` request and its answer (`detached`: the call of
+    /// a streaming or long-running tool).
+    async fn callback(&self, call: &ToolCall, detached: bool) -> Result<Value, ToolFailure> {
         let conn = &*self.conn;
         let session_id = call.session_id.clone().unwrap_or_else(|| conn.session_id.clone());
         let mut params = json!({
@@ -76,6 +135,9 @@ impl ToolExecutor for WsToolExecutor {
         }
         if let Some(iso) = &call.isolation {
             params["isolation"] = iso.clone();
+        }
+        if detached {
+            params["detached"] = json!(true);
         }
         let rx = conn.expect(&call.request_id);
         let mut guard = CancelGuard {

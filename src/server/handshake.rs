@@ -279,6 +279,7 @@ pub const METHODS: &[MethodSpec] = &[
     m("tools.list", "{}", "{tools, count}"),
     m("tools.poll", "{handle}", "ToolPollResult | null"),
     m("tools.register", "ToolDefinition[]", "number"),
+    m("tools.stream.push", "{request_id, chunk | chunks}", "{accepted}"),
     m("tools.stream.subscribe", "{}", "{subscribed: true}"),
     m("tools.unregister", "{name}", "{unregistered, removed}"),
     m("verify", "{proposal, initial_state?}", "VerificationResult"),

@@ -203,6 +203,7 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             None => Ok(Value::Null),
         },
         "tools.cancel" => Ok(json!({"cancelled": rt.tool_cancel(req_str(p, "handle")?)})),
+        "tools.stream.push" => stream_push(conn, p).await,
         "tools.stream.subscribe" => {
             conn.subscribe_tool_stream();
             Ok(json!({"subscribed": true}))
@@ -500,6 +501,33 @@ async fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
     };
     ledger.append(&rec).await?;
     serde_json::to_value(&rec).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// `tools.stream.push {request_id, chunk | chunks}`: the chunks of one of
+/// this connection's detached calls. Every chunk is checked before any is
+/// taken; a stream that is not open (never opened, ended, or cancelled) is
+/// `stream_not_open`.
+async fn stream_push(conn: &Conn, p: &Value) -> R {
+    let id = req_str(p, "request_id")?;
+    let raw: Vec<Value> = match (obj(p)?.get("chunk"), obj(p)?.get("chunks")) {
+        (Some(c), None) => vec![c.clone()],
+        (None, Some(Value::Array(cs))) => cs.clone(),
+        (None, Some(_)) => return Err(RpcError::invalid_params("chunks must be an array")),
+        _ => return Err(RpcError::invalid_params("give exactly one of `chunk` and `chunks`")),
+    };
+    let mut chunks = Vec::with_capacity(raw.len());
+    for (i, c) in raw.into_iter().enumerate() {
+        chunks.push(serde_json::from_value::<crate::ir::ToolStreamChunk>(c).map_err(|e| {
+            RpcError::invalid_params(format!(
+                "chunks[{i}]: {e} (a chunk is {{kind: text, text}}, {{kind: data, data}}, {{kind: progress, fraction, message?}}, {{kind: done, result?}} or {{kind: error, message}})"
+            ))
+        })?);
+    }
+    match conn.push_stream(id, chunks).await {
+        Some(taken) => Ok(json!({"accepted": taken})),
+        None => Err(RpcError::invalid_params(format!("no open stream `{id}`: never opened, ended, or cancelled"))
+            .with_data(json!({"code": "stream_not_open", "request_id": id}))),
+    }
 }
 
 /// The daemon's tier ledger, or why there is none (a key that could not be

@@ -43,7 +43,7 @@ done
 export CAR_SERVER_URL="${URL%/}"
 
 status=0
-(cd tests/server && "$PY" -m pytest -q -p no:cacheprovider "$@" test_server.py test_faults.py test_roles.py test_admission_conformance.py test_stores.py test_suspend.py test_isolation.py test_runs.py test_approvals.py test_webhooks.py test_dashboard.py) || status=$?
+(cd tests/server && "$PY" -m pytest -q -p no:cacheprovider "$@" test_server.py test_faults.py test_roles.py test_admission_conformance.py test_stores.py test_suspend.py test_streaming.py test_isolation.py test_runs.py test_approvals.py test_webhooks.py test_dashboard.py) || status=$?
 if ! kill -0 "$PID" 2>/dev/null; then
   echo "car-server died during the tests:"; cat "$LOG"; status=1
 fi
