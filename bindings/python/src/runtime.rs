@@ -11,12 +11,13 @@ use std::time::Duration;
 use car_runtime::api::callback::{CallPump, PumpedCall, call_json, parse_tool_output};
 use car_runtime::api::permission::{can_use_decision_from_json, hook_decision_from_json};
 use car_runtime::api::runtime::CarRuntime as Core;
-use car_runtime::engine::ToolCall;
-use car_runtime::ir::ToolFailure;
+use car_runtime::engine::{CancelToken, ChunkStream, ToolCall, ToolExecutor};
+use car_runtime::ir::{ToolFailure, ToolStreamChunk};
 use car_runtime::permission::{CanUseToolFn, HookFn};
-use pyo3::exceptions::PyKeyboardInterrupt;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::PyCFunction;
 use pyo3::types::PyString;
 use serde_json::Value;
 
@@ -83,14 +84,30 @@ impl ToolFn {
         });
     }
 
-    /// Calls the Python tool function: one argument (the call JSON) or two
-    /// (`tool`, `params_json`).
-    fn call(&self, py: Python<'_>, call: &ToolCall) -> Result<Value, ToolFailure> {
-        let res = if self.two_args {
+    /// Calls the Python tool function: one argument (the call JSON, with
+    /// `"detached": true` for a detached call) or two (`tool`,
+    /// `params_json`). Its answer as returned.
+    fn raw_call(&self, py: Python<'_>, call: &ToolCall, detached: bool) -> PyResult<Py<PyAny>> {
+        if self.two_args {
             self.f.call1(py, (call.tool.as_str(), call.params.to_string()))
         } else {
-            self.f.call1(py, (call_json(call),))
-        };
+            let mut text = call_json(call);
+            if detached {
+                text.pop();
+                text.push_str(",\"detached\":true}");
+            }
+            self.f.call1(py, (text,))
+        }
+    }
+
+    /// The caller's event loop (`None` outside an `*_async` call).
+    fn caller_loop(&self, py: Python<'_>) -> Py<PyAny> {
+        self.caller_loop.as_ref().map_or_else(|| py.None(), |l| l.clone_ref(py))
+    }
+
+    /// Runs one call.
+    fn call(&self, py: Python<'_>, call: &ToolCall) -> Result<Value, ToolFailure> {
+        let res = self.raw_call(py, call, false);
         // An `async def` tool (any awaitable answer) is awaited: on the
         // caller's loop under an `*_async` call, else on a loop of its own.
         let res = res.and_then(|obj| {
@@ -98,36 +115,128 @@ impl ToolFn {
                 return Ok(obj);
             }
             static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-            let caller_loop = self.caller_loop.as_ref().map_or_else(|| py.None(), |l| l.clone_ref(py));
-            aio(py, &RESOLVE, "resolve")?.call1(py, (obj, caller_loop))
+            aio(py, &RESOLVE, "resolve")?.call1(py, (obj, self.caller_loop(py)))
         });
-        match res {
-            Ok(obj) => {
-                let obj = obj.bind(py);
-                if obj.is_none() {
-                    return Ok(Value::Null);
-                }
-                if let Ok(s) = obj.cast::<PyString>() {
-                    return s
-                        .to_cow()
-                        .map(|t| parse_tool_output(&t))
-                        .map_err(|e| ToolFailure::ordinary(format!("tool result is not valid text: {e}")));
-                }
-                json_text(py, obj)
-                    .map(|t| parse_tool_output(&t))
-                    .map_err(|e| ToolFailure::ordinary(format!("tool result is not JSON-serialisable: {e}")))
-            }
-            Err(e) if e.is_instance_of::<PyKeyboardInterrupt>(py) => {
+        let obj = res.map_err(|e| self.failure(py, e))?;
+        let obj = obj.bind(py);
+        if obj.is_none() {
+            return Ok(Value::Null);
+        }
+        if let Ok(s) = obj.cast::<PyString>() {
+            return s
+                .to_cow()
+                .map(|t| parse_tool_output(&t))
+                .map_err(|e| ToolFailure::ordinary(format!("tool result is not valid text: {e}")));
+        }
+        json_text(py, obj)
+            .map(|t| parse_tool_output(&t))
+            .map_err(|e| ToolFailure::ordinary(format!("tool result is not JSON-serialisable: {e}")))
+    }
+
+    /// The failure a tool's exception is.
+    fn failure(&self, py: Python<'_>, e: PyErr) -> ToolFailure {
+        match e {
+            e if e.is_instance_of::<PyKeyboardInterrupt>(py) => {
                 self.interrupted.store(true, Ordering::SeqCst);
-                Err(ToolFailure::terminal(INTERRUPTED))
+                ToolFailure::terminal(INTERRUPTED)
             }
-            Err(e) if terminal_tool_error(py).is_ok_and(|t| e.value(py).is_instance(&t).unwrap_or(false)) => {
-                Err(ToolFailure::terminal(e.value(py).to_string()))
+            e if terminal_tool_error(py).is_ok_and(|t| e.value(py).is_instance(&t).unwrap_or(false)) => {
+                ToolFailure::terminal(e.value(py).to_string())
             }
-            Err(e) => {
+            e => {
                 let name = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
-                Err(ToolFailure::ordinary(format!("{name}: {}", e.value(py))))
+                ToolFailure::ordinary(format!("{name}: {}", e.value(py)))
             }
+        }
+    }
+
+    /// A detached call, on a thread of its own: calls the tool function
+    /// (its exception fails the start), reports the start, then reads what
+    /// it returned into `chunks` (`car_runtime._stream.run_stream`).
+    fn stream(
+        &self,
+        py: Python<'_>,
+        call: &ToolCall,
+        cancel: CancelToken,
+        chunks: tokio::sync::mpsc::Sender<ToolStreamChunk>,
+        started: tokio::sync::oneshot::Sender<Result<(), ToolFailure>>,
+    ) {
+        let obj = match self.raw_call(py, call, true) {
+            Ok(obj) => obj,
+            Err(e) => {
+                let _ = started.send(Err(self.failure(py, e)));
+                return;
+            }
+        };
+        static RUN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let run =
+            RUN.get_or_try_init(py, || py.import("car_runtime._stream")?.getattr("run_stream").map(Bound::unbind));
+        let run = match run {
+            Ok(r) => r.clone_ref(py),
+            Err(e) => {
+                let _ = started.send(Err(ToolFailure::ordinary(format!("car_runtime._stream: {e}"))));
+                return;
+            }
+        };
+        let _ = started.send(Ok(()));
+        let sink = chunks.clone();
+        let push = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<bool> {
+            let py = args.py();
+            let text = json_text(py, &args.get_item(0)?)?;
+            let chunk: ToolStreamChunk = serde_json::from_str(&text).map_err(|e| {
+                PyValueError::new_err(format!(
+                    "not a stream chunk: {text} ({e}; a chunk is {{\"kind\": \"text\", \"text\"}}, data, progress, done or error)"
+                ))
+            })?;
+            Ok(py.detach(|| sink.blocking_send(chunk).is_ok()))
+        });
+        let cancelled = PyCFunction::new_closure(py, None, None, move |_args, _kwargs| -> PyResult<bool> {
+            Ok(cancel.is_cancelled())
+        });
+        let outcome = match (push, cancelled) {
+            (Ok(push), Ok(cancelled)) => run.call1(py, (obj, self.caller_loop(py), push, cancelled)).map(|_| ()),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        if let Err(e) = outcome {
+            let name = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+            let chunk = ToolStreamChunk::Error { message: format!("{name}: {}", e.value(py)) };
+            py.detach(|| chunks.blocking_send(chunk).ok());
+        }
+    }
+}
+
+/// The executor of a run with a Python tool function: one-shot calls go to
+/// the pump (the calling thread), detached ones to a thread each.
+struct PyExecutor {
+    pump: Arc<dyn ToolExecutor>,
+    tool: Arc<ToolFn>,
+}
+
+/// Chunks a detached Python tool holds before its `yield` waits.
+const STREAM_BUFFER: usize = 64;
+
+#[async_trait::async_trait]
+impl ToolExecutor for PyExecutor {
+    async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+        self.pump.execute(call).await
+    }
+
+    async fn execute_stream(&self, call: ToolCall, cancel: CancelToken) -> Result<ChunkStream, ToolFailure> {
+        use futures::StreamExt;
+        let (tx, rx) = tokio::sync::mpsc::channel(STREAM_BUFFER);
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let tool = self.tool.clone();
+        let name = call.tool.clone();
+        std::thread::Builder::new()
+            .name(format!("car-stream-{name}"))
+            .spawn(move || Python::attach(|py| tool.stream(py, &call, cancel, tx, started_tx)))
+            .map_err(|e| ToolFailure::ordinary(format!("tool '{name}': cannot start its thread: {e}")))?;
+        match started_rx.await {
+            Ok(Ok(())) => {
+                Ok(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) }).boxed())
+            }
+            Ok(Err(f)) => Err(f),
+            Err(_) => Err(ToolFailure::ordinary(format!("tool '{name}': its thread ended before it started"))),
         }
     }
 }
@@ -216,7 +325,7 @@ fn run_with(py: Python<'_>, core: &Core, run: Run, tool_fn: Py<PyAny>) -> PyResu
     let spilled = tool.clone();
     let pump =
         CallPump::with_spill(Arc::new(move |c: PumpedCall| Python::attach(|py| spilled.serve(py, c))), SPILL_AFTER);
-    let exec = pump.executor();
+    let exec: Arc<dyn ToolExecutor> = Arc::new(PyExecutor { pump: pump.executor(), tool: tool.clone() });
     let out = py.detach(|| {
         let fut: std::pin::Pin<Box<dyn std::future::Future<Output = car_runtime::Result<String>> + '_>> = match &run {
             Run::Proposal(text, session, scope) => {

@@ -28,3 +28,8 @@ def test_binding_readme_asyncio_example_runs(capsys):
 def test_binding_readme_strict_mode_example_runs(capsys):
     run_binding_readme_section("Unknown fields and strict mode")
     assert capsys.readouterr().out.strip() == "unknown_field actions[1].dependecies"
+
+
+def test_binding_readme_streaming_example_runs(capsys):
+    run_binding_readme_section("Streaming and long-running tools")
+    assert capsys.readouterr().out.strip() == "succeeded 4 {'rows': 3}"
