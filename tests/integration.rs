@@ -42,6 +42,7 @@ mod ledger_mac;
 mod mcp;
 mod mcp_http;
 mod mcp_npm;
+mod model_retry;
 mod permission_chain;
 mod permission_tools;
 mod planning_oracle;

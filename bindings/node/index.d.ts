@@ -205,7 +205,8 @@ export type JsCarRuntime = CarRuntime
 /**
  * Delivers a batch of answers `[[call id, kind, payload], ...]` and polls the port.
  * Kinds: 0 a JSON value, 1 JSON text (or plain text), 2 an ordinary failure
- * message, 3 a terminal failure message, 4 a detached call's stream started.
+ * message, 3 a terminal failure message, 4 a detached call's stream started,
+ * 5 a model-recoverable failure message (`ModelRetry`).
  */
 export declare function _answer(port: number, answers: string): Step | null
 

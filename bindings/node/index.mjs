@@ -15,6 +15,7 @@ export const {
   CarNotFoundError,
   CarRuntimeError,
   TerminalToolError,
+  ModelRetry,
   executeProposal,
   executeProposalObj,
   registerToolHandler,

@@ -237,7 +237,7 @@ export type ToolStreamChunk =
 /** A tool callback: receives the call JSON text
  * `{"tool","params","action_id","request_id","timeout_ms","session_id","attempt"}` and returns
  * (or resolves to) the result as JSON text or a plain value. Throwing fails the action;
- * throwing `TerminalToolError` is a terminal failure. For a detached action it also receives
+ * throwing `TerminalToolError` is a terminal failure, `ModelRetry` a model-recoverable one. For a detached action it also receives
  * `{detached: true, signal}` and may return an async iterable or an iterator of chunks
  * (see README: the iterator's return value is the `done` result; a throw is an `error` chunk). */
 export type ToolFn = (
@@ -248,6 +248,14 @@ export type ToolFn = (
 /** Thrown by a tool: stop retries, abort and roll back the proposal. */
 export declare class TerminalToolError extends Error {
   readonly terminal: true;
+  constructor(message: string);
+}
+
+/** Thrown by a tool: the model called it wrongly; the message tells it how to correct
+ * the call. Reported as `model retry (n of 2): <message>`, never retried by the engine,
+ * bounded to 2 per call chain (a policy session's calls of one tool). */
+export declare class ModelRetry extends Error {
+  readonly modelRetry: true;
   constructor(message: string);
 }
 

@@ -18,6 +18,17 @@ class TerminalToolError extends Error {
   }
 }
 
+/** Thrown by a tool: the model called it wrongly; the message tells it how to
+ * correct the call (reported as `model retry (n of 2): <message>`, never
+ * retried by the engine, bounded to 2 per call chain). */
+class ModelRetry extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ModelRetry';
+    this.modelRetry = true;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Errors. Every error of the addon carries its structured record
 // `{"car_error": {code, family, message, details}}` as JSON text in the
@@ -104,6 +115,10 @@ function isTerminal(e) {
   return !!(e && (e instanceof TerminalToolError || e.terminal === true || e.name === 'TerminalToolError'));
 }
 
+function isModelRetry(e) {
+  return !!(e && (e instanceof ModelRetry || e.modelRetry === true || e.name === 'ModelRetry'));
+}
+
 function errorText(e) {
   return e && e.message !== undefined ? String(e.message) : String(e);
 }
@@ -114,7 +129,8 @@ function errorText(e) {
 // text, one call JSON per line (`s<stream id> ` prefixes a detached call).
 // Answers go back in one `_answer(port, '[[id, kind, payload], ...]')`:
 // kind 0 a JSON value, 1 JSON text (or plain text), 2 a failure, 3 a terminal
-// failure, 4 a detached call's stream started.
+// failure, 4 a detached call's stream started, 5 a model-recoverable failure
+// (ModelRetry).
 
 const ports = new Map(); // port id -> { fn, resolve, reject, answers }
 const work = []; // steps still to handle (kept iterative: a chain of 10,000 calls must not recurse)
@@ -131,7 +147,8 @@ function encode(id, out) {
 }
 
 function encodeError(id, e) {
-  return `[${id},${isTerminal(e) ? 3 : 2},${JSON.stringify(errorText(e))}]`;
+  const kind = isTerminal(e) ? 3 : isModelRetry(e) ? 5 : 2;
+  return `[${id},${kind},${JSON.stringify(errorText(e))}]`;
 }
 
 function encodeSafe(id, out) {
@@ -581,6 +598,7 @@ module.exports = {
   CarNotFoundError,
   CarRuntimeError,
   TerminalToolError,
+  ModelRetry,
   executeProposal,
   executeProposalObj,
   registerToolHandler,

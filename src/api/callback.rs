@@ -90,7 +90,8 @@ pub fn call_json(call: &ToolCall) -> String {
 }
 
 /// Decodes the envelope the JS and Python shims produce around a callback:
-/// `{"ok": "<result JSON text>"}` or `{"error": "...", "terminal": bool}`.
+/// `{"ok": "<result JSON text>"}` or `{"error": "...", "terminal": bool,
+/// "model_retry": bool}`.
 pub fn decode_envelope(text: &str) -> Result<Value, ToolFailure> {
     let v: Value = serde_json::from_str(text)
         .map_err(|e| ToolFailure::ordinary(format!("tool callback returned a malformed envelope: {e}")))?;
@@ -103,6 +104,8 @@ pub fn decode_envelope(text: &str) -> Result<Value, ToolFailure> {
     let message = v.get("error").and_then(Value::as_str).unwrap_or("tool callback failed").to_string();
     if v.get("terminal").and_then(Value::as_bool).unwrap_or(false) {
         Err(ToolFailure::terminal(message))
+    } else if v.get("model_retry").and_then(Value::as_bool).unwrap_or(false) {
+        Err(ToolFailure::model_retry(message))
     } else {
         Err(ToolFailure::ordinary(message))
     }

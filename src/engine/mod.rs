@@ -14,8 +14,9 @@ mod limits;
 mod registry;
 mod run;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -202,7 +203,18 @@ pub(crate) struct Inner {
     pub(crate) shared_state: RwLock<Option<Arc<dyn crate::store::StateBackend>>>,
     /// The lease of a checkpoint claim, in milliseconds.
     pub(crate) lease_ms: AtomicU64,
+    /// `ModelRetry` failures per call chain (policy session and tool), until
+    /// the chain's next success.
+    pub(crate) model_retries: Mutex<HashMap<String, u32>>,
+    /// Whether `model_retries` holds any chain (a success looks only then).
+    pub(crate) model_retries_held: AtomicBool,
 }
+
+/// How many `ModelRetry` failures a call chain (a policy session's calls of
+/// one tool) reports as retryable before a success; later ones say the
+/// limit is reached (tools-and-permissions.md: "bounded to 2 attempts per
+/// call chain").
+pub const MODEL_RETRY_LIMIT: u32 = 2;
 
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
 #[derive(Clone)]
@@ -244,6 +256,8 @@ impl Runtime {
                 shared_rates: RwLock::new(None),
                 detached,
                 request_seq: AtomicU64::new(0),
+                model_retries: Mutex::new(HashMap::new()),
+                model_retries_held: AtomicBool::new(false),
                 admission: RwLock::new(None),
                 stage: RwLock::new(Arc::new(crate::admission::AdmissionStage::empty())),
                 checkpoints: RwLock::new(Arc::new(crate::checkpoint::MemoryCheckpoints::default())),
@@ -465,6 +479,24 @@ impl Runtime {
     pub fn clear_caches(&self) {
         self.inner.idempotency.clear();
         self.inner.ttl_cache.clear();
+    }
+
+    /// Counts a `ModelRetry` of `chain`: how many it has had since its last success.
+    pub(crate) fn model_retry_counted(&self, chain: &str) -> u32 {
+        let mut m = self.inner.model_retries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(chain.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        self.inner.model_retries_held.store(true, Ordering::Relaxed);
+        *n
+    }
+
+    /// A success of `chain`: its count starts again.
+    pub(crate) fn model_retry_chain_ends(&self, chain: &str) {
+        let mut m = self.inner.model_retries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.remove(chain);
+        if m.is_empty() {
+            self.inner.model_retries_held.store(false, Ordering::Relaxed);
+        }
     }
 
     /// `req-<n>`, written without the formatting machinery (once per call).

@@ -42,6 +42,9 @@ enum ErrorClass {
     /// A `read_version` assumption did not hold: the key moved since the
     /// action read it. Never retried.
     Conflict,
+    /// The tool said the model called it wrongly (`ModelRetry`). Never
+    /// retried by the engine.
+    ModelRetry,
 }
 
 impl ErrorClass {
@@ -56,6 +59,7 @@ impl ErrorClass {
             ErrorClass::SandboxLimit => "sandbox_limit",
             ErrorClass::SandboxUnavailable => "sandbox_unavailable",
             ErrorClass::Conflict => "conflict",
+            ErrorClass::ModelRetry => "model_retry",
         }
     }
 }
@@ -1612,6 +1616,9 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
         };
         match attempted {
             Ok(done) => {
+                if ctx.rt.inner.model_retries_held.load(Ordering::Relaxed) {
+                    ctx.rt.model_retry_chain_ends(&model_retry_chain(ctx, a));
+                }
                 let duration = ms(t0.elapsed());
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
@@ -1634,7 +1641,10 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 return Outcome { result: r, abort: false };
             }
             Err(f) => {
-                if !f.terminal && f.class != ErrorClass::Conflict && attempt < max_attempts {
+                if !f.terminal
+                    && !matches!(f.class, ErrorClass::Conflict | ErrorClass::ModelRetry)
+                    && attempt < max_attempts
+                {
                     ctx.retries.fetch_add(1, Ordering::Relaxed);
                     let mut ev = action_event(ctx, i, ActionPhase::Retrying, attempt + 1);
                     ev.error = Some(f.message);
@@ -1647,6 +1657,10 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                     }
                     attempt += 1;
                     continue;
+                }
+                let mut f = f;
+                if f.class == ErrorClass::ModelRetry {
+                    model_retry_bound(ctx, a, &mut f);
                 }
                 let duration = ms(t0.elapsed());
                 let mut ev = action_event(ctx, i, ActionPhase::Failed, attempt);
@@ -1664,6 +1678,26 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 return Outcome { result: r, abort: !skip };
             }
         }
+    }
+}
+
+/// The call chain a `ModelRetry` counts in: the policy session and the tool.
+fn model_retry_chain(ctx: &Ctx, a: &Action) -> String {
+    format!("{}\u{0}{}", ctx.session_id.as_deref().unwrap_or(""), a.tool.as_deref().unwrap_or(""))
+}
+
+/// Words a `ModelRetry` failure for the model, within its chain's bound:
+/// `model retry (n of 2): <message>`, and once the chain has had its two,
+/// an ordinary tool error saying so (the model should stop retrying).
+fn model_retry_bound(ctx: &Ctx, a: &Action, f: &mut Fail) {
+    let n = ctx.rt.model_retry_counted(&model_retry_chain(ctx, a));
+    let limit = super::MODEL_RETRY_LIMIT;
+    if n <= limit {
+        f.message = format!("model retry ({n} of {limit}): {}", f.message);
+    } else {
+        f.message =
+            format!("model retry limit reached ({limit} per call chain; do not call it this way again): {}", f.message);
+        f.class = ErrorClass::ToolError;
     }
 }
 
@@ -1834,7 +1868,9 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
 }
 
 fn classify(f: &ToolFailure) -> ErrorClass {
-    if f.message.starts_with("denied by policy:") || f.message.starts_with("rejected by policy:") {
+    if f.is_model_retry() {
+        ErrorClass::ModelRetry
+    } else if f.message.starts_with("denied by policy:") || f.message.starts_with("rejected by policy:") {
         ErrorClass::RejectedByPolicy
     } else if f.message.starts_with(crate::sandbox::TIMEOUT_PREFIX) {
         ErrorClass::SandboxTimeout

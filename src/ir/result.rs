@@ -521,6 +521,12 @@ pub enum ToolFailureClassification {
     Ordinary,
     /// Stops retries, aborts and rolls back the proposal.
     Terminal,
+    /// A model-recoverable failure (the spec's `ModelRetry`): the model
+    /// called the tool wrongly and can correct the call. Reported in the
+    /// result for the model; never retried by the engine (the same call
+    /// fails the same way); bounded to 2 per call chain
+    /// ([`crate::engine::MODEL_RETRY_LIMIT`]).
+    ModelRetry,
 }
 
 /// A typed failure returned by a tool executor.
@@ -542,6 +548,17 @@ impl ToolFailure {
     /// A terminal failure.
     pub fn terminal(message: impl Into<String>) -> Self {
         ToolFailure { message: message.into(), classification: ToolFailureClassification::Terminal }
+    }
+
+    /// A model-recoverable failure: the message tells the model how to
+    /// correct its call.
+    pub fn model_retry(message: impl Into<String>) -> Self {
+        ToolFailure { message: message.into(), classification: ToolFailureClassification::ModelRetry }
+    }
+
+    /// True for a model-recoverable failure.
+    pub fn is_model_retry(&self) -> bool {
+        self.classification == ToolFailureClassification::ModelRetry
     }
 
     /// True when terminal.

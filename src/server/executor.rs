@@ -170,8 +170,14 @@ impl WsToolExecutor {
                     Some(Value::String(m)) => m.clone(),
                     _ => error.to_string(),
                 };
-                let terminal = error.get("data").and_then(|d| d.get("terminal")).and_then(Value::as_bool) == Some(true);
-                Err(if terminal { ToolFailure::terminal(message) } else { ToolFailure::ordinary(message) })
+                let flag = |k: &str| error.get("data").and_then(|d| d.get(k)).and_then(Value::as_bool) == Some(true);
+                Err(if flag("terminal") {
+                    ToolFailure::terminal(message)
+                } else if flag("model_retry") {
+                    ToolFailure::model_retry(message)
+                } else {
+                    ToolFailure::ordinary(message)
+                })
             }
             Some(Err(_)) => {
                 guard.armed = false;

@@ -80,6 +80,8 @@ class Client:
                 err = {"code": -32000, "message": str(e)}
                 if e.terminal:
                     err["data"] = {"terminal": True}
+                if e.model_retry:
+                    err.setdefault("data", {})["model_retry"] = True
                 reply = {"jsonrpc": "2.0", "id": msg["id"], "error": err}
             except asyncio.CancelledError:
                 return
@@ -118,6 +120,7 @@ class Client:
 
 
 class ToolError(Exception):
-    def __init__(self, message, terminal=False):
+    def __init__(self, message, terminal=False, model_retry=False):
         super().__init__(message)
         self.terminal = terminal
+        self.model_retry = model_retry

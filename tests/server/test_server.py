@@ -1228,3 +1228,27 @@ def test_handler_deadline_32004_cancels_the_callback_and_the_connection_goes_on(
 
         asyncio.run(asyncio.wait_for(go(), 90))
         assert "abandoned or unknown" in d.text() or "unknown or abandoned" in d.text()
+
+
+def test_a_client_tool_error_with_model_retry_is_reported_to_the_model_and_not_retried():
+    """`data.model_retry: true` on a `tools.execute` error is the spec's
+    ModelRetry: `model retry (n of 2): ...`, never retried by the engine."""
+    async def go():
+        c = await authed(URL)
+        await c.call("session.init", {"client_id": "model-retry"})
+        await c.call("tools.register", [{"name": "search"}])
+        calls = []
+
+        async def execute(params):
+            calls.append(params)
+            raise ToolError("use plain keywords", model_retry=True)
+
+        c.handlers["tools.execute"] = execute
+        for n, want in [(1, "model retry (1 of 2): "), (2, "model retry (2 of 2): "), (3, "model retry limit reached")]:
+            res = await c.call("proposal.submit", {"proposal": proposal(
+                [tool_call("s", "search", failure_behavior="retry", max_retries=3)], f"mr-{n}")})
+            assert res["results"][0]["error"].startswith(want), res
+            assert len(calls) == n, "never retried by the engine"
+        await c.close()
+
+    run(go())

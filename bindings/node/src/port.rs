@@ -510,6 +510,7 @@ fn deliver(p: &Port, list: Vec<(u32, u8, Value)>) {
             }),
             3 => Answer::Fail(ToolFailure::terminal(message(payload))),
             4 => Answer::Started,
+            5 => Answer::Fail(ToolFailure::model_retry(message(payload))),
             _ => Answer::Fail(ToolFailure::ordinary(message(payload))),
         };
         // The engine may have stopped waiting (a timeout, an abort).
@@ -519,7 +520,8 @@ fn deliver(p: &Port, list: Vec<(u32, u8, Value)>) {
 
 /// Delivers a batch of answers `[[call id, kind, payload], ...]` and polls the port.
 /// Kinds: 0 a JSON value, 1 JSON text (or plain text), 2 an ordinary failure
-/// message, 3 a terminal failure message, 4 a detached call's stream started.
+/// message, 3 a terminal failure message, 4 a detached call's stream started,
+/// 5 a model-recoverable failure message (`ModelRetry`).
 #[napi(js_name = "_answer")]
 pub fn answer(port: u32, answers: String) -> crate::Result<Option<Step>> {
     let list: Vec<(u32, u8, Value)> =

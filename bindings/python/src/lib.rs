@@ -22,6 +22,12 @@ pub(crate) fn terminal_tool_error(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> 
     errors_attr(py, &CLASS, "TerminalToolError")
 }
 
+/// `car_runtime.ModelRetry`, the class a tool raises for a model-recoverable failure.
+pub(crate) fn model_retry_error(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    errors_attr(py, &CLASS, "ModelRetry")
+}
+
 /// Converts a facade error into the matching `car_runtime` exception
 /// (`CarInputError`, `CarConfigError`, `CarNotFoundError`, `CarRuntimeError`)
 /// with `.code`, `.message`, `.family` and `.details` (a dict).

@@ -21,7 +21,7 @@ use pyo3::types::PyCFunction;
 use pyo3::types::PyString;
 use serde_json::Value;
 
-use crate::{json_text, terminal_tool_error, to_py_err};
+use crate::{json_text, model_retry_error, terminal_tool_error, to_py_err};
 
 /// The tokio runtime every `CarRuntime` of the process shares.
 pub(crate) fn tokio_rt() -> &'static tokio::runtime::Runtime {
@@ -142,6 +142,9 @@ impl ToolFn {
             }
             e if terminal_tool_error(py).is_ok_and(|t| e.value(py).is_instance(&t).unwrap_or(false)) => {
                 ToolFailure::terminal(e.value(py).to_string())
+            }
+            e if model_retry_error(py).is_ok_and(|t| e.value(py).is_instance(&t).unwrap_or(false)) => {
+                ToolFailure::model_retry(e.value(py).to_string())
             }
             e => {
                 let name = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());

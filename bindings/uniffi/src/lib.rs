@@ -264,6 +264,14 @@ pub enum ToolError {
         /// What went wrong.
         msg: String,
     },
+    /// A model-recoverable failure (the spec's `ModelRetry`): the model
+    /// called the tool wrongly; `msg` tells it how to correct the call.
+    /// Never retried by the engine; bounded to 2 per call chain.
+    #[error("{msg}")]
+    ModelRetry {
+        /// How to correct the call.
+        msg: String,
+    },
 }
 
 impl From<uniffi::UnexpectedUniFFICallbackError> for ToolError {
@@ -355,6 +363,7 @@ fn serve_call(handler: &dyn ToolHandler, c: car_runtime::api::callback::PumpedCa
         Ok(answer) => Ok(parse_tool_output(&answer)),
         Err(ToolError::Failed { msg }) => Err(ToolFailure::ordinary(msg)),
         Err(ToolError::Terminal { msg }) => Err(ToolFailure::terminal(msg)),
+        Err(ToolError::ModelRetry { msg }) => Err(ToolFailure::model_retry(msg)),
     });
 }
 

@@ -16,6 +16,7 @@ from ._errors import (
     CarInputError,
     CarNotFoundError,
     CarRuntimeError,
+    ModelRetry,
     TerminalToolError,
 )
 from ._types import (  # noqa: F401
@@ -223,6 +224,7 @@ __all__ = [
     "CarNotFoundError",
     "CarRuntimeError",
     "TerminalToolError",
+    "ModelRetry",
     "__version__",
     "client_version",
     "plan_decide",

@@ -65,6 +65,7 @@ __all__ = [
     "CarNotFoundError",
     "CarRuntimeError",
     "TerminalToolError",
+    "ModelRetry",
     "__version__",
     "client_version",
     "plan_decide",
@@ -124,6 +125,11 @@ class CarRuntimeError(CarError):
 
 class TerminalToolError(Exception):
     """Raised by a tool: stop retries, abort and roll back the proposal."""
+
+class ModelRetry(Exception):
+    """Raised by a tool: the model called it wrongly; the message tells it how
+    to correct the call. Reported in the result as ``model retry (n of 2):
+    <message>``, never retried by the engine, bounded to 2 per call chain."""
 
 class CarRuntime:
     """One in-process runtime: its own state, tools, policies and event log."""

@@ -63,7 +63,13 @@ class TerminalToolError(Exception):
     """Raised by a tool: stop retries, abort and roll back the proposal."""
 
 
-for _cls in (CarError, CarInputError, CarConfigError, CarNotFoundError, CarRuntimeError, TerminalToolError):
+class ModelRetry(Exception):
+    """Raised by a tool: the model called it wrongly; the message tells it how
+    to correct the call. Reported in the result as ``model retry (n of 2):
+    <message>``, never retried by the engine, bounded to 2 per call chain."""
+
+
+for _cls in (CarError, CarInputError, CarConfigError, CarNotFoundError, CarRuntimeError, TerminalToolError, ModelRetry):
     _cls.__module__ = "car_runtime"
 del _cls
 

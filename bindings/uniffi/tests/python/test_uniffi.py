@@ -20,6 +20,8 @@ class Tools(car.ToolHandler):
             return json.dumps({"deployed": call["params"]["env"]})
         if call["tool"] == "flaky":
             raise car.ToolError.Failed("flaky tool failed")
+        if call["tool"] == "search":
+            raise car.ToolError.ModelRetry("use plain keywords")
         raise car.ToolError.Terminal("card charged twice")
 
 
@@ -49,6 +51,12 @@ def main():
     ]}), tools, None, None))
     by = {r["action_id"]: r for r in out["results"]}
     assert by["d"]["output"] == {"deployed": "prod"}
+    rt.register_tool("search")
+    out = json.loads(rt.execute_proposal(json.dumps({"id": "mr", "actions": [
+        {"id": "s", "type": "tool_call", "tool": "search", "failure_behavior": "retry", "max_retries": 3},
+    ]}), tools, None, None))
+    assert out["results"][0]["error"] == "model retry (1 of 2): use plain keywords", out
+    assert sum(c["tool"] == "search" for c in tools.calls) == 1, "never retried by the engine"
     assert by["f"]["status"] == "skipped" and "flaky tool failed" in by["f"]["error"]  # skip after a failure
     assert json.loads(rt.state_get("seen", None)) == "prod"
     rt.state_set("k", "1", None)

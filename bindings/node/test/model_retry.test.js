@@ -1,0 +1,31 @@
+'use strict';
+// ModelRetry: a tool says the model called it wrongly. The result tells the
+// model, the engine never retries it, and a call chain gets two.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const car = require('..');
+
+test('ModelRetry is reported, not retried, bounded to 2 per call chain', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('search');
+  let calls = 0;
+  const tool = (callJson) => {
+    calls += 1;
+    const { params } = JSON.parse(callJson);
+    if (params.q.includes('AND')) throw new car.ModelRetry('use plain keywords');
+    return { hits: 1 };
+  };
+  const run = async (q, id) => JSON.parse(await car.executeProposal(rt, { id, actions: [
+    { id: 's', type: 'tool_call', tool: 'search', parameters: { q }, failure_behavior: 'retry', max_retries: 3 },
+  ] }, tool)).results[0];
+  const first = await run('a AND b', 'm1');
+  assert.equal(first.status, 'failed');
+  assert.equal(first.error, 'model retry (1 of 2): use plain keywords');
+  assert.equal(calls, 1, 'never retried by the engine');
+  assert.match((await run('a AND c', 'm2')).error, /^model retry \(2 of 2\): /);
+  assert.match((await run('a AND d', 'm3')).error, /^model retry limit reached/);
+  assert.equal((await run('plain', 'm4')).status, 'succeeded');
+  assert.match((await run('a AND e', 'm5')).error, /^model retry \(1 of 2\): /, 'a success starts the chain again');
+  const e = new car.ModelRetry('x');
+  assert.ok(e instanceof Error && e.modelRetry === true && e.name === 'ModelRetry');
+});

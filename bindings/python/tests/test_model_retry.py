@@ -1,0 +1,32 @@
+"""ModelRetry: a tool says the model called it wrongly. The result tells the
+model, the engine never retries it, and a call chain gets two."""
+import json
+
+import car_runtime
+
+
+def test_model_retry_is_reported_not_retried_and_bounded():
+    rt = car_runtime.CarRuntime()
+    rt.register_tool("search")
+    calls = []
+
+    def tool(call_json):
+        call = json.loads(call_json)
+        calls.append(call)
+        if "AND" in call["params"]["q"]:
+            raise car_runtime.ModelRetry("use plain keywords")
+        return {"hits": 1}
+
+    def run(q):
+        p = {"actions": [{"id": "s", "type": "tool_call", "tool": "search", "parameters": {"q": q},
+                          "failure_behavior": "retry", "max_retries": 3}]}
+        return json.loads(rt.execute_proposal(p, tool))["results"][0]
+
+    first = run("a AND b")
+    assert first["status"] == "failed" and first["error"] == "model retry (1 of 2): use plain keywords", first
+    assert len(calls) == 1, "never retried by the engine"
+    assert run("a AND c")["error"].startswith("model retry (2 of 2): ")
+    assert run("a AND d")["error"].startswith("model retry limit reached")
+    assert run("plain")["status"] == "succeeded"
+    assert run("a AND e")["error"].startswith("model retry (1 of 2): "), "a success starts the chain again"
+    assert issubclass(car_runtime.ModelRetry, Exception) and car_runtime.ModelRetry.__module__ == "car_runtime"
