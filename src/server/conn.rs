@@ -157,9 +157,38 @@ pub(crate) struct Conn {
     pub(crate) protected_policies: Vec<String>,
     /// The `tools.stream.subscribe` forwarder, aborted at teardown.
     stream_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The `runs.subscribe` forwarder, aborted at unsubscribe and teardown.
+    runs_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
     /// The open streams of this client's detached tool calls, by request id
     /// (`tools.stream.push`).
     streams: Mutex<HashMap<String, tokio::sync::mpsc::Sender<crate::ir::ToolStreamChunk>>>,
+}
+
+/// A connection's event sink: the daemon's audit log (when it keeps one),
+/// and the run trace records (`RunStarted`, `RunModelTurn`, `RunCompleted`)
+/// for `runs.subscribe`.
+#[derive(Debug)]
+struct RunsTap {
+    audit: Option<Arc<dyn crate::events::EventSink>>,
+    runs: tokio::sync::broadcast::Sender<Arc<crate::events::Event>>,
+}
+
+impl crate::events::EventSink for RunsTap {
+    fn record(&self, event: &crate::events::Event) {
+        use crate::events::EventKind;
+        if let Some(a) = &self.audit {
+            a.record(event);
+        }
+        if matches!(event.kind, EventKind::RunStarted | EventKind::RunModelTurn | EventKind::RunCompleted)
+            && self.runs.receiver_count() > 0
+        {
+            let _ = self.runs.send(Arc::new(event.clone()));
+        }
+    }
+
+    fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.audit.as_ref().and_then(|a| a.durable())
+    }
 }
 
 /// A session's runtime as the daemon configures it for every client (a
@@ -178,9 +207,11 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
     rt.set_tier_ledger(daemon.ledger.clone().map(Into::into))
         .map_err(|e| format!("connection refused: tier ledger: {e}"))?;
-    if let Some(audit) = &config.event_log {
-        rt.runtime().events().attach_sink(audit.clone());
-    }
+    // The audit log, behind the tap that hands run trace records to
+    // `runs.subscribe`rs of every connection.
+    rt.runtime()
+        .events()
+        .attach_sink(Arc::new(RunsTap { audit: config.event_log.clone(), runs: daemon.runs_trace.clone() }));
     rt.runtime().set_rate_backend(Some(daemon.rates.clone()));
     rt.set_checkpoints(daemon.checkpoints.clone());
     if let Some(store) = config.shared_store.as_ref().filter(|_| config.shared_state) {
@@ -323,6 +354,51 @@ impl Conn {
     /// chunk}` as a `tools.stream.event` notification for the life of the
     /// connection (best effort: a lagging connection skips events; `tools.poll`
     /// is the reliable drain). Subscribing again keeps the one forwarder.
+    pub(crate) fn subscribe_runs(&self, run_id: Option<String>, only_agent: Option<String>) {
+        let Ok(mut slot) = self.runs_forwarder.lock() else { return };
+        if let Some(old) = slot.take() {
+            old.abort();
+        }
+        let mut records = self.daemon.runs_trace.subscribe();
+        let out = self.out.clone();
+        let task = tokio::spawn(async move {
+            use crate::events::EventKind;
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let event = match records.recv().await {
+                    Ok(e) => e,
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => break,
+                };
+                let doc = event.to_json();
+                let data = &doc["data"];
+                let (rid, agent) = (data["run_id"].as_str(), data["agent_id"].as_str());
+                if run_id.as_deref().is_some_and(|want| rid != Some(want))
+                    || only_agent.as_deref().is_some_and(|me| agent != Some(me))
+                {
+                    continue;
+                }
+                let kind = match event.kind {
+                    EventKind::RunStarted => "started",
+                    EventKind::RunModelTurn => "turn",
+                    _ => "completed",
+                };
+                let params = json!({"run_id": rid, "agent_id": agent, "kind": kind, "record": data,
+                                    "timestamp": doc["timestamp"]});
+                if !out.send(Message::text(rpc::notification("runs.trace.event", params).to_string())) {
+                    break;
+                }
+            }
+        });
+        *slot = Some(task.abort_handle());
+    }
+
+    /// `runs.unsubscribe`: whether a subscription was open.
+    pub(crate) fn unsubscribe_runs(&self) -> bool {
+        let old = self.runs_forwarder.lock().ok().and_then(|mut s| s.take());
+        old.map(|t| t.abort()).is_some()
+    }
+
     pub(crate) fn subscribe_tool_stream(&self) {
         let Ok(mut slot) = self.stream_forwarder.lock() else { return };
         if slot.is_some() {
@@ -604,6 +680,7 @@ pub(crate) async fn serve_connection(
     if let Some(f) = conn.stream_forwarder.lock().ok().and_then(|mut f| f.take()) {
         f.abort();
     }
+    conn.unsubscribe_runs();
     if let Ok(mut p) = conn.pending.lock() {
         p.clear();
     }
@@ -677,6 +754,7 @@ impl Conn {
             protected_policies,
             stream_forwarder: Mutex::new(None),
             streams: Mutex::new(HashMap::new()),
+            runs_forwarder: Mutex::new(None),
             daemon: daemon.clone(),
             config,
         };

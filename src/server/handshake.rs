@@ -244,6 +244,12 @@ pub const METHODS: &[MethodSpec] = &[
     ),
     m("runs.start", "{intent, agent_id?, agent_name?, outcome_description?, idempotency_key?}", "{run_id, agent_id}"),
     m(
+        "runs.subscribe",
+        "{run_id?}",
+        "{subscribed: true, run_id}; then runs.trace.event {run_id, agent_id, kind, record, timestamp}",
+    ),
+    m("runs.unsubscribe", "{}", "{subscribed: false, was_subscribed}"),
+    m(
         "server.handshake",
         "{protocol_version, client_version?, required_capabilities?, optional_capabilities?}",
         "{protocol_version, server_version, client_protocol_version, client_version, negotiated_capabilities}",

@@ -301,6 +301,12 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         "runs.complete" => parse(&rt.runs_complete(&p.to_string())?),
         "runs.list" => parse(&rt.runs_list_as(Some(&p.to_string()), own_agent(conn).as_deref())?),
         "runs.get_trace" => parse(&rt.runs_get_trace_as(&p.to_string(), own_agent(conn).as_deref())?),
+        "runs.subscribe" => {
+            let run_id = opt_str(p, "run_id")?.map(str::to_string);
+            conn.subscribe_runs(run_id.clone(), own_agent(conn));
+            Ok(json!({"subscribed": true, "run_id": run_id}))
+        }
+        "runs.unsubscribe" => Ok(json!({"subscribed": false, "was_subscribed": conn.unsubscribe_runs()})),
         "events.stats" => parse(&rt.event_stats()),
         "events.query" if obj(p)?.get("store").is_some_and(|v| v != &Value::Bool(false)) => store_query(conn, p).await,
         "events.query" => parse(&rt.event_query(&Value::Object(obj(p)?.clone()).to_string())?),

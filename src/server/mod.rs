@@ -219,6 +219,8 @@ pub(crate) struct Daemon {
     /// Where suspended proposals wait: the shared store's with `--store`
     /// (another daemon may resume them), else `$CAR_HOME/checkpoints`.
     pub(crate) checkpoints: Arc<dyn crate::checkpoint::CheckpointBackend>,
+    /// Every connection's run trace records (`runs.subscribe`).
+    pub(crate) runs_trace: tokio::sync::broadcast::Sender<Arc<crate::events::Event>>,
 }
 
 impl Daemon {
@@ -258,6 +260,7 @@ impl Daemon {
                 },
                 (None, None) => Arc::new(crate::checkpoint::MemoryCheckpoints::default()),
             },
+            runs_trace: tokio::sync::broadcast::channel(1024).0,
             approvals: config.approvals_dir.as_ref().and_then(|d| {
                 if let Some(shared) = &config.shared_store {
                     return Some(approvals::Approvals::open_shared(

@@ -3,6 +3,7 @@
 id, and an agent lists and reads only its runs), and the events methods
 `events.cost_by_agent`, `metrics.summary`, `events.truncate`."""
 
+import asyncio
 import shutil
 
 from client import Client
@@ -86,6 +87,61 @@ def test_a_strict_session_refuses_an_unknown_field_and_runs_nothing():
             assert r["error"]["code"] == -32602 and "dependecies" in r["error"]["message"], r
             assert ran == []
             await c.close()
+
+        run(go())
+    finally:
+        d.__exit__(None, None, None)
+        shutil.rmtree(d.home, ignore_errors=True)
+
+
+def test_runs_subscribe_streams_every_connections_trace_records_an_agent_only_its_own():
+    d = Daemon("--agent-token", f"a1={AGENT}", "--agent-token", f"a2={AGENT}-two", env={"CAR_AUTH_TOKEN": OP})
+    try:
+        async def events_of(c, n, timeout=5):
+            for _ in range(int(timeout / 0.02)):
+                got = [m["params"] for m in c.notifications if m["method"] == "runs.trace.event"]
+                if len(got) >= n:
+                    return got
+                await asyncio.sleep(0.02)
+            return [m["params"] for m in c.notifications if m["method"] == "runs.trace.event"]
+
+        async def go():
+            op = await connect(d.url, {"token": OP})
+            a1 = await connect(d.url, {"token": AGENT, "agent_id": "a1"})
+            a2 = await connect(d.url, {"token": f"{AGENT}-two", "agent_id": "a2"})
+            assert (await op.call("runs.subscribe", {})) == {"subscribed": True, "run_id": None}
+            assert (await a2.call("runs.subscribe", {}))["subscribed"] is True
+            rid = (await a1.call("runs.start", {"intent": "ship it"}))["run_id"]
+            assert (await a1.call("runs.subscribe", {"run_id": rid}))["run_id"] == rid
+            await a1.call("runs.record_model_turn", {"run_id": rid, "model_id": "m",
+                                                     "token_usage": {"input_tokens": 3, "output_tokens": 1}})
+            other = (await a1.call("runs.start", {"intent": "another"}))["run_id"]
+            await a1.call("runs.complete", {"run_id": rid, "outcome": {"status": "success", "summary": "done"}})
+            # The operator sees every record of every connection, in order.
+            seen = await events_of(op, 4)
+            assert [(e["run_id"], e["kind"]) for e in seen] == [
+                (rid, "started"), (rid, "turn"), (other, "started"), (rid, "completed")], seen
+            assert all(e["agent_id"] == "a1" for e in seen)
+            assert seen[0]["record"]["intent"] == "ship it" and seen[1]["record"]["token_usage"]["input_tokens"] == 3
+            assert seen[3]["record"]["outcome"]["summary"] == "done" and seen[3]["timestamp"]
+            # a1 subscribed to one run after its start: that run's later records only.
+            mine = await events_of(a1, 2)
+            assert [(e["run_id"], e["kind"]) for e in mine] == [(rid, "turn"), (rid, "completed")], mine
+            # a2 sees nothing of a1's runs; its own run it sees.
+            r2 = (await a2.call("runs.start", {"intent": "mine"}))["run_id"]
+            theirs = await events_of(a2, 1)
+            assert [(e["run_id"], e["agent_id"]) for e in theirs] == [(r2, "a2")], theirs
+            # Unsubscribed: no more records.
+            assert await op.call("runs.unsubscribe", {}) == {"subscribed": False, "was_subscribed": True}
+            assert await op.call("runs.unsubscribe", {}) == {"subscribed": False, "was_subscribed": False}
+            before = len(await events_of(op, 0, 0))
+            await a2.call("runs.complete", {"run_id": r2, "outcome": {"status": "failed"}})
+            await asyncio.sleep(0.2)
+            assert len(await events_of(op, 0, 0)) == before
+            r = await op.request("runs.subscribe", {"run_id": 7})
+            assert r["error"]["code"] == -32602, r
+            for c in (op, a1, a2):
+                await c.close()
 
         run(go())
     finally:
