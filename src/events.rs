@@ -66,11 +66,15 @@ pub enum EventKind {
     /// A sweeper rolled back the state writes of a run whose runner died
     /// (`Runtime::sweep`): its journal id, the keys restored and not.
     ProposalSwept,
+    /// A tool wrote to its context's log (`log(level, msg, data?)`,
+    /// [`crate::api::runtime::CarRuntime::tool_log`]): its tool, request id,
+    /// level, message and data.
+    ToolLog,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::ProposalReceived,
         EventKind::ActionRejected,
         EventKind::ActionExecuting,
@@ -93,6 +97,7 @@ impl EventKind {
         EventKind::ProposalSuspended,
         EventKind::ProposalResumed,
         EventKind::ProposalSwept,
+        EventKind::ToolLog,
     ];
 
     /// The wire spelling (`ActionSucceeded`, ...).
@@ -120,6 +125,7 @@ impl EventKind {
             EventKind::ProposalSuspended => "ProposalSuspended",
             EventKind::ProposalResumed => "ProposalResumed",
             EventKind::ProposalSwept => "ProposalSwept",
+            EventKind::ToolLog => "ToolLog",
         }
     }
 

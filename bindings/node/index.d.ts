@@ -111,6 +111,11 @@ export declare class CarRuntime {
   closeSession(sessionId: string): Promise<boolean>
   /** Sets a state key (value as JSON text or a plain value). */
   stateSet(key: string, valueJson: any, tenant?: string | undefined | null): void
+  /**
+   * `log(level, message, data?)` of a tool's context: a `ToolLog` event
+   * for the call (the call JSON text or object the tool received).
+   */
+  toolLog(call: any, level: string, message: string, data?: any | undefined | null): void
   /** A state value as JSON text; `"null"` when absent. */
   stateGet(key: string, tenant?: string | undefined | null): string
   /** True when the key is set. */

@@ -170,6 +170,10 @@ fn need<'a>(name: &str, v: Option<&'a str>) -> Result<&'a str> {
     v.filter(|s| !s.is_empty()).ok_or_else(|| Error::invalid_argument(name, "is required for this rule"))
 }
 
+/// The largest tool log entry ([`CarRuntime::tool_log`]): message and data
+/// together, in bytes.
+pub const TOOL_LOG_MAX_BYTES: usize = 64 * 1024;
+
 impl CarRuntime {
     /// An empty runtime with default options.
     pub fn new() -> Self {
@@ -817,6 +821,51 @@ impl CarRuntime {
     /// `{"verified": n}` or `{"tampered_at": i}`.
     pub fn verify_event_log_chain(&self) -> String {
         to_text(&self.rt.events().verify_chain().to_json())
+    }
+
+    /// `log(level, msg, data?)` of a tool's context (tools-and-permissions.md,
+    /// ToolContext): records a `ToolLog` event `{tool, request_id, level,
+    /// message, data?}` for the action of `call_json` (the call JSON the tool
+    /// received, or at least `{request_id, action_id?, tool?}`). Telemetry
+    /// only: it changes no state and no result. `level` is `debug`, `info`,
+    /// `warn` or `error`; `data_json` is JSON text; the message and data
+    /// together are at most [`TOOL_LOG_MAX_BYTES`]. A bad argument is an
+    /// `invalid_argument` naming it, and nothing is recorded.
+    pub fn tool_log(&self, call_json: &str, level: &str, message: &str, data_json: Option<&str>) -> Result<()> {
+        let call: Value = from_json_str(call_json)?;
+        let field = |k: &str| call.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let Some(request_id) = field("request_id") else {
+            return Err(Error::invalid_argument(
+                "call",
+                "must be the call JSON the tool received (an object with its `request_id`)",
+            ));
+        };
+        if !matches!(level, "debug" | "info" | "warn" | "error") {
+            return Err(Error::invalid_argument(
+                "level",
+                format!("`{level}` is not a level: use `debug`, `info`, `warn` or `error`"),
+            ));
+        }
+        let data = match data_json.map(str::trim).filter(|t| !t.is_empty()) {
+            Some(t) => {
+                Some(serde_json::from_str::<Value>(t).map_err(|e| Error::invalid_argument("data", e.to_string()))?)
+            }
+            None => None,
+        };
+        let size = message.len() + data_json.map_or(0, str::len);
+        if size > TOOL_LOG_MAX_BYTES {
+            return Err(Error::invalid_argument(
+                "message",
+                format!("a tool log entry of {size} bytes is over the {TOOL_LOG_MAX_BYTES}-byte limit"),
+            ));
+        }
+        let mut doc =
+            serde_json::json!({"tool": field("tool"), "request_id": request_id, "level": level, "message": message});
+        if let Some(d) = data {
+            doc["data"] = d;
+        }
+        self.rt.events().record(EventKind::ToolLog, None, field("action_id"), doc);
+        Ok(())
     }
 
     /// A detached tool's `ToolPollResult` as JSON text, or `None` once its

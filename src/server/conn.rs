@@ -157,6 +157,9 @@ pub(crate) struct Conn {
     pub(crate) protected_policies: Vec<String>,
     /// The `tools.stream.subscribe` forwarder, aborted at teardown.
     stream_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The tool and action of each callback in flight and each open stream,
+    /// by request id (`tools.log`).
+    calls: Mutex<HashMap<String, (String, String)>>,
     /// The `runs.subscribe` forwarder, aborted at unsubscribe and teardown.
     runs_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
     /// The open streams of this client's detached tool calls, by request id
@@ -445,7 +448,27 @@ impl Conn {
 
     /// Closes a stream; false when it was not open.
     pub(crate) fn close_stream(&self, id: &str) -> bool {
+        self.untrack_call(id);
         self.streams.lock().ok().and_then(|mut s| s.remove(id)).is_some()
+    }
+
+    /// Notes a call in flight (or a stream open) for `tools.log`.
+    pub(crate) fn track_call(&self, id: &str, tool: &str, action_id: &str) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.insert(id.to_string(), (tool.to_string(), action_id.to_string()));
+        }
+    }
+
+    /// The call ended.
+    pub(crate) fn untrack_call(&self, id: &str) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.remove(id);
+        }
+    }
+
+    /// The tool and action of call `id`, while it is in flight.
+    pub(crate) fn call_of(&self, id: &str) -> Option<(String, String)> {
+        self.calls.lock().ok()?.get(id).cloned()
     }
 
     /// `tools.stream.push`: hands the chunks to stream `id` in order (each
@@ -755,6 +778,7 @@ impl Conn {
             stream_forwarder: Mutex::new(None),
             streams: Mutex::new(HashMap::new()),
             runs_forwarder: Mutex::new(None),
+            calls: Mutex::new(HashMap::new()),
             daemon: daemon.clone(),
             config,
         };

@@ -56,6 +56,18 @@ impl Drop for CancelGuard<'_> {
     }
 }
 
+/// Forgets a callback's `tools.log` identity when its wait ends.
+struct Tracked<'a> {
+    conn: &'a Conn,
+    id: &'a str,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        self.conn.untrack_call(self.id);
+    }
+}
+
 #[async_trait]
 impl ToolExecutor for WsToolExecutor {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
@@ -85,6 +97,8 @@ impl ToolExecutor for WsToolExecutor {
             let done = ToolStreamChunk::Done { result: Some(answer) };
             return Ok(futures::stream::iter([done]).boxed());
         }
+        // The open stream may log (`tools.log`) until it closes.
+        conn.track_call(&call.request_id, &call.tool, &call.action_id);
         // The stream's end (dropped by the engine's drain) stops the watcher.
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
         let (request_id, action_id, tool) = (call.request_id.clone(), call.action_id.clone(), call.tool.clone());
@@ -140,6 +154,8 @@ impl WsToolExecutor {
             params["detached"] = json!(true);
         }
         let rx = conn.expect(&call.request_id);
+        conn.track_call(&call.request_id, &call.tool, &call.action_id);
+        let _tracked = Tracked { conn, id: &call.request_id };
         let mut guard = CancelGuard {
             conn,
             request_id: &call.request_id,

@@ -283,6 +283,7 @@ pub const METHODS: &[MethodSpec] = &[
     m("supervision.unsubscribe", "{}", "{subscribed: false, was_subscribed}"),
     m("tools.cancel", "{handle}", "{cancelled}"),
     m("tools.list", "{}", "{tools, count}"),
+    m("tools.log", "{request_id, level, message, data?}", "{logged: true}"),
     m("tools.poll", "{handle}", "ToolPollResult | null"),
     m("tools.register", "ToolDefinition[]", "number"),
     m("tools.stream.push", "{request_id, chunk | chunks}", "{accepted}"),

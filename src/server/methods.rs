@@ -204,6 +204,20 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
         },
         "tools.cancel" => Ok(json!({"cancelled": rt.tool_cancel(req_str(p, "handle")?)})),
         "tools.stream.push" => stream_push(conn, p).await,
+        "tools.log" => {
+            let id = req_str(p, "request_id")?;
+            let Some((tool, action_id)) = conn.call_of(id) else {
+                return Err(RpcError::invalid_params(format!(
+                    "no tool call `{id}` is in flight on this connection (a log belongs to a call being served)"
+                ))
+                .with_data(json!({"code": "call_not_in_flight", "request_id": id})));
+            };
+            let data = obj(p)?.get("data").filter(|d| !d.is_null()).map(Value::to_string);
+            let call = json!({"request_id": id, "tool": tool, "action_id": action_id}).to_string();
+            rt.tool_log(&call, req_str(p, "level")?, req_str(p, "message")?, data.as_deref())
+                .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+            Ok(json!({"logged": true}))
+        }
         "tools.stream.subscribe" => {
             conn.subscribe_tool_stream();
             Ok(json!({"subscribed": true}))

@@ -1252,3 +1252,37 @@ def test_a_client_tool_error_with_model_retry_is_reported_to_the_model_and_not_r
         await c.close()
 
     run(go())
+
+
+def test_a_client_tool_logs_into_the_event_log_while_its_call_is_in_flight():
+    """`tools.log {request_id, level, message, data?}` while serving a call
+    records a `ToolLog` event for its action; after the call, or for another
+    connection's call, it is `call_not_in_flight`."""
+    async def go():
+        c = await authed(URL)
+        await c.call("session.init", {"client_id": "tool-log"})
+        await c.call("tools.register", [{"name": "fetch"}])
+        other = await authed(URL)
+        seen = {}
+
+        async def execute(params):
+            seen["id"] = params["request_id"]
+            assert (await c.call("tools.log", {"request_id": params["request_id"], "level": "info",
+                                               "message": "fetching", "data": {"n": 1}})) == {"logged": True}
+            r = await c.request("tools.log", {"request_id": params["request_id"], "level": "loud", "message": "m"})
+            assert r["error"]["code"] == -32602 and "level" in r["error"]["message"], r
+            r = await other.request("tools.log", {"request_id": params["request_id"], "level": "info", "message": "x"})
+            assert r["error"]["data"]["code"] == "call_not_in_flight", r
+            return "ok"
+
+        c.handlers["tools.execute"] = execute
+        res = await c.call("proposal.submit", {"proposal": proposal([tool_call("f", "fetch")], "log-1")})
+        assert res["results"][0]["status"] == "succeeded", res
+        logs = (await c.call("events.query", {"kinds": ["ToolLog"]}))["events"]
+        assert [(e["action_id"], e["data"]["message"], e["data"]["data"]) for e in logs] == [("f", "fetching", {"n": 1})]
+        r = await c.request("tools.log", {"request_id": seen["id"], "level": "info", "message": "late"})
+        assert r["error"]["data"]["code"] == "call_not_in_flight", r
+        for x in (c, other):
+            await x.close()
+
+    run(go())

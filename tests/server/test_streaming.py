@@ -23,12 +23,13 @@ async def streaming_client(plan):
     await c.call("session.init", {"client_id": "stream-test"})
     await c.call("tools.register", [{"name": "feed"}, {"name": "forever"}, {"name": "plain"}])
     c.calls = []
+    c.plans = []
 
     async def execute(params):
         c.calls.append(params)
         if params["tool"] == "plain" or not params.get("detached"):
             return {"whole": params["parameters"]}
-        asyncio.create_task(plan(c, params))
+        c.plans.append(asyncio.create_task(plan(c, params)))
         return {"stream": True}
 
     c.handlers["tools.execute"] = execute
@@ -56,12 +57,17 @@ def test_a_streaming_client_tool_pushes_its_chunks_to_poll_and_to_subscribers():
 
     async def plan(c, params):
         await c.call("tools.stream.push", {"request_id": params["request_id"], "chunk": sent[0]})
+        # An open stream logs like a call in flight.
+        assert (await c.call("tools.log", {"request_id": params["request_id"], "level": "debug",
+                                           "message": "streaming"})) == {"logged": True}
         r = await c.call("tools.stream.push", {"request_id": params["request_id"],
                                                "chunks": sent[1:] + [{"kind": "done", "result": {"n": 3}}]})
         assert r == {"accepted": 3}
         # The stream ended with `done`: nothing more is taken.
         r = await c.request("tools.stream.push", {"request_id": params["request_id"], "chunk": sent[0]})
         assert r["error"]["data"]["code"] == "stream_not_open", r
+        r = await c.request("tools.log", {"request_id": params["request_id"], "level": "info", "message": "late"})
+        assert r["error"]["data"]["code"] == "call_not_in_flight", r
 
     async def go():
         c = await streaming_client(plan)
@@ -88,6 +94,7 @@ def test_a_streaming_client_tool_pushes_its_chunks_to_poll_and_to_subscribers():
             await asyncio.sleep(0.02)
         assert [e["chunk"] for e in events] == sent + [{"kind": "done", "result": {"n": 3}}]
         assert {e["handle"]["id"] if isinstance(e["handle"], dict) else e["handle"] for e in events} == {handle}
+        await asyncio.gather(*c.plans)  # the plan's own assertions held
         await c.close()
 
     run(go())
@@ -132,6 +139,7 @@ def test_cancelling_a_long_running_client_tool_tells_the_client_and_closes_its_s
         assert r["error"]["data"]["code"] == "stream_not_open", r
         chunks, last = await poll_until_done(c, handle)
         assert last["status"] == "cancelled" and "late" not in str(chunks), last
+        await asyncio.gather(*c.plans)
         await c.close()
 
     run(go())

@@ -317,6 +317,14 @@ impl JsCarRuntime {
         self.core.state_set(&key, &text(value_json), tenant.as_deref()).map_err(to_js_err)
     }
 
+    /// `log(level, message, data?)` of a tool's context: a `ToolLog` event
+    /// for the call (the call JSON text or object the tool received).
+    #[napi]
+    pub fn tool_log(&self, call: Value, level: String, message: String, data: Option<Value>) -> Result<()> {
+        let data = data.filter(|d| !d.is_null()).map(|d| d.to_string());
+        self.core.tool_log(&text(call), &level, &message, data.as_deref()).map_err(to_js_err)
+    }
+
     /// A state value as JSON text; `"null"` when absent.
     #[napi]
     pub fn state_get(&self, key: String, tenant: Option<String>) -> Result<String> {

@@ -627,6 +627,26 @@ impl PyCarRuntime {
         self.core.state_set(&key, &text, tenant.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
+    /// `log(level, message, data?)` of a tool's context: a `ToolLog` event
+    /// for the call (the call JSON text or dict the tool received). `data`
+    /// is any JSON-serialisable value.
+    #[pyo3(signature = (call, level, message, data=None))]
+    fn tool_log(
+        &self,
+        py: Python<'_>,
+        call: &Bound<'_, PyAny>,
+        level: String,
+        message: String,
+        data: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let call = json_text(py, call)?;
+        let data = match data.filter(|d| !d.is_none()) {
+            Some(d) => Some(py.import("json")?.call_method1("dumps", (d,))?.extract::<String>()?),
+            None => None,
+        };
+        self.core.tool_log(&call, &level, &message, data.as_deref()).map_err(|e| to_py_err(py, e))
+    }
+
     /// A state value as JSON text; `"null"` when absent.
     #[pyo3(signature = (key, tenant=None))]
     fn state_get(&self, py: Python<'_>, key: String, tenant: Option<String>) -> PyResult<String> {

@@ -608,6 +608,19 @@ impl CarRuntime {
         Ok(self.core.state_set(&key, &value_json, tenant.as_deref())?)
     }
 
+    /// `log(level, message, data?)` of a tool's context: a `ToolLog` event
+    /// for the call (the call JSON the tool received; `data_json` JSON text).
+    #[uniffi::method(default(data_json = None))]
+    pub fn tool_log(
+        &self,
+        call_json: String,
+        level: String,
+        message: String,
+        data_json: Option<String>,
+    ) -> Result<(), CarError> {
+        Ok(self.core.tool_log(&call_json, &level, &message, data_json.as_deref())?)
+    }
+
     /// A state value as JSON text; `"null"` when absent.
     #[uniffi::method(default(tenant = None))]
     pub fn state_get(&self, key: String, tenant: Option<String>) -> Result<String, CarError> {

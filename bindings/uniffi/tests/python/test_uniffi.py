@@ -22,6 +22,9 @@ class Tools(car.ToolHandler):
             raise car.ToolError.Failed("flaky tool failed")
         if call["tool"] == "search":
             raise car.ToolError.ModelRetry("use plain keywords")
+        if call["tool"] == "fetch":
+            self.rt.tool_log(call_json, "info", "fetching", json.dumps({"n": 1}))
+            return json.dumps("fetched")
         raise car.ToolError.Terminal("card charged twice")
 
 
@@ -57,6 +60,11 @@ def main():
     ]}), tools, None, None))
     assert out["results"][0]["error"] == "model retry (1 of 2): use plain keywords", out
     assert sum(c["tool"] == "search" for c in tools.calls) == 1, "never retried by the engine"
+    rt.register_tool("fetch")
+    rt.execute_proposal(json.dumps({"id": "log", "actions": [{"id": "g", "type": "tool_call", "tool": "fetch"}]}),
+                        tools, None, None)
+    [log] = json.loads(rt.event_query('{"kinds": ["ToolLog"]}'))["events"]
+    assert log["action_id"] == "g" and log["data"]["message"] == "fetching" and log["data"]["data"] == {"n": 1}, log
     assert by["f"]["status"] == "skipped" and "flaky tool failed" in by["f"]["error"]  # skip after a failure
     assert json.loads(rt.state_get("seen", None)) == "prod"
     rt.state_set("k", "1", None)

@@ -29,3 +29,19 @@ test('ModelRetry is reported, not retried, bounded to 2 per call chain', async (
   const e = new car.ModelRetry('x');
   assert.ok(e instanceof Error && e.modelRetry === true && e.name === 'ModelRetry');
 });
+
+test('a tool logs into the event log through its call (toolLog)', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('fetch');
+  await car.executeProposal(rt, { id: 'logs', actions: [{ id: 'f', type: 'tool_call', tool: 'fetch' }] }, (callJson) => {
+    rt.toolLog(callJson, 'info', 'fetching', { url: 'https://example.test' });
+    rt.toolLog(JSON.parse(callJson), 'warn', 'as an object too');
+    return 'ok';
+  });
+  const logs = JSON.parse(await rt.eventQuery({ kinds: ['ToolLog'] })).events;
+  assert.deepEqual(logs.map((e) => e.data.level).sort(), ['info', 'warn']);
+  const info = logs.find((e) => e.data.level === 'info');
+  assert.equal(info.action_id, 'f');
+  assert.deepEqual(info.data.data, { url: 'https://example.test' });
+  assert.throws(() => rt.toolLog({ request_id: 'req-1' }, 'loud', 'm'), (e) => e instanceof car.CarInputError && /level/.test(e.message));
+});

@@ -1,4 +1,7 @@
-//! `ModelRetry` (tools-and-permissions.md): a tool says the model called it
+//! What a tool has beside its input (tools-and-permissions.md): its
+//! context's `log`, and `ModelRetry`.
+//!
+//! `ModelRetry`: a tool says the model called it
 //! wrongly. The result tells the model (`model retry (n of 2): ...`), the
 //! engine never retries it, and a call chain (a policy session's calls of
 //! one tool) gets two before the result says the limit is reached; a
@@ -74,4 +77,47 @@ fn the_envelope_and_the_classification_carry_it() {
     let f = car_runtime::api::callback::decode_envelope(r#"{"error": "x", "model_retry": true, "terminal": true}"#)
         .unwrap_err();
     assert!(f.is_terminal());
+}
+
+/// The tool context's `log(level, msg, data?)` (`CarRuntime::tool_log`): a
+/// `ToolLog` event for the call's action; bad arguments are refused, naming
+/// them, and record nothing.
+#[tokio::test]
+async fn a_tool_logs_into_the_event_log_through_its_call() {
+    let rt = CarRuntime::new();
+    rt.register_tool("fetch").unwrap();
+    let logger = rt.clone();
+    let exec = Arc::new(FnExecutor(move |call: ToolCall| {
+        let text = call.to_json();
+        logger.tool_log(&text, "info", "fetching", Some(r#"{"url": "https://example.test"}"#)).unwrap();
+        logger.tool_log(&text, "warn", "slow", None).unwrap();
+        Ok(json!("ok"))
+    }));
+    let p = json!({"id": "logs", "actions": [{"id": "f", "type": "tool_call", "tool": "fetch"}]});
+    let out: Value =
+        serde_json::from_str(&rt.execute_proposal(&p.to_string(), exec, None, None).await.unwrap()).unwrap();
+    assert_eq!(out["results"][0]["status"], "succeeded");
+    let logs: Value = serde_json::from_str(&rt.event_query(r#"{"kinds": ["ToolLog"]}"#).unwrap()).unwrap();
+    let logs = logs["events"].as_array().unwrap();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    let info = logs.iter().find(|e| e["data"]["level"] == "info").unwrap();
+    assert_eq!(info["action_id"], "f");
+    assert_eq!(info["data"]["tool"], "fetch");
+    assert_eq!(info["data"]["message"], "fetching");
+    assert_eq!(info["data"]["data"], json!({"url": "https://example.test"}));
+    assert!(info["data"]["request_id"].as_str().unwrap().starts_with("req-"));
+    let before = rt.event_count();
+    let call = r#"{"request_id": "req-1", "action_id": "f", "tool": "fetch"}"#;
+    for (call, level, data, names) in [
+        (call, "loud", None, "level"),
+        (r#"{"tool": "fetch"}"#, "info", None, "call"),
+        ("not json", "info", None, "call_json"),
+        (call, "info", Some("{bad"), "data"),
+    ] {
+        let e = rt.tool_log(call, level, "m", data).unwrap_err();
+        assert!(e.to_string().contains(names) || e.code() == "invalid_json", "{names}: {e}");
+    }
+    let big = "x".repeat(car_runtime::api::runtime::TOOL_LOG_MAX_BYTES + 1);
+    assert!(rt.tool_log(call, "info", &big, None).is_err());
+    assert_eq!(rt.event_count(), before, "nothing recorded for a bad argument");
 }

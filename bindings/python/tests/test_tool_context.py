@@ -30,3 +30,27 @@ def test_model_retry_is_reported_not_retried_and_bounded():
     assert run("plain")["status"] == "succeeded"
     assert run("a AND e")["error"].startswith("model retry (1 of 2): "), "a success starts the chain again"
     assert issubclass(car_runtime.ModelRetry, Exception) and car_runtime.ModelRetry.__module__ == "car_runtime"
+
+
+def test_a_tool_logs_into_the_event_log_through_its_call():
+    rt = car_runtime.CarRuntime()
+    rt.register_tool("fetch")
+
+    def tool(call_json):
+        rt.tool_log(call_json, "info", "fetching", {"url": "https://example.test"})
+        rt.tool_log(json.loads(call_json), "debug", "as a dict too")
+        return "ok"
+
+    out = json.loads(rt.execute_proposal({"actions": [{"id": "f", "type": "tool_call", "tool": "fetch"}]}, tool))
+    assert out["results"][0]["status"] == "succeeded"
+    logs = json.loads(rt.event_query({"kinds": ["ToolLog"]}))["events"]
+    assert sorted(e["data"]["level"] for e in logs) == ["debug", "info"]
+    info = [e for e in logs if e["data"]["level"] == "info"][0]
+    assert info["action_id"] == "f" and info["data"]["tool"] == "fetch"
+    assert info["data"]["data"] == {"url": "https://example.test"}
+    try:
+        rt.tool_log({"request_id": "req-1"}, "loud", "m")
+    except car_runtime.CarInputError as e:
+        assert "level" in str(e)
+    else:
+        raise AssertionError("a bad level is refused")
