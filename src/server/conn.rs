@@ -210,8 +210,8 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
     rt.set_tier_ledger(daemon.ledger.clone().map(Into::into))
         .map_err(|e| format!("connection refused: tier ledger: {e}"))?;
-    // The audit log, behind the tap that hands run trace records to
-    // `runs.subscribe`rs of every connection.
+    // The audit log, behind the tap that hands run trace records to the
+    // `runs.subscribe` subscribers of every connection.
     rt.runtime()
         .events()
         .attach_sink(Arc::new(RunsTap { audit: config.event_log.clone(), runs: daemon.runs_trace.clone() }));
@@ -353,10 +353,12 @@ impl Conn {
         self.unauth_since.lock().ok().and_then(|u| *u).map(|t| t + self.config.auth_timeout)
     }
 
-    /// `tools.stream.subscribe`: forwards every detached tool's `{handle,
-    /// chunk}` as a `tools.stream.event` notification for the life of the
-    /// connection (best effort: a lagging connection skips events; `tools.poll`
-    /// is the reliable drain). Subscribing again keeps the one forwarder.
+    /// `runs.subscribe`: forwards every run record of every connection of
+    /// the daemon (`run_id`: of that run; `only_agent`: of that agent's
+    /// runs) as a `runs.trace.event` notification until `runs.unsubscribe`
+    /// or the end of the connection (best effort: a lagging connection skips
+    /// records; `runs.get_trace` is the reliable read). Subscribing again
+    /// replaces the filter.
     pub(crate) fn subscribe_runs(&self, run_id: Option<String>, only_agent: Option<String>) {
         let Ok(mut slot) = self.runs_forwarder.lock() else { return };
         if let Some(old) = slot.take() {
@@ -402,6 +404,10 @@ impl Conn {
         old.map(|t| t.abort()).is_some()
     }
 
+    /// `tools.stream.subscribe`: forwards every detached tool's `{handle,
+    /// chunk}` as a `tools.stream.event` notification for the life of the
+    /// connection (best effort: a lagging connection skips events; `tools.poll`
+    /// is the reliable drain). Subscribing again keeps the one forwarder.
     pub(crate) fn subscribe_tool_stream(&self) {
         let Ok(mut slot) = self.stream_forwarder.lock() else { return };
         if slot.is_some() {
@@ -707,12 +713,18 @@ pub(crate) async fn serve_connection(
     if let Ok(mut p) = conn.pending.lock() {
         p.clear();
     }
-    // Detached calls of this client end: nobody is left to push.
+    // Detached calls of this client end with an error: nobody is left to
+    // push. Sent as the stream's reader makes room (a full buffer must not
+    // lose it: a stream that just stops would read as succeeded).
     let streams: Vec<_> = conn.streams.lock().map(|mut s| s.drain().collect()).unwrap_or_default();
     for (_, tx) in streams {
-        let _ = tx.try_send(crate::ir::ToolStreamChunk::Error {
-            message: "the client that ran this tool disconnected".into(),
+        tokio::spawn(async move {
+            let message = "the client that ran this tool disconnected".to_string();
+            let _ = tx.send(crate::ir::ToolStreamChunk::Error { message }).await;
         });
+    }
+    if let Ok(mut c) = conn.calls.lock() {
+        c.clear();
     }
     if handlers > 0 || callbacks > 0 {
         eprintln!(

@@ -93,12 +93,25 @@ function fmtTime(t) {
 // ---- live updates -----------------------------------------------------------
 
 const handlers = [];
-function live(fn) { handlers.push(fn); }
+// The page's live handler (a page rendered again replaces its old one).
+function live(fn) { handlers.length = 0; handlers.push(fn); }
+let streamOpened;
+const streamOpen = new Promise(r => { streamOpened = r; });
+// Resolves once the stream is live (or after 2 s without it, so a page
+// still renders): a list read after that misses no later change.
+const streamLive = () => Promise.race([streamOpen, new Promise(r => setTimeout(r, 2000))]);
 
 function connectStream() {
   const badge = document.getElementById("live");
   const es = new EventSource("/api/stream");
-  es.onopen = () => { badge.textContent = "live"; badge.classList.add("on"); };
+  let opens = 0;
+  es.onopen = () => {
+    badge.textContent = "live"; badge.classList.add("on");
+    opens += 1;
+    streamOpened();
+    // Reconnected: what changed while the stream was down is read again.
+    if (opens > 1) for (const fn of [...handlers]) fn("resync", {});
+  };
   es.onerror = () => { badge.textContent = "reconnecting…"; badge.classList.remove("on"); };
   for (const kind of ["approval.requested", "approval.resolved", "resync"]) {
     es.addEventListener(kind, ev => {
@@ -124,6 +137,7 @@ function pendingRow(a) {
 
 async function pagePending() {
   main.replaceChildren(el("h2", {}, "Pending approvals"), el("p", { class: "empty", id: "loading" }, "loading…"));
+  await streamLive();
   const data = await api("/api/approvals");
   const heads = ["Approval", "Tool", "Action", "Proposal", "Asked by (layer, rule)", "Submitted by", "Deadline"];
   const pending = table("pending", heads, data.approvals.map(pendingRow));
@@ -148,6 +162,15 @@ async function pagePending() {
     }
     sync();
   });
+  // A change that arrived while the list loaded (before the handler above)
+  // is in a second read of the list: reconcile with it.
+  const again = await api("/api/approvals");
+  const open = new Set(again.approvals.map(a => a.approval_id));
+  for (const r of [...tbody.children]) if (!open.has(r.dataset.approvalId)) r.remove();
+  for (const a of again.approvals) {
+    if (![...tbody.children].some(r => r.dataset.approvalId === a.approval_id)) tbody.append(pendingRow(a));
+  }
+  sync();
 }
 
 function diffView(diff) {

@@ -35,6 +35,12 @@ def _chunk(item: Any) -> Dict[str, Any]:
     return {"kind": "data", "data": item}
 
 
+def _take(item: Any, push: Callable[[Dict[str, Any]], bool]) -> bool:
+    """Hands one item on as a chunk; whether the stream goes on."""
+    chunk = _chunk(item)
+    return push(chunk) and chunk["kind"] not in TERMINAL
+
+
 def _failure(e: BaseException) -> Dict[str, Any]:
     return {"kind": "error", "message": f"{type(e).__name__}: {e}"}
 
@@ -61,8 +67,7 @@ def _sync(it: Any, push: Callable[[Dict[str, Any]], bool], cancelled: Callable[[
             except Exception as e:
                 push(_failure(e))
                 return
-            chunk = _chunk(item)
-            if not push(chunk) or chunk["kind"] in TERMINAL:
+            if not _take(item, push):
                 return
     finally:
         close = getattr(it, "close", None)
@@ -83,8 +88,7 @@ async def _async(it: Any, push: Callable[[Dict[str, Any]], bool], cancelled: Cal
             except Exception as e:
                 push(_failure(e))
                 return
-            chunk = _chunk(item)
-            if not push(chunk) or chunk["kind"] in TERMINAL:
+            if not _take(item, push):
                 return
     finally:
         aclose = getattr(it, "aclose", None)
