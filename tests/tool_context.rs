@@ -121,3 +121,55 @@ async fn a_tool_logs_into_the_event_log_through_its_call() {
     assert!(rt.tool_log(call, "info", &big, None).is_err());
     assert_eq!(rt.event_count(), before, "nothing recorded for a bad argument");
 }
+
+/// A one-shot tool that times out is told so: its call carries the
+/// attempt's `deadline`, and `tool_cancelled` turns true once it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_past_its_deadline_is_told_it_was_given_up_on() {
+    use std::sync::atomic::AtomicBool;
+    let rt = CarRuntime::new();
+    rt.register_tool("slow").unwrap();
+    let (told, finished) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (t, f, check) = (told.clone(), finished.clone(), rt.clone());
+    // The tool works on a thread of its own, as a host's blocking tool does.
+    struct Blocking<F>(Arc<F>);
+    #[async_trait::async_trait]
+    impl<F: Fn(ToolCall) -> Result<Value, ToolFailure> + Send + Sync + 'static> car_runtime::engine::ToolExecutor
+        for Blocking<F>
+    {
+        async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
+            let f = self.0.clone();
+            tokio::task::spawn_blocking(move || f(call)).await.unwrap()
+        }
+    }
+    let exec = Arc::new(Blocking(Arc::new(move |call: ToolCall| {
+        let text = call.to_json();
+        if call.deadline.is_some() {
+            assert!(!check.tool_cancelled(&text).unwrap(), "not yet");
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            while std::time::Instant::now() < end && !check.tool_cancelled(&text).unwrap() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            t.store(check.tool_cancelled(&text).unwrap(), Ordering::SeqCst);
+            f.store(true, Ordering::SeqCst);
+        } else {
+            assert!(!check.tool_cancelled(&text).unwrap(), "no timeout: never given up on by the clock");
+        }
+        Ok(json!("late"))
+    })));
+    let p = json!({"id": "dl", "actions": [
+        {"id": "s", "type": "tool_call", "tool": "slow", "timeout_ms": 60, "failure_behavior": "skip"},
+        {"id": "n", "type": "tool_call", "tool": "slow"}]});
+    let out: Value =
+        serde_json::from_str(&rt.execute_proposal(&p.to_string(), exec, None, None).await.unwrap()).unwrap();
+    assert!(out["results"][0]["error"].as_str().unwrap().contains("timed out"), "{out}");
+    for _ in 0..300 {
+        if finished.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(told.load(Ordering::SeqCst), "the tool learned it was given up on");
+    assert!(rt.tool_cancelled(r#"{"tool": "x"}"#).is_err(), "not a call");
+    assert!(rt.tool_cancelled(r#"{"request_id": "r", "deadline": "soon"}"#).is_err(), "a bad deadline");
+}

@@ -116,6 +116,11 @@ export declare class CarRuntime {
    * for the call (the call JSON text or object the tool received).
    */
   toolLog(call: any, level: string, message: string, data?: any | undefined | null): void
+  /**
+   * Whether the engine has given up on this call (the call JSON text or
+   * object the tool received): its deadline (`timeout_ms`) has passed.
+   */
+  toolCancelled(call: any): boolean
   /** A state value as JSON text; `"null"` when absent. */
   stateGet(key: string, tenant?: string | undefined | null): string
   /** True when the key is set. */

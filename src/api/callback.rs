@@ -85,6 +85,10 @@ pub fn call_json(call: &ToolCall) -> String {
         out.push_str(",\"isolation\":");
         out.push_str(&iso.to_string());
     }
+    if let Some(d) = &call.deadline {
+        out.push_str(",\"deadline\":");
+        out.push_str(&serde_json::to_value(d).unwrap_or(Value::Null).to_string());
+    }
     out.push('}');
     out
 }
@@ -442,7 +446,10 @@ mod tests {
             attempt: 1,
             cwd: None,
             isolation: None,
+            deadline: None,
         };
+        assert_eq!(call_json(&call), call.to_json());
+        call.deadline = Some(chrono::Utc::now());
         assert_eq!(call_json(&call), call.to_json());
         call.timeout_ms = Some(2500);
         call.session_id = Some("s\"1\t".into());

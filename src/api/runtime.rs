@@ -868,6 +868,29 @@ impl CarRuntime {
         Ok(())
     }
 
+    /// Whether the engine has given up on the call of `call_json` (the call
+    /// JSON a tool received): its `deadline` (the attempt's `timeout_ms`)
+    /// has passed, so its answer will be discarded and the tool should stop.
+    /// A call without a timeout is never given up on this way. A `call_json`
+    /// that is not a call is an `invalid_argument`.
+    pub fn tool_cancelled(&self, call_json: &str) -> Result<bool> {
+        let call: Value = from_json_str(call_json)?;
+        if call.get("request_id").and_then(Value::as_str).is_none() {
+            return Err(Error::invalid_argument(
+                "call",
+                "must be the call JSON the tool received (an object with its `request_id`)",
+            ));
+        }
+        Ok(match call.get("deadline") {
+            None | Some(Value::Null) => false,
+            Some(d) => {
+                let d: chrono::DateTime<chrono::Utc> = serde_json::from_value(d.clone())
+                    .map_err(|e| Error::invalid_argument("call.deadline", e.to_string()))?;
+                chrono::Utc::now() >= d
+            }
+        })
+    }
+
     /// A detached tool's `ToolPollResult` as JSON text, or `None` once its
     /// terminal status has been reported (or for an unknown handle).
     pub fn tool_poll(&self, handle: &str) -> Option<String> {

@@ -39,6 +39,11 @@ pub struct ToolCall {
     /// not `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Value>,
+    /// When the engine gives up on this attempt (`timeout_ms` after it was
+    /// dispatched; RFC 3339): a tool past it is no longer waited for and
+    /// should stop (`CarRuntime::tool_cancelled`). `None` without a timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ToolCall {

@@ -1942,6 +1942,9 @@ fn make_call(ctx: &Ctx, tool: &str, params: &Map<String, Value>, a: &Action, att
         attempt,
         cwd: ctx.cwd.clone(),
         isolation: ctx.isolation.clone(),
+        deadline: a
+            .timeout_ms
+            .map(|t| chrono::Utc::now() + chrono::Duration::milliseconds(i64::try_from(t).unwrap_or(i64::MAX / 2))),
     }
 }
 

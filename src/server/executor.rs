@@ -153,6 +153,9 @@ impl WsToolExecutor {
         if detached {
             params["detached"] = json!(true);
         }
+        if let Some(d) = &call.deadline {
+            params["deadline"] = json!(d);
+        }
         let rx = conn.expect(&call.request_id);
         conn.track_call(&call.request_id, &call.tool, &call.action_id);
         let _tracked = Tracked { conn, id: &call.request_id };

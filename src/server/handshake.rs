@@ -299,7 +299,11 @@ pub const METHODS: &[MethodSpec] = &[
 
 /// Server → client frames, for the schema.
 const SERVER_TO_CLIENT: &[(&str, &str, &str)] = &[
-    ("tools.execute", "request", "{action_id, tool, parameters, timeout_ms, attempt, request_id, session_id?}"),
+    (
+        "tools.execute",
+        "request",
+        "{action_id, tool, parameters, timeout_ms, attempt, request_id, session_id?, deadline?, detached?, cwd?, isolation?}",
+    ),
     ("tools.cancel", "notification", "{request_id, action_id, reason}"),
     ("tools.stream.event", "notification", "{handle, chunk}"),
     (

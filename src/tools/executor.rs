@@ -130,6 +130,7 @@ mod tests {
             attempt: 1,
             cwd: None,
             isolation: None,
+            deadline: None,
         };
         let r = ex.execute(call("write_file", json!({"path": "x.txt", "content": "hi"}))).await.unwrap();
         assert_eq!(r["created"], true);

@@ -1282,6 +1282,10 @@ def test_a_client_tool_logs_into_the_event_log_while_its_call_is_in_flight():
         assert [(e["action_id"], e["data"]["message"], e["data"]["data"]) for e in logs] == [("f", "fetching", {"n": 1})]
         r = await c.request("tools.log", {"request_id": seen["id"], "level": "info", "message": "late"})
         assert r["error"]["data"]["code"] == "call_not_in_flight", r
+        # A call with a timeout carries its deadline.
+        res = await c.call("proposal.submit", {"proposal": proposal([tool_call("g", "fetch", timeout_ms=5000)], "log-2")})
+        assert res["results"][0]["status"] == "succeeded", res
+        assert [m["params"].get("deadline") is not None for m in c.server_requests] == [False, True]
         for x in (c, other):
             await x.close()
 

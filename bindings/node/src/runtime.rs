@@ -325,6 +325,13 @@ impl JsCarRuntime {
         self.core.tool_log(&text(call), &level, &message, data.as_deref()).map_err(to_js_err)
     }
 
+    /// Whether the engine has given up on this call (the call JSON text or
+    /// object the tool received): its deadline (`timeout_ms`) has passed.
+    #[napi]
+    pub fn tool_cancelled(&self, call: Value) -> Result<bool> {
+        self.core.tool_cancelled(&text(call)).map_err(to_js_err)
+    }
+
     /// A state value as JSON text; `"null"` when absent.
     #[napi]
     pub fn state_get(&self, key: String, tenant: Option<String>) -> Result<String> {

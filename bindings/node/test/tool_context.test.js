@@ -45,3 +45,30 @@ test('a tool logs into the event log through its call (toolLog)', async () => {
   assert.deepEqual(info.data.data, { url: 'https://example.test' });
   assert.throws(() => rt.toolLog({ request_id: 'req-1' }, 'loud', 'm'), (e) => e instanceof car.CarInputError && /level/.test(e.message));
 });
+
+
+test('a tool past its deadline is told it was given up on (toolCancelled)', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('slow');
+  let waited = -1;
+  const out = JSON.parse(await car.executeProposal(rt, { id: 'dl', actions: [
+    { id: 's', type: 'tool_call', tool: 'slow', timeout_ms: 40, failure_behavior: 'skip' }] }, (callJson) => {
+    assert.ok(JSON.parse(callJson).deadline);
+    assert.equal(rt.toolCancelled(callJson), false, 'not yet');
+    const start = Date.now();
+    // The tool's own work, checking between steps whether it is still wanted.
+    return new Promise((resolve) => {
+      const step = () => {
+        if (rt.toolCancelled(callJson) || Date.now() - start > 3000) {
+          waited = Date.now() - start;
+          resolve('late');
+        } else setTimeout(step, 5);
+      };
+      step();
+    });
+  }));
+  assert.match(out.results[0].error, /timed out/);
+  for (let i = 0; i < 300 && waited < 0; i += 1) await new Promise((r) => setTimeout(r, 10));
+  assert.ok(waited >= 0 && waited < 2000, `waited ${waited} ms`);
+  assert.equal(rt.toolCancelled({ request_id: 'r' }), false);
+});

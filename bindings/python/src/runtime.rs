@@ -647,6 +647,13 @@ impl PyCarRuntime {
         self.core.tool_log(&call, &level, &message, data.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
+    /// Whether the engine has given up on this call (the call JSON text or
+    /// dict the tool received): its deadline (`timeout_ms`) has passed.
+    fn tool_cancelled(&self, py: Python<'_>, call: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let call = json_text(py, call)?;
+        self.core.tool_cancelled(&call).map_err(|e| to_py_err(py, e))
+    }
+
     /// A state value as JSON text; `"null"` when absent.
     #[pyo3(signature = (key, tenant=None))]
     fn state_get(&self, py: Python<'_>, key: String, tenant: Option<String>) -> PyResult<String> {

@@ -54,3 +54,26 @@ def test_a_tool_logs_into_the_event_log_through_its_call():
         assert "level" in str(e)
     else:
         raise AssertionError("a bad level is refused")
+
+
+
+def test_a_tool_past_its_deadline_is_told_it_was_given_up_on():
+    import time
+    rt = car_runtime.CarRuntime()
+    rt.register_tool("slow")
+    seen = {}
+
+    def tool(call_json):
+        call = json.loads(call_json)
+        seen["deadline"] = call.get("deadline")
+        start = time.monotonic()
+        while not rt.tool_cancelled(call_json) and time.monotonic() - start < 3:
+            time.sleep(0.005)
+        seen["waited"] = time.monotonic() - start
+        return "late"
+
+    out = json.loads(rt.execute_proposal({"actions": [
+        {"id": "s", "type": "tool_call", "tool": "slow", "timeout_ms": 50, "failure_behavior": "skip"}]}, tool))
+    assert "timed out" in out["results"][0]["error"], out
+    assert seen["deadline"] and seen["waited"] < 2, seen
+    assert rt.tool_cancelled({"request_id": "r"}) is False

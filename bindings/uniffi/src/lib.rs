@@ -621,6 +621,12 @@ impl CarRuntime {
         Ok(self.core.tool_log(&call_json, &level, &message, data_json.as_deref())?)
     }
 
+    /// Whether the engine has given up on this call (the call JSON the tool
+    /// received): its deadline (`timeout_ms`) has passed.
+    pub fn tool_cancelled(&self, call_json: String) -> Result<bool, CarError> {
+        Ok(self.core.tool_cancelled(&call_json)?)
+    }
+
     /// A state value as JSON text; `"null"` when absent.
     #[uniffi::method(default(tenant = None))]
     pub fn state_get(&self, key: String, tenant: Option<String>) -> Result<String, CarError> {

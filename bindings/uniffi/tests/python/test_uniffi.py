@@ -65,6 +65,8 @@ def main():
                         tools, None, None)
     [log] = json.loads(rt.event_query('{"kinds": ["ToolLog"]}'))["events"]
     assert log["action_id"] == "g" and log["data"]["message"] == "fetching" and log["data"]["data"] == {"n": 1}, log
+    assert rt.tool_cancelled('{"request_id": "r", "deadline": "2000-01-01T00:00:00Z"}') is True
+    assert rt.tool_cancelled('{"request_id": "r"}') is False
     assert by["f"]["status"] == "skipped" and "flaky tool failed" in by["f"]["error"]  # skip after a failure
     assert json.loads(rt.state_get("seen", None)) == "prod"
     rt.state_set("k", "1", None)
