@@ -624,7 +624,15 @@ fn dropped() -> ToolFailure {
 #[async_trait]
 impl ToolExecutor for JsExecutor {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
-        match self.port.enqueue(&call, None).await.map_err(|_| dropped())? {
+        let answer = self.port.enqueue(&call, None).await.map_err(|_| dropped())?;
+        // An answer after the attempt's deadline is discarded: the engine's
+        // timer fails the attempt (as the Python and UniFFI pumps do). A
+        // synchronous tool keeps the JS thread, so its answer can come
+        // before the engine is polled again.
+        if call.past_deadline() {
+            return std::future::pending().await;
+        }
+        match answer {
             Answer::Value(v) => Ok(v),
             Answer::Fail(f) => Err(f),
             Answer::Started => Err(ToolFailure::ordinary(format!(

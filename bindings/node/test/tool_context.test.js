@@ -72,3 +72,16 @@ test('a tool past its deadline is told it was given up on (toolCancelled)', asyn
   assert.ok(waited >= 0 && waited < 2000, `waited ${waited} ms`);
   assert.equal(rt.toolCancelled({ request_id: 'r' }), false);
 });
+
+test('a synchronous tool that answers after its deadline is timed out, not taken', async () => {
+  const rt = new car.CarRuntime();
+  await rt.registerTool('busy');
+  const out = JSON.parse(await car.executeProposal(rt, { id: 'busy', actions: [
+    { id: 'b', type: 'tool_call', tool: 'busy', timeout_ms: 30, failure_behavior: 'skip' }] }, (callJson) => {
+    const start = Date.now();
+    while (Date.now() - start < 80) { /* keeps the thread past the deadline */ }
+    return 'too late';
+  }));
+  assert.equal(out.results[0].status, 'skipped');
+  assert.match(out.results[0].error, /timed out/);
+});
