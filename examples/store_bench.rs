@@ -109,6 +109,48 @@ async fn main() {
             pct(&lat, 0.5),
             pct(&lat, 0.99)
         );
+        // The shared tier ledger: a refresh that finds nothing new (what
+        // every run pays with --store), and a record appended on B until a
+        // refresh on A holds it.
+        {
+            use car_runtime::policy::{ApprovalRecord, JsonlLedger, PermissionTier};
+            use car_runtime::store::ledger::SharedLedger;
+            use std::sync::Arc;
+            let d = std::env::temp_dir().join(format!("car-ledger-bench-{}", std::process::id()));
+            let la = SharedLedger::shared(Arc::new(JsonlLedger::new(d.join("a.jsonl"))), ba.ledger.clone());
+            let lb = SharedLedger::shared(Arc::new(JsonlLedger::new(d.join("b.jsonl"))), bb.ledger.clone());
+            la.refresh().await.unwrap();
+            let ms = |t0: Instant| t0.elapsed().as_secs_f64() * 1e3;
+            let mut idle = Vec::new();
+            for _ in 0..500 {
+                let t0 = Instant::now();
+                la.refresh().await.unwrap();
+                idle.push(ms(t0));
+            }
+            let mut held = Vec::new();
+            for i in 0..200 {
+                let fp = format!("fp-{i}");
+                let rec = ApprovalRecord::new(&fp, PermissionTier::FullAccess, true, "bench", "", None).unwrap();
+                let t0 = Instant::now();
+                lb.append(&rec).await.unwrap();
+                la.refresh().await.unwrap();
+                assert!(la.latest_shared().unwrap().contains_key(&fp));
+                held.push(ms(t0));
+            }
+            idle.sort_by(f64::total_cmp);
+            held.sort_by(f64::total_cmp);
+            println!(
+                "postgres: tier ledger refresh with nothing new: p50 {:.3} ms, p99 {:.3} ms (500)",
+                pct(&idle, 0.5),
+                pct(&idle, 0.99)
+            );
+            println!(
+                "postgres: tier ledger record on B (durable, under its lock) until A's refresh holds it: p50 {:.2} ms, p99 {:.2} ms (200)",
+                pct(&held, 0.5),
+                pct(&held, 0.99)
+            );
+            let _ = std::fs::remove_dir_all(&d);
+        }
         drop((ba, bb, a, host_b));
         PgBackends::drop_schema(&url, &schema).await.unwrap();
     }
