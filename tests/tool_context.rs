@@ -152,6 +152,8 @@ async fn a_tool_past_its_deadline_is_told_it_was_given_up_on() {
             }
             t.store(check.tool_cancelled(&text).unwrap(), Ordering::SeqCst);
             f.store(true, Ordering::SeqCst);
+            // Winding down takes a moment: the answer comes after the timer.
+            std::thread::sleep(std::time::Duration::from_millis(100));
         } else {
             assert!(!check.tool_cancelled(&text).unwrap(), "no timeout: never given up on by the clock");
         }
@@ -172,4 +174,33 @@ async fn a_tool_past_its_deadline_is_told_it_was_given_up_on() {
     assert!(told.load(Ordering::SeqCst), "the tool learned it was given up on");
     assert!(rt.tool_cancelled(r#"{"tool": "x"}"#).is_err(), "not a call");
     assert!(rt.tool_cancelled(r#"{"request_id": "r", "deadline": "soon"}"#).is_err(), "a bad deadline");
+}
+
+/// A `timeout_ms` too large for a timestamp (the agent writes it) gives the
+/// call no deadline instead of overflowing, and the call runs.
+#[tokio::test]
+async fn a_timeout_of_ages_gives_no_deadline_and_the_call_runs() {
+    let rt = CarRuntime::new();
+    rt.register_tool("t").unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let exec = Arc::new(FnExecutor(move |call: ToolCall| {
+        s.lock().unwrap().push((call.timeout_ms, call.deadline.is_some()));
+        Ok(json!("ok"))
+    }));
+    let huge = [u64::MAX, i64::MAX as u64, (i64::MAX as u64) + 1, 9_000_000_000_000_000, 8_000_000_000_000_000];
+    let actions: Vec<Value> = huge
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"id": format!("a{i}"), "type": "tool_call", "tool": "t", "timeout_ms": t}))
+        .chain([json!({"id": "small", "type": "tool_call", "tool": "t", "timeout_ms": 60000})])
+        .collect();
+    let p = json!({"id": "ages", "actions": actions});
+    let out: Value =
+        serde_json::from_str(&rt.execute_proposal(&p.to_string(), exec, None, None).await.unwrap()).unwrap();
+    assert!(out["results"].as_array().unwrap().iter().all(|r| r["status"] == "succeeded"), "{out}");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), huge.len() + 1);
+    assert!(seen.iter().any(|(t, d)| *t == Some(60000) && *d), "an ordinary timeout has its deadline: {seen:?}");
+    assert!(seen.iter().filter(|(t, _)| *t == Some(u64::MAX)).all(|(_, d)| !d), "{seen:?}");
 }

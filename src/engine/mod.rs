@@ -216,6 +216,9 @@ pub(crate) struct Inner {
 /// call chain").
 pub const MODEL_RETRY_LIMIT: u32 = 2;
 
+/// How many call chains' `ModelRetry` counts a runtime keeps at once.
+const MODEL_RETRY_CHAINS: usize = 4096;
+
 /// An in-process runtime. Cheap to clone (shared state); Send + Sync.
 #[derive(Clone)]
 pub struct Runtime {
@@ -484,6 +487,10 @@ impl Runtime {
     /// Counts a `ModelRetry` of `chain`: how many it has had since its last success.
     pub(crate) fn model_retry_counted(&self, chain: &str) -> u32 {
         let mut m = self.inner.model_retries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Bounded: past this many open chains the counts start again.
+        if m.len() >= MODEL_RETRY_CHAINS && !m.contains_key(chain) {
+            m.clear();
+        }
         let n = m.entry(chain.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         self.inner.model_retries_held.store(true, Ordering::Relaxed);

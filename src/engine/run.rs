@@ -1942,9 +1942,12 @@ fn make_call(ctx: &Ctx, tool: &str, params: &Map<String, Value>, a: &Action, att
         attempt,
         cwd: ctx.cwd.clone(),
         isolation: ctx.isolation.clone(),
+        // None past what a timestamp holds (a `timeout_ms` of ages): no
+        // deadline, rather than an overflow.
         deadline: a
             .timeout_ms
-            .map(|t| chrono::Utc::now() + chrono::Duration::milliseconds(i64::try_from(t).unwrap_or(i64::MAX / 2))),
+            .and_then(|t| chrono::Duration::try_milliseconds(i64::try_from(t).ok()?))
+            .and_then(|d| chrono::Utc::now().checked_add_signed(d)),
     }
 }
 

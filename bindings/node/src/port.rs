@@ -110,6 +110,9 @@ impl Dispatcher {
 /// A JS tool's answer.
 enum Answer {
     Value(Value),
+    /// It came after the attempt's deadline: discarded, the engine's timer
+    /// fails the attempt (as the Python and UniFFI pumps do).
+    Late,
     /// A detached call's iterator started; chunks follow through `_streamPush`.
     Started,
     Fail(ToolFailure),
@@ -120,7 +123,8 @@ struct Queue {
     next: u32,
     first_unsent: u32,
     text: String,
-    pending: HashMap<u32, oneshot::Sender<Answer>>,
+    /// Each call's answer slot and its attempt's deadline.
+    pending: HashMap<u32, (oneshot::Sender<Answer>, Option<chrono::DateTime<chrono::Utc>>)>,
 }
 
 /// The shared half of a port: its call queue and wake-up state.
@@ -158,7 +162,7 @@ impl Port {
             // serde_json escapes control characters, so a call is one line.
             q.text.push_str(&call.to_json());
             q.text.push('\n');
-            q.pending.insert(id, tx);
+            q.pending.insert(id, (tx, call.deadline));
         }
         // Calls are queued while the engine is polled on the JS thread and
         // collected when the poll returns; one queued from elsewhere wakes the port.
@@ -497,7 +501,13 @@ fn drive_away(id: u32, task: Task) -> Option<Step> {
 fn deliver(p: &Port, list: Vec<(u32, u8, Value)>) {
     let mut q = p.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for (id, kind, payload) in list {
-        let Some(tx) = q.pending.remove(&id) else { continue };
+        let Some((tx, deadline)) = q.pending.remove(&id) else { continue };
+        // Stamped as it arrives: a synchronous tool holds the JS thread, so
+        // its answer can reach the engine before the engine sees its timer.
+        if deadline.is_some_and(|d| chrono::Utc::now() >= d) {
+            let _ = tx.send(Answer::Late);
+            continue;
+        }
         let message = |v: Value| match v {
             Value::String(s) => s,
             other => other.to_string(),
@@ -624,15 +634,8 @@ fn dropped() -> ToolFailure {
 #[async_trait]
 impl ToolExecutor for JsExecutor {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
-        let answer = self.port.enqueue(&call, None).await.map_err(|_| dropped())?;
-        // An answer after the attempt's deadline is discarded: the engine's
-        // timer fails the attempt (as the Python and UniFFI pumps do). A
-        // synchronous tool keeps the JS thread, so its answer can come
-        // before the engine is polled again.
-        if call.past_deadline() {
-            return std::future::pending().await;
-        }
-        match answer {
+        match self.port.enqueue(&call, None).await.map_err(|_| dropped())? {
+            Answer::Late => std::future::pending().await,
             Answer::Value(v) => Ok(v),
             Answer::Fail(f) => Err(f),
             Answer::Started => Err(ToolFailure::ordinary(format!(
@@ -651,6 +654,7 @@ impl ToolExecutor for JsExecutor {
         let answer = self.port.enqueue(&call, Some(sid)).await.map_err(|_| dropped())?;
         match answer {
             Answer::Started => {}
+            Answer::Late => return std::future::pending().await,
             // A plain value is the whole result.
             Answer::Value(v) => {
                 if let Some(tx) = streams().remove(&sid) {
