@@ -165,8 +165,9 @@ def test_sign_in_approve_with_the_diff_and_the_proposal_finishes(daemon, browser
         assert "reviewed the diff" in history and "car-server:operator:dashboard-" in history, history
 
         # A shell ask shows the command and the rule that matched.
-        fut = s.submit(proposal([tool_call("s1", "shell", parameters={"command": "git push origin main"})], "dash-2"))
         b.get(daemon.dash + "/")
+        WebDriverWait(b, 20).until(EC.text_to_be_present_in_element((By.ID, "live"), "live"))
+        fut = s.submit(proposal([tool_call("s1", "shell", parameters={"command": "git push origin main"})], "dash-2"))
         row = WebDriverWait(b, 20).until(
             EC.presence_of_element_located((By.CSS_SELECTOR, "#pending tbody tr:first-child")))
         row.find_element(By.CSS_SELECTOR, "a.approval-link").click()
@@ -180,8 +181,9 @@ def test_sign_in_approve_with_the_diff_and_the_proposal_finishes(daemon, browser
         assert err["code"] == -32003
 
         # Decided elsewhere: gone from the open page within a second (live).
-        fut = s.submit(proposal([tool_call("s2", "shell", parameters={"command": "make release"})], "dash-3"))
         b.get(daemon.dash + "/")
+        WebDriverWait(b, 20).until(EC.text_to_be_present_in_element((By.ID, "live"), "live"))
+        fut = s.submit(proposal([tool_call("s2", "shell", parameters={"command": "make release"})], "dash-3"))
         WebDriverWait(b, 20).until(
             EC.presence_of_element_located((By.CSS_SELECTOR, "#pending tbody tr:first-child")))
 

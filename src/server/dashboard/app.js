@@ -189,6 +189,7 @@ function diffView(diff) {
 
 async function pageApproval() {
   const id = decodeURIComponent(location.pathname.slice("/approval/".length));
+  await streamLive();
   const data = await api("/api/approval/" + encodeURIComponent(id));
   const a = data.approval;
   const rows = [
@@ -234,7 +235,17 @@ async function pageApproval() {
     el("td", {}, text(h.reviewer || h.by)), el("td", {}, text(h.scope)), el("td", {}, text(h.reason))));
   parts.push(el("h3", {}, "History"), table("history", ["Event", "At", "By", "Scope", "Reason"], history));
   main.replaceChildren(...parts);
-  live((kind, doc) => { if (kind === "approval.resolved" && doc.approval_id === id) { handlers.length = 0; pageApproval(); } });
+  // Rendered again when this approval changes: asked (an `expected` one
+  // becomes pending, and the decision is offered), decided, or on a resync.
+  live((kind, doc) => {
+    const mine = kind === "resync"
+      || (kind === "approval.resolved" && doc.approval_id === id)
+      || (kind === "approval.requested" && doc.approval && doc.approval.approval_id === id);
+    if (mine) pageApproval();
+  });
+  // A change while the page loaded (before the handler above): read again.
+  const again = await api("/api/approval/" + encodeURIComponent(id));
+  if (again.approval.status !== a.status) pageApproval();
 }
 
 async function pageProposals() {

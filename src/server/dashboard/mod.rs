@@ -407,12 +407,28 @@ async fn api_decide(
     }
 }
 
-/// Detaches the dashboard stream's approver count when the stream ends.
+/// Detaches the dashboard stream's approver count when the stream ends,
+/// after [`APPROVER_GRACE`]: a person moving between the dashboard's pages
+/// closes one stream and opens the next, and stays an approver meanwhile
+/// (an escalation arriving in between would otherwise be refused at once as
+/// if nobody could approve).
 struct Attached(Arc<Approvals>);
+
+/// How long a dashboard stream's approver outlives the stream.
+const APPROVER_GRACE: Duration = Duration::from_secs(3);
 
 impl Drop for Attached {
     fn drop(&mut self) {
-        self.0.attach_other(-1);
+        let approvals = self.0.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(async move {
+                    tokio::time::sleep(APPROVER_GRACE).await;
+                    approvals.attach_other(-1);
+                });
+            }
+            Err(_) => approvals.attach_other(-1),
+        }
     }
 }
 
