@@ -47,12 +47,6 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    /// Whether the attempt's `deadline` has passed: the engine has given up
-    /// on it (and discards a later answer).
-    pub fn past_deadline(&self) -> bool {
-        self.deadline.is_some_and(|d| chrono::Utc::now() >= d)
-    }
-
     /// The callback JSON text.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())

@@ -246,8 +246,25 @@ impl PermissionGate {
         reason: &str,
         evidence: Option<Value>,
     ) -> crate::Result<ApprovalRecord> {
+        let ledger =
+            self.ledger.as_ref().ok_or_else(|| Error::runtime("no_ledger", "no approvals ledger is configured"))?;
+        let rec = self.record_of(action, approve, reviewer, reason, evidence)?;
+        ledger.append(&rec)?;
+        Ok(rec)
+    }
+
+    /// The record of a reviewer's verdict on an action's operation (its
+    /// fingerprint and required tier), not yet appended anywhere.
+    pub fn record_of(
+        &self,
+        action: &Action,
+        approve: bool,
+        reviewer: &str,
+        reason: &str,
+        evidence: Option<Value>,
+    ) -> crate::Result<ApprovalRecord> {
         let required = self.axes(action).required_tier;
-        self.record_fingerprint(&fingerprint(action), required, approve, reviewer, reason, evidence)
+        ApprovalRecord::new(&fingerprint(action), required, approve, reviewer, reason, evidence)
     }
 
     /// Records a verdict for an explicit fingerprint.

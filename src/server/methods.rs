@@ -501,15 +501,7 @@ async fn record_approval(conn: &Conn, p: &Value, approve: bool) -> R {
             }
             let action: crate::ir::Action =
                 crate::ir::from_json_str(&action.to_string()).map_err(in_param("action"))?;
-            let required = crate::policy::PermissionGate::new().required_tier(&action);
-            crate::policy::ApprovalRecord::new(
-                &crate::policy::fingerprint(&action),
-                required,
-                approve,
-                &reviewer,
-                reason,
-                evidence,
-            )?
+            crate::policy::PermissionGate::new().record_of(&action, approve, &reviewer, reason, evidence)?
         }
         None => {
             let fp = req_str(p, "fingerprint")?;
