@@ -70,6 +70,8 @@ mod shell_variants;
 mod store_conformance;
 mod suspend_resume;
 mod tool_context;
+#[cfg(feature = "fetch")]
+mod tool_fetch;
 mod tools_confinement;
 mod unknown_fields;
 mod verify_facade;

@@ -17,6 +17,7 @@ PYTHONPATH="$GEN/python" python3 tests/python/test_approvals.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_admission.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_hooks.py
 PYTHONPATH="$GEN/python" python3 tests/python/test_planning.py
+PYTHONPATH="$GEN/python" python3 tests/python/test_fetch.py
 
 echo "--> uniffi: kotlin through the generated bindings"
 JNA=/usr/share/java/jna.jar

@@ -338,6 +338,9 @@ pub struct AdmissionStage {
     shared_approvals: Option<SharedApprovals>,
     approval_timeout: chrono::Duration,
     inspectors: Option<InspectorChain>,
+    /// `inspectors.egress_allowlist`, read once (the inspector and the
+    /// first-party fetch tool share it).
+    egress: Option<crate::policy::inspectors::EgressAllowlist>,
     breaker: Option<BreakerConfig>,
     /// The tools of kind `interactive` (run one at a time).
     interactive: std::collections::HashSet<String>,
@@ -450,6 +453,7 @@ impl AdmissionStage {
             shared_approvals: None,
             approval_timeout: chrono::Duration::milliseconds(DEFAULT_APPROVAL_TIMEOUT_MS as i64),
             inspectors: None,
+            egress: None,
             breaker: None,
             interactive: std::collections::HashSet::new(),
             supervisor: None,
@@ -526,11 +530,15 @@ impl AdmissionStage {
         {
             return Err(Error::invalid_argument("max_concurrency", "must be at least 1"));
         }
+        let egress = match config.inspectors.as_ref().and_then(|i| i.egress_allowlist.as_deref()) {
+            Some(hosts) => Some(crate::policy::inspectors::EgressAllowlist::new(hosts)?),
+            None => None,
+        };
         let inspectors = match &config.inspectors {
             Some(i) if !i.is_empty() => {
                 let mut chain = InspectorChain::new();
-                if let Some(hosts) = &i.egress_allowlist {
-                    chain.push_fn("egress_allowlist", crate::policy::inspectors::egress_allowlist(hosts.clone()));
+                if let Some(list) = &egress {
+                    chain.push_fn("egress_allowlist", crate::policy::inspectors::egress_allowlist(list.clone()));
                 }
                 if let Some(n) = i.repetition_limit {
                     chain.push_fn("repetition_limit", crate::policy::inspectors::repetition_limit(n));
@@ -573,6 +581,7 @@ impl AdmissionStage {
             shared_approvals,
             approval_timeout: chrono::Duration::milliseconds(i64::try_from(approval_timeout_ms).unwrap_or(i64::MAX)),
             inspectors,
+            egress,
             breaker: config.breaker,
             interactive,
             supervisor: host.supervisor.clone(),
@@ -596,6 +605,7 @@ impl AdmissionStage {
             shared_approvals: self.shared_approvals.clone(),
             approval_timeout: self.approval_timeout,
             inspectors: self.inspectors.clone(),
+            egress: self.egress.clone(),
             breaker: self.breaker,
             interactive: self.interactive.clone(),
             supervisor: self.supervisor.clone(),
@@ -1233,6 +1243,19 @@ async fn shared_always(backend: &dyn crate::store::ApprovalBackend, tool: &str) 
 }
 
 impl AdmissionStage {
+    /// The egress allowlist (`inspectors.egress_allowlist`), when set.
+    pub fn egress(&self) -> Option<&crate::policy::inspectors::EgressAllowlist> {
+        self.egress.as_ref()
+    }
+
+    /// What the chain's domain rules say about the first-party fetch tool
+    /// reaching `host` ([`PermissionChain::domain_refusal`]); `None` with
+    /// no chain or no rule naming it.
+    pub fn domain_refusal(&self, host: &str, with_ask: bool) -> Option<String> {
+        let chain = self.chain.as_ref()?;
+        chain.domain_refusal(&self.definition(crate::permission::FETCH_TOOL), host, with_ask)
+    }
+
     /// The dispatch-time inspectors for one attempt of a `tool_call`.
     pub fn dispatch(&self, a: &Action) -> Option<Decision> {
         let inspectors = self.inspectors.as_ref()?;

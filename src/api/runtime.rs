@@ -221,6 +221,29 @@ impl CarRuntime {
         self.register_builtins(root, true)
     }
 
+    /// Registers the first-party fetch tool `http_fetch` (source
+    /// `builtin`, risk `network`; `src/tools/fetch.rs`). Its calls pass the
+    /// admission stage like every call; then the tool itself checks the
+    /// host and every address it resolves to against the chain's domain
+    /// rules and `inspectors.egress_allowlist` before connecting, and every
+    /// redirect the same way. Loopback, private, link-local and metadata
+    /// addresses are refused unless an address or network entry of the
+    /// allowlist covers them.
+    #[cfg(feature = "fetch")]
+    pub fn register_fetch_tool(&self) -> Result<()> {
+        let t = crate::tools::builtin_tool(crate::permission::FETCH_TOOL)
+            .ok_or_else(|| Error::runtime("not_supported", "this build has no `http_fetch` tool"))?;
+        // Built-in calls are routed once a root is set; the fetch tool
+        // touches no file, so the current directory does (when none was set).
+        let mut root = self.builtin_root.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if root.is_none() {
+            let dir = std::env::current_dir()
+                .map_err(|e| Error::invalid_argument("root", format!("cannot read the current directory: {e}")))?;
+            *root = Some(Root::new(&dir)?);
+        }
+        self.rt.register_tool_with_source(t.schema, ToolSource::Builtin)
+    }
+
     fn register_builtins(&self, root: Option<&str>, with_shell: bool) -> Result<()> {
         let dir = match root {
             Some(r) => std::path::PathBuf::from(r),
@@ -229,7 +252,10 @@ impl CarRuntime {
         };
         let root = Root::new(&dir)?;
         for t in crate::tools::builtin_tools() {
-            if t.schema.name == crate::admission::SHELL_TOOL && !with_shell {
+            // `shell` and `http_fetch` have their own registrations.
+            if (t.schema.name == crate::admission::SHELL_TOOL && !with_shell)
+                || t.schema.name == crate::permission::FETCH_TOOL
+            {
                 continue;
             }
             self.rt.register_tool_with_source(t.schema, ToolSource::Builtin)?;

@@ -185,7 +185,7 @@ impl Rule {
                 if !ok {
                     return Err(rule_error(&spec, &format!("domain `{d}` is neither a host nor `*.suffix`")));
                 }
-                domains.push(norm);
+                domains.push(canonical_host(&norm));
             }
         }
         Ok(Rule { spec, shell, domains })
@@ -278,7 +278,25 @@ pub fn url_host(url: &str) -> Option<String> {
     }
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let plain = host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'));
-    (!host.is_empty() && plain).then_some(host)
+    (!host.is_empty() && plain).then(|| canonical_host(&host))
+}
+
+/// One spelling per IP address: an IPv6 address (bracketed or not) as
+/// `[`its RFC 5952 form`]`, an IPv4-mapped one as its IPv4 address; any
+/// other host unchanged.
+pub fn canonical_host(host: &str) -> String {
+    match host_ip(host) {
+        Some(std::net::IpAddr::V4(v4)) => v4.to_string(),
+        Some(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        None => host.to_string(),
+    }
+}
+
+/// The address a host names when it is an IP literal (`1.2.3.4`, `::1`,
+/// `[::1]`), IPv4-mapped IPv6 addresses taken as IPv4.
+pub fn host_ip(host: &str) -> Option<std::net::IpAddr> {
+    let inner = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    inner.parse::<std::net::IpAddr>().ok().map(|ip| ip.to_canonical())
 }
 
 /// Every URL host found in any string of a value (for advisory reports).
@@ -815,6 +833,28 @@ impl PermissionChain {
         } else {
             done(Verdict::Allow, DecidedBy::Default, None, input, format!("tool `{name}` allowed by default"))
         }
+    }
+
+    /// What the domain rules say about the fetch tool `tool` reaching
+    /// `host` (a name, an IPv4 address or a bracketed IPv6 address, as
+    /// [`url_host`] gives it): a deny rule naming it refuses; with
+    /// `with_ask`, an ask rule naming it refuses too (the first-party fetch
+    /// tool checks redirect targets and resolved addresses mid-call, where
+    /// no approval can be waited for). A rule that also has other criteria
+    /// counts as matching (fail closed). `None`: no domain rule names it.
+    pub fn domain_refusal(&self, tool: &ToolDefinition, host: &str, with_ask: bool) -> Option<String> {
+        let text = |r: &Rule| serde_json::to_string(&r.spec).unwrap_or_default();
+        let hit = |r: &&Rule| !r.domains.is_empty() && r.selects(tool) && r.domain_matches(host);
+        if let Some(rule) = self.deny.iter().find(hit) {
+            return Some(format!("`{host}` is denied by rule `{}`", text(rule)));
+        }
+        if with_ask && let Some(rule) = self.ask.iter().find(hit) {
+            return Some(format!(
+                "`{host}` asks by rule `{}`, and a fetch cannot wait for an approval in the middle of a call",
+                text(rule)
+            ));
+        }
+        None
     }
 
     /// The deny layer, then the ask layer.

@@ -113,13 +113,101 @@ impl InspectorChain {
     }
 }
 
+/// The egress allowlist (`inspectors.egress_allowlist`): host names, each
+/// allowing its subdomains too (`example.com`, or `*.example.com` for the
+/// same), IP addresses (`127.0.0.1`, `::1`) and networks (`10.0.0.0/8`,
+/// `fd00::/8`). Names govern the host a URL names; addresses and networks
+/// govern a URL naming an address, and they are also what lets the
+/// first-party fetch tool reach a loopback, private, link-local or
+/// metadata address (a name never does: it can resolve anywhere).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressAllowlist {
+    names: Vec<String>,
+    nets: Vec<(std::net::IpAddr, u8)>,
+}
+
+impl EgressAllowlist {
+    /// Reads the entries; an entry that is empty, a network with a bad
+    /// prefix, or neither a host name nor an address is an error naming it.
+    pub fn new(entries: &[String]) -> crate::Result<Self> {
+        let bad = |e: &str, why: &str| {
+            crate::Error::invalid_argument("inspectors.egress_allowlist", format!("entry `{e}` {why}"))
+        };
+        let mut list = EgressAllowlist::default();
+        for e in entries {
+            let t = e.trim().trim_end_matches('.').to_ascii_lowercase();
+            if let Some((addr, len)) = t.split_once('/') {
+                let ip = crate::permission::host_ip(addr)
+                    .ok_or_else(|| bad(e, "is not a network: no address before `/`"))?;
+                let max = if ip.is_ipv4() { 32 } else { 128 };
+                // An IPv4-mapped network is its IPv4 network.
+                let mapped = addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv6() && ip.is_ipv4());
+                let len: u8 = len.parse().map_err(|_| bad(e, "is not a network: the prefix length is not a number"))?;
+                let len = if mapped {
+                    len.checked_sub(96).ok_or_else(|| bad(e, "is wider than the IPv4-mapped range"))?
+                } else {
+                    len
+                };
+                if len > max {
+                    return Err(bad(e, &format!("is not a network: the prefix length is over {max}")));
+                }
+                list.nets.push((ip, len));
+            } else if let Some(ip) = crate::permission::host_ip(&t) {
+                list.nets.push((ip, if ip.is_ipv4() { 32 } else { 128 }));
+            } else {
+                let name = t.strip_prefix("*.").unwrap_or(&t);
+                if name.is_empty()
+                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+                {
+                    return Err(bad(e, "is neither a host name, an IP address nor a network"));
+                }
+                list.names.push(name.to_string());
+            }
+        }
+        Ok(list)
+    }
+
+    /// True when an address or network entry covers `ip`.
+    pub fn covers(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|&(net, len)| match (net, ip) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        })
+    }
+
+    /// True when a URL may name `host`: an address covered by an address or
+    /// network entry, or a name that is a name entry or a subdomain of one.
+    pub fn permits_host(&self, host: &str) -> bool {
+        match crate::permission::host_ip(host) {
+            Some(ip) => self.covers(ip),
+            None => {
+                let host = host.trim_end_matches('.').to_ascii_lowercase();
+                self.names.iter().any(|a| {
+                    host == *a
+                        || (host.len() > a.len()
+                            && host.ends_with(a.as_str())
+                            && host.as_bytes()[host.len() - a.len() - 1] == b'.')
+                })
+            }
+        }
+    }
+}
+
 /// An egress filter: denies a call whose `url`-like parameters (`url`,
-/// `uri`, `endpoint`, `host`) name a host outside `allowed_hosts` (exact or a
-/// subdomain). A value that is not a parseable URL or host denies.
+/// `uri`, `endpoint`, `host`) name a host the allowlist does not permit
+/// ([`EgressAllowlist::permits_host`]). A value that is not a parseable
+/// URL or host denies.
 pub fn egress_allowlist(
-    allowed_hosts: Vec<String>,
+    allowed: EgressAllowlist,
 ) -> impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync {
-    let allowed: Vec<String> = allowed_hosts.into_iter().map(|h| h.to_ascii_lowercase()).collect();
     move |_tool, params| {
         for key in ["url", "uri", "endpoint", "host"] {
             let Some(v) = params.get(key) else { continue };
@@ -129,7 +217,7 @@ pub fn egress_allowlist(
             let Some(host) = host_of(s) else {
                 return InspectorVerdict::Deny(format!("parameter `{key}` names no recognisable host"));
             };
-            if !allowed.iter().any(|a| host == *a || host.ends_with(&format!(".{a}"))) {
+            if !allowed.permits_host(&host) {
                 return InspectorVerdict::Deny(format!("parameter `{key}` names a host outside the egress allowlist"));
             }
         }
@@ -217,7 +305,7 @@ mod tests {
 
     #[test]
     fn egress_and_repetition() {
-        let egress = egress_allowlist(vec!["example.com".into()]);
+        let egress = egress_allowlist(EgressAllowlist::new(&["example.com".into()]).unwrap());
         assert_eq!(egress("http", &params(json!({"url": "https://api.example.com/x"}))), InspectorVerdict::Allow);
         assert_eq!(egress("http", &params(json!({"url": "https://u:p@example.com:8443/x"}))), InspectorVerdict::Allow);
         assert!(matches!(

@@ -91,6 +91,13 @@ impl ToolExecutor for BuiltinExecutor {
                 )));
             }
         };
+        #[cfg(feature = "fetch")]
+        if call.tool == super::fetch::FETCH_TOOL {
+            return match &self.rt {
+                Some(rt) => super::fetch::fetch(&params, call.timeout_ms, &*rt.admission_stage()).await,
+                None => super::fetch::fetch(&params, call.timeout_ms, &super::fetch::Unconfigured).await,
+            };
+        }
         let mut this = self.clone();
         tokio::task::spawn_blocking(move || {
             // Under worktree isolation the engine names the tree: every

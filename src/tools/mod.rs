@@ -1,5 +1,6 @@
 //! The built-in tools: `read_file`, `write_file`, `edit_file`, `list_dir`,
-//! `find_files`, `grep_files`, `calculate` and `shell`.
+//! `find_files`, `grep_files`, `calculate`, `shell` and (feature `fetch`)
+//! `http_fetch` ([`fetch`]).
 //!
 //! Each declares its ToolSchema (source `builtin`), its risk class and its
 //! reversibility. Every file tool is confined to a root directory: a path
@@ -14,6 +15,8 @@
 mod calc;
 mod confine;
 pub mod executor;
+#[cfg(feature = "fetch")]
+pub mod fetch;
 
 use std::time::Duration;
 
@@ -91,6 +94,14 @@ pub fn builtin_tools() -> Vec<BuiltinTool> {
             json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": path, "glob": {"type": "string"}}, "required": ["pattern"]}),
             "read",
             Reversible,
+        ),
+        #[cfg(feature = "fetch")]
+        decl(
+            fetch::FETCH_TOOL,
+            "Fetch an http:// or https:// URL (method, headers, body) and return its status, headers and body. The host and every address it resolves to are checked against the domain rules and the egress allowlist before connecting; loopback, private, link-local and metadata addresses are refused unless allowlisted; redirects get the same checks.",
+            fetch::parameters(),
+            "network",
+            Irreversible,
         ),
         decl(
             "list_dir",
@@ -209,6 +220,9 @@ pub fn execute(root: &Root, name: &str, params: &Map<String, Value>) -> Result<V
             Ok(json!({"expression": expr, "result": v}))
         }
         "shell" => shell(root, params),
+        crate::permission::FETCH_TOOL => Err(ToolFailure::terminal(
+            "`http_fetch` runs through the runtime's executor (BuiltinExecutor), not this synchronous entry point",
+        )),
         other => Err(ToolFailure::ordinary(format!("`{other}` is not a built-in tool"))),
     }
 }
@@ -546,10 +560,12 @@ mod tests {
     #[test]
     fn declarations() {
         let names: Vec<_> = builtin_tools().iter().map(|t| t.schema.name.clone()).collect();
-        assert_eq!(
-            names,
-            ["calculate", "edit_file", "find_files", "grep_files", "list_dir", "read_file", "shell", "write_file"]
-        );
+        let mut expected =
+            vec!["calculate", "edit_file", "find_files", "grep_files", "list_dir", "read_file", "shell", "write_file"];
+        if cfg!(feature = "fetch") {
+            expected.insert(4, "http_fetch");
+        }
+        assert_eq!(names, expected);
         assert!(builtin_tools().iter().all(|t| t.schema.source == ToolSource::Builtin));
         assert_eq!(builtin_tool("write_file").unwrap().risk, "write");
         assert_eq!(builtin_tool("read_file").unwrap().reversibility, Reversibility::Reversible);

@@ -81,6 +81,18 @@ impl JsCarRuntime {
         self.core.register_shell_tool(root.as_deref()).map_err(aerr)
     }
 
+    /// Registers the first-party fetch tool `http_fetch` (risk `network`).
+    /// Its calls pass the admission stage like every call; then the tool
+    /// checks the host and every address it resolves to against the domain
+    /// rules and `inspectors.egress_allowlist` before connecting, and each
+    /// redirect the same way; loopback, private, link-local and metadata
+    /// addresses are refused unless an address or network entry of the
+    /// allowlist covers them (`docs/fetch.md`).
+    #[napi]
+    pub async fn register_fetch_tool(&self) -> napi::Result<()> {
+        self.core.register_fetch_tool().map_err(aerr)
+    }
+
     /// Configures the admission stage from the admission configuration
     /// document (JSON text or object; the core's `AdmissionConfig`): tier, ledger,
     /// permission chain, `shell` table, inspectors, budget, retries. null

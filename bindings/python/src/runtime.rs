@@ -434,6 +434,17 @@ impl PyCarRuntime {
         self.core.register_shell_tool(root.as_deref()).map_err(|e| to_py_err(py, e))
     }
 
+    /// Registers the first-party fetch tool `http_fetch` (risk `network`).
+    /// Its calls pass the admission stage like every call; then the tool
+    /// checks the host and every address it resolves to against the domain
+    /// rules and `inspectors.egress_allowlist` before connecting, and each
+    /// redirect the same way; loopback, private, link-local and metadata
+    /// addresses are refused unless an address or network entry of the
+    /// allowlist covers them (`docs/fetch.md`).
+    fn register_fetch_tool(&self, py: Python<'_>) -> PyResult<()> {
+        self.core.register_fetch_tool().map_err(|e| to_py_err(py, e))
+    }
+
     /// Configures the admission stage from the admission configuration
     /// document (JSON text or dict; the core's `AdmissionConfig`): tier, ledger,
     /// permission chain, `[shell]` table, inspectors, budget, retries. None

@@ -407,6 +407,17 @@ impl CarRuntime {
         Ok(self.core.register_agent_basics(root.as_deref())?)
     }
 
+    /// Registers the first-party fetch tool `http_fetch` (risk `network`).
+    /// Its calls pass the admission stage like every call; then the tool
+    /// checks the host and every address it resolves to against the domain
+    /// rules and `inspectors.egress_allowlist` before connecting, and each
+    /// redirect the same way; loopback, private, link-local and metadata
+    /// addresses are refused unless an address or network entry of the
+    /// allowlist covers them (`docs/fetch.md`).
+    pub fn register_fetch_tool(&self) -> Result<(), CarError> {
+        Ok(self.core.register_fetch_tool()?)
+    }
+
     /// Configures the admission stage from the admission configuration
     /// document (JSON text; the core's `AdmissionConfig`): tier, ledger, permission
     /// chain, `shell` table, inspectors, budget, retries. None removes every

@@ -149,6 +149,10 @@ class CarRuntime:
     def register_shell_tool(self, root: Optional[str] = None) -> None:
         """The built-in tools and `shell`, run in `root` under the admission document's sandbox
         (`workspace-write` by default: no network, writes only under the root, a scrubbed environment)."""
+    def register_fetch_tool(self) -> None:
+        """The first-party fetch tool `http_fetch` (risk `network`): the host and every address it resolves
+        to are checked against the domain rules and `inspectors.egress_allowlist` before connecting, and each
+        redirect the same way; loopback, private, link-local and metadata addresses need an allowlist entry."""
     def set_permissions(self, config_json: Optional[_JsonArg] = None, approvals_dir: Optional[str] = None) -> None:
         """Configures the admission stage from the admission configuration document
         (the core's AdmissionConfig; None removes every layer but the tier); asks go through the
