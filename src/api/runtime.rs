@@ -232,7 +232,7 @@ impl CarRuntime {
     #[cfg(feature = "fetch")]
     pub fn register_fetch_tool(&self) -> Result<()> {
         let t = crate::tools::builtin_tool(crate::permission::FETCH_TOOL)
-            .ok_or_else(|| Error::runtime("not_supported", "this build has no `http_fetch` tool"))?;
+            .ok_or_else(|| Error::runtime("internal_error", "this build has no `http_fetch` built-in"))?;
         // Built-in calls are routed once a root is set; the fetch tool
         // touches no file, so the current directory does (when none was set).
         let mut root = self.builtin_root.write().unwrap_or_else(std::sync::PoisonError::into_inner);

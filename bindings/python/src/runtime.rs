@@ -218,6 +218,48 @@ struct PyExecutor {
 /// Chunks a detached Python tool holds before its `yield` waits.
 const STREAM_BUFFER: usize = 64;
 
+/// Detached Python tools running at once in this process when
+/// `CAR_MAX_DETACHED_TOOLS` does not say otherwise. Each holds an OS thread
+/// for as long as it streams, and a proposal chooses how many it starts.
+pub(crate) const DEFAULT_MAX_DETACHED: usize = 256;
+
+/// The cap: `CAR_MAX_DETACHED_TOOLS` (a positive integer) read once, else
+/// [`DEFAULT_MAX_DETACHED`].
+fn detached_limit() -> usize {
+    static LIMIT: OnceLock<usize> = OnceLock::new();
+    *LIMIT.get_or_init(|| match std::env::var("CAR_MAX_DETACHED_TOOLS").ok().map(|v| v.trim().parse::<usize>()) {
+        None => DEFAULT_MAX_DETACHED,
+        Some(Ok(n)) if n >= 1 => n,
+        Some(_) => {
+            eprintln!("car-runtime: CAR_MAX_DETACHED_TOOLS is not a positive integer; using {DEFAULT_MAX_DETACHED}");
+            DEFAULT_MAX_DETACHED
+        }
+    })
+}
+
+/// Detached Python tools whose thread is running.
+static DETACHED_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One running detached tool's place under the cap, given back when its
+/// thread ends.
+struct DetachedSlot;
+
+impl DetachedSlot {
+    /// A place, or `None` when `limit` tools are running.
+    fn take(limit: usize) -> Option<DetachedSlot> {
+        DETACHED_RUNNING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .ok()
+            .map(|_| DetachedSlot)
+    }
+}
+
+impl Drop for DetachedSlot {
+    fn drop(&mut self) {
+        DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[async_trait::async_trait]
 impl ToolExecutor for PyExecutor {
     async fn execute(&self, call: ToolCall) -> Result<Value, ToolFailure> {
@@ -230,9 +272,19 @@ impl ToolExecutor for PyExecutor {
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let tool = self.tool.clone();
         let name = call.tool.clone();
+        let limit = detached_limit();
+        let slot = DetachedSlot::take(limit).ok_or_else(|| {
+            ToolFailure::ordinary(format!(
+                "tool '{name}': {limit} detached Python tools are already running, the most at once \
+                 (CAR_MAX_DETACHED_TOOLS); this one was not started: try again when one has ended"
+            ))
+        })?;
         std::thread::Builder::new()
             .name(format!("car-stream-{name}"))
-            .spawn(move || Python::attach(|py| tool.stream(py, &call, cancel, tx, started_tx)))
+            .spawn(move || {
+                let _slot = slot;
+                Python::attach(|py| tool.stream(py, &call, cancel, tx, started_tx))
+            })
             .map_err(|e| ToolFailure::ordinary(format!("tool '{name}': cannot start its thread: {e}")))?;
         match started_rx.await {
             Ok(Ok(())) => {

@@ -3,6 +3,9 @@ generator or a plain answer, read into the handle `tool_poll` drains;
 `tool_cancel` closes the generator; failures end the stream with an error."""
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -161,3 +164,64 @@ def test_failures_end_the_stream_or_fail_the_start():
     # An exception from the call itself fails the action.
     out = json.loads(rt.execute_proposal(detached("refuses", failure_behavior="skip"), tool))
     assert out["results"][0]["status"] == "skipped" and "cannot start" in out["results"][0]["error"], out
+
+
+_CAP_SCRIPT = r"""
+import json, threading, time
+import car_runtime
+
+release = threading.Event()
+started = []
+
+def tool(call_json):
+    call = json.loads(call_json)
+    def gen():
+        started.append(call["action_id"])
+        release.wait(20)
+        yield "done"
+    return gen()
+
+rt = car_runtime.CarRuntime()
+rt.register_tool("feed")
+
+def run(ids):
+    p = {"actions": [{"id": i, "type": "tool_call", "tool": "feed", "invocation_mode": "streaming",
+                      "max_retries": 0} for i in ids]}
+    return {r["action_id"]: r for r in json.loads(rt.execute_proposal(p, tool))["results"]}
+
+first = run(["a", "b", "c"])
+statuses = sorted(r["status"] for r in first.values())
+refused = [r for r in first.values() if r["status"] == "failed"]
+release.set()
+handles = [r["output"]["tool_handle"] for r in first.values() if r["status"] == "succeeded"]
+for h in handles:
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if json.loads(rt.tool_poll(h))["status"] != "running":
+            break
+        time.sleep(0.01)
+# The threads give their places back as they end (just after their
+# streams close, so a start may need a moment).
+for attempt in range(100):
+    again = run(["d", "e"])
+    if all(r["status"] == "succeeded" for r in again.values()):
+        break
+    time.sleep(0.05)
+print(json.dumps({"statuses": statuses, "error": refused[0]["error"] if refused else None,
+                  "again": sorted(r["status"] for r in again.values())}))
+"""
+
+
+def test_detached_tools_running_at_once_are_capped():
+    """Each running detached Python tool holds an OS thread: past
+    CAR_MAX_DETACHED_TOOLS (default 256) a start is refused with a clear
+    error instead of growing threads without bound; places come back as
+    tools end. Run in a child process, since the cap is read once."""
+    env = dict(os.environ, CAR_MAX_DETACHED_TOOLS="2")
+    out = subprocess.run([sys.executable, "-c", _CAP_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["statuses"] == ["failed", "succeeded", "succeeded"], r
+    assert "2 detached Python tools are already running" in r["error"], r
+    assert "CAR_MAX_DETACHED_TOOLS" in r["error"], r
+    assert r["again"] == ["succeeded", "succeeded"], r
