@@ -55,7 +55,22 @@ fn conformance_corpus() {
             count += 1;
             let name = format!("{}::{}", path.strip_prefix(&root).unwrap_or(path).display(), case["name"]);
             let method = case["method"].as_str().unwrap_or_else(|| panic!("{name}: no method"));
+            // A case may set environment variables for its call (the
+            // ledger's opt-in, `CAR_LEDGER_UNAUTHENTICATED`); this test runs
+            // alone in its process (nextest) and reads them only here.
+            let env: Vec<(String, String)> = case["env"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+                .unwrap_or_default();
+            for (k, v) in &env {
+                // SAFETY: no other thread of this test reads or writes the environment.
+                unsafe { std::env::set_var(k, v) };
+            }
             let got = car_runtime::api::call(method, &case["params"]);
+            for (k, _) in &env {
+                // SAFETY: as above.
+                unsafe { std::env::remove_var(k) };
+            }
             let ok = match (&got, case.get("expected"), case.get("expected_subset"), case.get("expected_error")) {
                 (Ok(v), Some(want), _, _) => v == want,
                 (Ok(v), None, Some(want), _) => subset(want, v),

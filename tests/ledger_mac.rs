@@ -76,14 +76,26 @@ fn a_forged_line_does_not_approve_and_an_api_record_does() {
 
     assert_eq!(decision(&ledger, &key), "needs_approval", "a forged line is not an approval");
     assert!(!admitted(&stage(&ledger, &key)), "nor at admission");
-    // Unkeyed (backward compatible), the same file approves: that is what the key is for.
+    // With no key configured the default key file authenticates, so the
+    // forged line does not approve either (it did before: the ledger was
+    // read unauthenticated).
     assert_eq!(
         serde_json::from_str::<Value>(
             &permission_evaluate(&json!({"actions": [deploy()]}).to_string(), "full_access", Some(&ledger)).unwrap()
         )
         .unwrap()["decisions"][0]["decision"],
-        "allow"
+        "needs_approval"
     );
+    let unkeyed = |extra: Value| {
+        let mut doc = json!({"tier": "full_access", "ledger_path": ledger});
+        doc.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        AdmissionStage::build(AdmissionConfig::from_value(doc).unwrap(), &HostLayers::default(), None).unwrap()
+    };
+    assert!(!admitted(&unkeyed(json!({}))), "the admission document without a key authenticates too");
+    // Only the operator's explicit opt-in trusts unsigned lines: that is what the key is for.
+    assert!(admitted(&unkeyed(json!({"ledger_unauthenticated": true}))));
+    // A configured key wins over the opt-in.
+    assert!(!admitted(&unkeyed(json!({"ledger_unauthenticated": true, "ledger_key_path": key}))));
 
     permission_record_decision_keyed(&deploy().to_string(), true, "alice", "ok", &ledger, Some(&key), None).unwrap();
     assert_eq!(decision(&ledger, &key), "allow");

@@ -81,6 +81,7 @@ export type CarConfigErrorCode =
   | 'invalid_admission_config'
   | 'invalid_ledger'
   | 'invalid_ledger_key'
+  | 'ledger_key_required'
   | 'invalid_mcp_config'
   | 'invalid_mcp_tool'
   | 'invalid_permission_hook'

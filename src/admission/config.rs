@@ -6,6 +6,7 @@
 //!   "tier": "sandbox_edit",
 //!   "ledger_path": "/var/lib/car/tier-approvals.jsonl",
 //!   "ledger_key_path": "/etc/car/ledger.key",
+//!   "ledger_unauthenticated": false,
 //!   "preset": "standard",
 //!   "hooks": [{"tool": "fetch", "verdict": "ask"}],
 //!   "deny": [{"tool": "shell", "argv": "rm **"}],
@@ -133,9 +134,16 @@ pub struct AdmissionConfig {
     pub ledger_path: Option<String>,
     /// The key file authenticating the ledger's records (HMAC-SHA256, see
     /// `JsonlLedger::with_key`); without it the `CAR_LEDGER_KEY` variable,
-    /// else the ledger is unauthenticated.
+    /// else the default key file (`approval::ledger::default_key_path`,
+    /// created on first use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_key_path: Option<String>,
+    /// Trust unsigned ledger lines: with no key file and no
+    /// `CAR_LEDGER_KEY`, the ledger stays unkeyed and every well-formed line
+    /// counts (ledgers written before records were signed). Whoever can
+    /// write the file can then approve; the default (false) authenticates.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ledger_unauthenticated: bool,
     /// `strict`, `standard` or `open`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,

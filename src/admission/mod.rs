@@ -554,13 +554,23 @@ impl AdmissionStage {
             (None, Some(dir)) => Some(Arc::new(ApprovalStore::open(dir)?)),
             (None, None) => None,
         };
+        let unsigned = config.ledger_unauthenticated || crate::approval::ledger::unauthenticated_from_env();
         let ledger = match (&config.ledger_path, &config.ledger_key_path) {
-            (Some(p), key) => Some(Arc::new(JsonlLedger::open(Path::new(p), key.as_deref().map(Path::new))?).into()),
+            (Some(p), key) => {
+                Some(Arc::new(JsonlLedger::open_with(Path::new(p), key.as_deref().map(Path::new), unsigned)?).into())
+            }
             (None, Some(_)) => {
                 return Err(crate::Error::config(
                     "invalid_admission_config",
                     "`ledger_key_path` is set without `ledger_path`",
                     serde_json::json!({"key": "ledger_key_path"}),
+                ));
+            }
+            (None, None) if config.ledger_unauthenticated => {
+                return Err(crate::Error::config(
+                    "invalid_admission_config",
+                    "`ledger_unauthenticated` is set without `ledger_path`",
+                    serde_json::json!({"key": "ledger_unauthenticated"}),
                 ));
             }
             (None, None) => host.tier_ledger.clone(),

@@ -193,7 +193,8 @@ fn parse_tier(s: &str) -> Result<PermissionTier> {
 }
 
 /// The gate over the ledger at `ledger_path`, keyed by the file at
-/// `ledger_key_path`, else by `CAR_LEDGER_KEY`, else unauthenticated.
+/// `ledger_key_path`, else by `CAR_LEDGER_KEY`, else by the default key
+/// file (`JsonlLedger::open`).
 fn gate(ledger_path: Option<&str>, ledger_key_path: Option<&str>) -> Result<PermissionGate> {
     Ok(match ledger_path {
         Some(p) => PermissionGate::new().with_ledger(Box::new(JsonlLedger::open(p, ledger_key_path.map(Path::new))?)),
@@ -234,7 +235,7 @@ pub fn permission_record_decision(
 }
 
 /// [`permission_record_decision`] on a ledger keyed by the file at
-/// `ledger_key_path` (`None`: `CAR_LEDGER_KEY`, else unauthenticated).
+/// `ledger_key_path` (`None`: `CAR_LEDGER_KEY`, else the default key file).
 pub fn permission_record_decision_keyed(
     action_json: &str,
     approve: bool,
@@ -278,7 +279,7 @@ pub fn permission_record_for_fingerprint(
 }
 
 /// [`permission_record_for_fingerprint`] on a ledger keyed by the file at
-/// `ledger_key_path` (`None`: `CAR_LEDGER_KEY`, else unauthenticated).
+/// `ledger_key_path` (`None`: `CAR_LEDGER_KEY`, else the default key file).
 #[allow(clippy::too_many_arguments)]
 pub fn permission_record_for_fingerprint_keyed(
     fingerprint: &str,

@@ -11,8 +11,14 @@
 //! With a [`LedgerKey`] ([`JsonlLedger::with_key`]) every line carries an
 //! HMAC-SHA256 (`mac`) over the record's canonical form, and a line without
 //! a valid one is no record at all: it never approves (nor rejects), and the
-//! read reports it. Without a key (backward compatible, [`JsonlLedger::new`])
-//! any well-formed line counts, so whoever can write the file can approve.
+//! read reports it. A ledger opened without a key file or [`LEDGER_KEY_ENV`]
+//! ([`JsonlLedger::open`]) is keyed by the default key file
+//! ([`default_key_path`], created on first use, the daemon's), so an
+//! in-process runtime authenticates its records too. Only an explicit opt-in
+//! ([`JsonlLedger::open_with`] with `accept_unsigned`: the admission
+//! document's `ledger_unauthenticated`, or [`LEDGER_UNAUTHENTICATED_ENV`])
+//! keeps a ledger unkeyed ([`JsonlLedger::new`]): then any well-formed line
+//! counts, so whoever can write the file can approve.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -121,6 +127,49 @@ impl ApprovalRecord {
 /// [`LedgerKey::MIN_LEN`] bytes) for a ledger configured without a key file.
 pub const LEDGER_KEY_ENV: &str = "CAR_LEDGER_KEY";
 
+/// The environment variable (`1` or `true`) that keeps a ledger configured
+/// without a key file or [`LEDGER_KEY_ENV`] unauthenticated, trusting every
+/// well-formed line (what the admission document's `ledger_unauthenticated`
+/// does for one runtime). For ledgers written before records were signed;
+/// whoever can write such a file can approve.
+pub const LEDGER_UNAUTHENTICATED_ENV: &str = "CAR_LEDGER_UNAUTHENTICATED";
+
+/// The directory under `CAR_HOME` or the configuration directory that holds
+/// the daemon's token and the default ledger key.
+pub const APP_DIR: &str = "ai.parslee.car";
+
+/// True when [`LEDGER_UNAUTHENTICATED_ENV`] is `1` or `true`.
+pub fn unauthenticated_from_env() -> bool {
+    std::env::var(LEDGER_UNAUTHENTICATED_ENV).is_ok_and(|v| v.trim() == "1" || v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// The default ledger key file, read from an environment lookup:
+/// `CAR_LEDGER_KEY_FILE` (absolute); else `$CAR_HOME/ai.parslee.car/ledger.key`;
+/// else `$XDG_CONFIG_HOME/ai.parslee.car/ledger.key`; else
+/// `~/.config/ai.parslee.car/ledger.key`. Outside the state root that holds
+/// the ledger (`~/.car`), and not in the runtime directory: the key must
+/// outlive a reboot, or every approval recorded before it stops counting.
+pub fn default_key_path(env: impl Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+    let nonempty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    if let Some(p) = nonempty("CAR_LEDGER_KEY_FILE").map(PathBuf::from) {
+        if !p.is_absolute() {
+            return Err(format!("CAR_LEDGER_KEY_FILE must be an absolute path, got `{}`", p.display()));
+        }
+        return Ok(p);
+    }
+    if let Some(root) = nonempty("CAR_HOME").map(PathBuf::from) {
+        if !root.is_absolute() {
+            return Err(format!("CAR_HOME must be an absolute path, got `{}`", root.display()));
+        }
+        return Ok(root.join(APP_DIR).join("ledger.key"));
+    }
+    let dir = match nonempty("XDG_CONFIG_HOME") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(nonempty("HOME").ok_or("neither CAR_HOME nor HOME is set")?).join(".config"),
+    };
+    Ok(dir.join(APP_DIR).join("ledger.key"))
+}
+
 /// The secret that authenticates the lines of a [`JsonlLedger`]
 /// (HMAC-SHA256). Keep it outside every directory an agent can write or
 /// read (the ledger's own directory included): whoever holds it can forge
@@ -204,17 +253,27 @@ impl LedgerKey {
                 std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
                 b.create(dir).map_err(io)?;
             }
+            // Written whole under a temporary name, then linked into place:
+            // a process racing this one reads either no file or all of a key.
             let key = Self::generate();
+            let tmp = path.with_file_name(format!(
+                ".{}.{}.tmp",
+                path.file_name().and_then(|n| n.to_str()).unwrap_or("ledger.key"),
+                uuid::Uuid::new_v4().simple()
+            ));
             let mut o = std::fs::OpenOptions::new();
             o.write(true).create_new(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-            match o.open(path) {
-                Ok(mut f) => {
-                    f.write_all(&key.0).map_err(io)?;
-                    f.write_all(b"\n").map_err(io)?;
-                    f.sync_all().map_err(io)?;
-                }
+            let written = o.open(&tmp).and_then(|mut f| {
+                f.write_all(&key.0)?;
+                f.write_all(b"\n")?;
+                f.sync_all()
+            });
+            let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {}
                 // Another process created it first: read theirs.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io(e)),
@@ -360,13 +419,42 @@ impl JsonlLedger {
         JsonlLedger { path: path.into(), key: Some(key), lock: Mutex::new(()), latest: Mutex::new(None) }
     }
 
-    /// The ledger at `path`, keyed by [`LedgerKey::resolve`]`(key_path)`
-    /// (the key file, else [`LEDGER_KEY_ENV`], else unauthenticated).
+    /// The ledger at `path`, keyed by the file at `key_path`, else by
+    /// [`LEDGER_KEY_ENV`], else by the default key file
+    /// ([`default_key_path`], created mode 600 when absent), unless
+    /// [`LEDGER_UNAUTHENTICATED_ENV`] opts into an unkeyed ledger
+    /// ([`Self::open_with`]).
     pub fn open(path: impl Into<PathBuf>, key_path: Option<&Path>) -> crate::Result<Self> {
-        Ok(match LedgerKey::resolve(key_path)? {
-            Some(k) => Self::with_key(path, k),
-            None => Self::new(path),
-        })
+        Self::open_with(path, key_path, unauthenticated_from_env())
+    }
+
+    /// [`Self::open`] with the opt-in given: with `accept_unsigned` and no
+    /// key file or [`LEDGER_KEY_ENV`], the ledger is unkeyed and every
+    /// well-formed line counts (a configured key always wins). Without a
+    /// default key path (no `HOME` nor `CAR_HOME`) the error
+    /// `ledger_key_required` names the ways to give one.
+    pub fn open_with(path: impl Into<PathBuf>, key_path: Option<&Path>, accept_unsigned: bool) -> crate::Result<Self> {
+        let path = path.into();
+        if let Some(k) = LedgerKey::resolve(key_path)? {
+            return Ok(Self::with_key(path, k));
+        }
+        if accept_unsigned {
+            return Ok(Self::new(path));
+        }
+        let key_file = default_key_path(|k| std::env::var(k).ok()).map_err(|why| {
+            Error::config(
+                "ledger_key_required",
+                format!(
+                    "the tier ledger `{}` needs a key to authenticate its records, and there is no default \
+                     key file ({why}): set `ledger_key_path`, {LEDGER_KEY_ENV} or CAR_LEDGER_KEY_FILE \
+                     (`ledger_unauthenticated: true` trusts unsigned lines, which whoever can write the \
+                     file can forge)",
+                    path.display()
+                ),
+                json!({"file": path.display().to_string()}),
+            )
+        })?;
+        Ok(Self::with_key(path, LedgerKey::load_or_create(&key_file)?))
     }
 
     /// Whether lines are authenticated.
@@ -690,6 +778,47 @@ mod tests {
         // An unkeyed ledger reads every well-formed line (backward compatible).
         assert_eq!(JsonlLedger::new(&path).records().unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_default_key_path_follows_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let p = |pairs: &'static [(&'static str, &'static str)]| default_key_path(env(pairs));
+        assert_eq!(p(&[("HOME", "/h")]).unwrap(), PathBuf::from("/h/.config/ai.parslee.car/ledger.key"));
+        assert_eq!(
+            p(&[("HOME", "/h"), ("XDG_CONFIG_HOME", "/x")]).unwrap(),
+            PathBuf::from("/x/ai.parslee.car/ledger.key")
+        );
+        assert_eq!(p(&[("HOME", "/h"), ("CAR_HOME", "/c")]).unwrap(), PathBuf::from("/c/ai.parslee.car/ledger.key"));
+        assert_eq!(p(&[("CAR_HOME", "/c"), ("CAR_LEDGER_KEY_FILE", "/k/key")]).unwrap(), PathBuf::from("/k/key"));
+        assert!(p(&[("CAR_LEDGER_KEY_FILE", "rel/key")]).unwrap_err().contains("absolute"));
+        assert!(p(&[("CAR_HOME", "rel")]).unwrap_err().contains("absolute"));
+        assert!(p(&[("HOME", " ")]).unwrap_err().contains("HOME"));
+    }
+
+    /// Processes (here threads) racing to create the same key all end up
+    /// with the one key written whole: none reads a partial file.
+    #[test]
+    fn a_key_created_by_racers_is_one_whole_key() {
+        for round in 0..20 {
+            let dir = std::env::temp_dir().join(format!("car-key-race-{}-{round}", uuid::Uuid::new_v4()));
+            let path = dir.join("sub").join("ledger.key");
+            let keys: Vec<_> = (0..8)
+                .map(|_| {
+                    let path = path.clone();
+                    std::thread::spawn(move || LedgerKey::load_or_create(&path))
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect();
+            assert!(keys.windows(2).all(|w| w[0] == w[1]), "round {round}: racers got different keys");
+            let left: Vec<_> = std::fs::read_dir(dir.join("sub")).unwrap().map(|e| e.unwrap().file_name()).collect();
+            assert_eq!(left, [std::ffi::OsString::from("ledger.key")], "no temporary file is left");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 
     #[test]

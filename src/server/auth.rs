@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 
 /// The directory name shared with the original daemon's clients.
-pub const APP_DIR: &str = "ai.parslee.car";
+pub use crate::approval::ledger::APP_DIR;
 
 /// A fresh token: 32 random bytes as 43 characters of base64url without padding.
 pub fn generate_token() -> Result<String, String> {
@@ -39,40 +39,18 @@ impl Paths {
     /// Resolves from an environment lookup (injected for tests).
     pub fn resolve(env: impl Fn(&str) -> Option<String>) -> Result<Paths, String> {
         let nonempty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-        let home = nonempty("HOME").map(PathBuf::from);
-        let key_override = match nonempty("CAR_LEDGER_KEY_FILE").map(PathBuf::from) {
-            Some(p) if !p.is_absolute() => {
-                return Err(format!("CAR_LEDGER_KEY_FILE must be an absolute path, got `{}`", p.display()));
-            }
-            other => other,
-        };
+        // The same default key file as an in-process runtime's ledger.
+        let ledger_key_file = crate::approval::ledger::default_key_path(&env)?;
         if let Some(root) = nonempty("CAR_HOME") {
             let root = PathBuf::from(root);
-            if !root.is_absolute() {
-                return Err(format!("CAR_HOME must be an absolute path, got `{}`", root.display()));
-            }
-            return Ok(Paths {
-                token_file: root.join(APP_DIR).join("auth-token"),
-                ledger_key_file: key_override.unwrap_or_else(|| root.join(APP_DIR).join("ledger.key")),
-                state_root: root,
-            });
+            return Ok(Paths { token_file: root.join(APP_DIR).join("auth-token"), ledger_key_file, state_root: root });
         }
-        let home = home.ok_or("neither CAR_HOME nor HOME is set")?;
+        let home = PathBuf::from(nonempty("HOME").ok_or("neither CAR_HOME nor HOME is set")?);
         let token_dir = match nonempty("XDG_RUNTIME_DIR") {
             Some(d) => PathBuf::from(d).join(APP_DIR),
             None => home.join(".config").join(APP_DIR),
         };
-        // Not the runtime directory: the key must outlive a reboot, or every
-        // approval recorded before it would stop counting.
-        let key_dir = match nonempty("XDG_CONFIG_HOME") {
-            Some(d) => PathBuf::from(d).join(APP_DIR),
-            None => home.join(".config").join(APP_DIR),
-        };
-        Ok(Paths {
-            state_root: home.join(".car"),
-            token_file: token_dir.join("auth-token"),
-            ledger_key_file: key_override.unwrap_or_else(|| key_dir.join("ledger.key")),
-        })
+        Ok(Paths { state_root: home.join(".car"), token_file: token_dir.join("auth-token"), ledger_key_file })
     }
 
     /// The policy directory applied to every session.

@@ -696,10 +696,11 @@ impl Submission {
 /// Keys of the admission document only the operator sets (never over the
 /// wire): the granted tier has `permission.set_tier`, and the ledger and
 /// approvals files are the daemon's own.
-const OPERATOR_KEYS: [&str; 8] = [
+const OPERATOR_KEYS: [&str; 9] = [
     "tier",
     "ledger_path",
     "ledger_key_path",
+    "ledger_unauthenticated",
     "approvals_dir",
     "allow_protected_writes",
     "sandbox",

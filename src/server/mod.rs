@@ -85,7 +85,8 @@ pub struct Config {
     pub ledger_path: Option<PathBuf>,
     /// The key file authenticating the ledger's records (HMAC-SHA256;
     /// `car-server` creates it, mode 600, outside the state root). `None`:
-    /// `CAR_LEDGER_KEY`, else an unauthenticated ledger.
+    /// `CAR_LEDGER_KEY`, else the default key file
+    /// (`approval::ledger::default_key_path`).
     pub ledger_key_path: Option<PathBuf>,
     /// How long a proposal parked for supervision waits for a verdict
     /// before it is refused (fail closed).

@@ -63,6 +63,9 @@ async def run_case(case, url=URL, token=TOKEN):
             await c.call("policy.register", p)
         config = dict(case["config"])
         tier = config.pop("tier", None)
+        # The daemon's ledger is always keyed; trusting unsigned lines is an
+        # operator key (refused over the wire) that it never needs.
+        config.pop("ledger_unauthenticated", None)
         if tier is not None:
             await c.call("permission.set_tier", {"tier": tier})
         await c.call("admission.configure", {"config": config})
@@ -142,9 +145,13 @@ def test_case_on_a_daemon_of_its_own(case, tmp_path):
                                          "reason": rec["reason"]})
         await reviewer.close()
 
+    if case.get("ledger_hand_written"):
+        # The case's lines written into the daemon's ledger by hand, as an
+        # agent with write access would: they must not count.
+        (home / "tier-approvals.jsonl").write_text("".join(json.dumps(l) + "\n" for l in case["ledger"]))
     with Daemon("--auth-token", "case-token", home=str(home)) as d:
         url = d.url.rstrip("/")
-        if case.get("ledger"):
+        if case.get("ledger") and not case.get("ledger_hand_written"):
             run(record(url))
         res, got = run(run_case(case, url, "case-token"))
     check(case, res, got)
@@ -163,7 +170,8 @@ def test_a_hand_written_ledger_line_does_not_approve(tmp_path):
 def test_wire_config_cannot_set_operator_keys():
     async def go():
         c = await authed()
-        for key, value in [("tier", "full_access"), ("ledger_path", "/tmp/forged.jsonl"), ("approvals_dir", "/tmp")]:
+        for key, value in [("tier", "full_access"), ("ledger_path", "/tmp/forged.jsonl"), ("approvals_dir", "/tmp"),
+                           ("ledger_unauthenticated", True)]:
             r = await c.request("admission.configure", {"config": {key: value}})
             assert r["error"]["code"] == -32602, r
             assert key in r["error"]["message"]
