@@ -339,6 +339,13 @@ pub struct CostSummary {
 }
 
 /// The soft scoring target used to rank candidate proposals.
+///
+/// ```
+/// use car_runtime::ir::CostTarget;
+///
+/// let t = CostTarget::default().with_target_tool_calls(2).with_cost_weight(0.5);
+/// assert_eq!((t.target_tool_calls, t.target_actions, t.cost_weight), (2, 10, 0.5));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostTarget {
     /// Default 5.
@@ -386,9 +393,44 @@ impl CostTarget {
         let w = self.cost_weight.clamp(0.0, 1.0);
         success_likelihood * (1.0 - w) + cost_efficiency * w
     }
+
+    /// The same target with this `target_tool_calls`.
+    #[must_use]
+    pub fn with_target_tool_calls(mut self, n: u64) -> Self {
+        self.target_tool_calls = n;
+        self
+    }
+
+    /// The same target with this `target_duration_ms`.
+    #[must_use]
+    pub fn with_target_duration_ms(mut self, ms: f64) -> Self {
+        self.target_duration_ms = ms;
+        self
+    }
+
+    /// The same target with this `target_actions`.
+    #[must_use]
+    pub fn with_target_actions(mut self, n: u64) -> Self {
+        self.target_actions = n;
+        self
+    }
+
+    /// The same target with this `cost_weight` (clamped to [0, 1] when scoring).
+    #[must_use]
+    pub fn with_cost_weight(mut self, weight: f64) -> Self {
+        self.cost_weight = weight;
+        self
+    }
 }
 
 /// The hard budget: proposals exceeding it are rejected at verification.
+///
+/// ```
+/// use car_runtime::ir::CostBudget;
+///
+/// let b = CostBudget::default().with_max_actions(10).with_max_tool_calls(4);
+/// assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::json!({"max_actions": 10, "max_tool_calls": 4}));
+/// ```
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CostBudget {
     /// Maximum number of actions.
@@ -400,6 +442,29 @@ pub struct CostBudget {
     /// Maximum total duration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration_ms: Option<f64>,
+}
+
+impl CostBudget {
+    /// The same budget, allowing at most `n` actions.
+    #[must_use]
+    pub fn with_max_actions(mut self, n: u64) -> Self {
+        self.max_actions = Some(n);
+        self
+    }
+
+    /// The same budget, allowing at most `n` tool calls.
+    #[must_use]
+    pub fn with_max_tool_calls(mut self, n: u64) -> Self {
+        self.max_tool_calls = Some(n);
+        self
+    }
+
+    /// The same budget, allowing at most `ms` milliseconds in total.
+    #[must_use]
+    pub fn with_max_duration_ms(mut self, ms: f64) -> Self {
+        self.max_duration_ms = Some(ms);
+        self
+    }
 }
 
 /// What `proposal.submit` / `executeProposal` / `execute_proposal` return.
@@ -540,6 +605,11 @@ pub struct ToolFailure {
 }
 
 impl ToolFailure {
+    /// A failure with this message and classification.
+    pub fn new(message: impl Into<String>, classification: ToolFailureClassification) -> Self {
+        ToolFailure { message: message.into(), classification }
+    }
+
     /// An ordinary failure.
     pub fn ordinary(message: impl Into<String>) -> Self {
         ToolFailure { message: message.into(), classification: ToolFailureClassification::Ordinary }
@@ -594,6 +664,43 @@ mod tests {
         let mut out = Vec::new();
         serialize_timestamp(t, &mut serde_json::Serializer::new(&mut out)).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_builders_build_what_the_struct_literals_build() {
+        let b = CostBudget::default().with_max_actions(10).with_max_tool_calls(4).with_max_duration_ms(1.5);
+        let literal = CostBudget { max_actions: Some(10), max_tool_calls: Some(4), max_duration_ms: Some(1.5) };
+        assert_eq!(b, literal);
+        assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::to_value(&literal).unwrap());
+        assert_eq!(
+            CostBudget::default().with_max_actions(2),
+            CostBudget { max_actions: Some(2), ..CostBudget::default() }
+        );
+
+        let t = CostTarget::default()
+            .with_target_tool_calls(1)
+            .with_target_duration_ms(20.0)
+            .with_target_actions(3)
+            .with_cost_weight(0.5);
+        let literal =
+            CostTarget { target_tool_calls: 1, target_duration_ms: 20.0, target_actions: 3, cost_weight: 0.5 };
+        assert_eq!(t, literal);
+        assert_eq!(serde_json::to_value(&t).unwrap(), serde_json::to_value(&literal).unwrap());
+        assert_eq!(
+            CostTarget::default().with_cost_weight(1.0),
+            CostTarget { cost_weight: 1.0, ..CostTarget::default() }
+        );
+
+        for c in [
+            ToolFailureClassification::Ordinary,
+            ToolFailureClassification::Terminal,
+            ToolFailureClassification::ModelRetry,
+        ] {
+            assert_eq!(ToolFailure::new("m", c), ToolFailure { message: "m".into(), classification: c });
+        }
+        assert_eq!(ToolFailure::ordinary("m"), ToolFailure::new("m", ToolFailureClassification::Ordinary));
+        assert_eq!(ToolFailure::terminal("m"), ToolFailure::new("m", ToolFailureClassification::Terminal));
+        assert_eq!(ToolFailure::model_retry("m"), ToolFailure::new("m", ToolFailureClassification::ModelRetry));
     }
 
     #[test]

@@ -30,6 +30,13 @@ pub struct ToolHandle {
     pub id: String,
 }
 
+impl ToolHandle {
+    /// The handle with this id.
+    pub fn new(id: impl Into<String>) -> Self {
+        ToolHandle { id: id.into() }
+    }
+}
+
 /// One piece of a detached tool's output. Tagged by `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -112,6 +119,13 @@ pub struct ToolStreamEvent {
     pub chunk: ToolStreamChunk,
 }
 
+impl ToolStreamEvent {
+    /// The event of `chunk` from the invocation `handle`.
+    pub fn new(handle: ToolHandle, chunk: ToolStreamChunk) -> Self {
+        ToolStreamEvent { handle, chunk }
+    }
+}
+
 /// What `tools.poll` / `tool_poll` returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolPollResult {
@@ -139,4 +153,19 @@ pub struct ToolPollResult {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_constructors_build_what_the_struct_literals_build() {
+        assert_eq!(ToolHandle::new("h1"), ToolHandle { id: "h1".into() });
+        let chunk = ToolStreamChunk::Progress { fraction: 0.5, message: Some("half".into()) };
+        let built = ToolStreamEvent::new(ToolHandle::new("h1"), chunk.clone());
+        let literal = ToolStreamEvent { handle: ToolHandle { id: "h1".into() }, chunk };
+        assert_eq!(built, literal);
+        assert_eq!(serde_json::to_value(&built).unwrap(), serde_json::to_value(&literal).unwrap());
+    }
 }

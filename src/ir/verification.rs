@@ -15,6 +15,17 @@ pub enum Severity {
     Info,
 }
 
+impl Severity {
+    /// The wire spelling: `error`, `warning` or `info`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
 /// Which kind of check produced a finding. Deliberately not ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -98,4 +109,16 @@ pub struct VerificationResult {
     /// The evidence bundle.
     #[serde(default)]
     pub evidence: Evidence,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn severity_as_str_is_the_wire_spelling() {
+        for s in [Severity::Error, Severity::Warning, Severity::Info] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
 }
