@@ -5,7 +5,11 @@ use serde_json::{Map, Value};
 
 /// A precondition operator. Unknown operators are kept verbatim (so they
 /// round-trip) and always evaluate to a failed check.
+///
+/// `#[non_exhaustive]`: operators may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Operator {
     /// `state[key] == value`
     #[default]
@@ -79,6 +83,9 @@ impl<'de> Deserialize<'de> for Operator {
 
 /// A state predicate that must hold before the action runs.
 ///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`Precondition::new`] and the `with_*` setters.
+///
 /// ```
 /// use car_runtime::ir::{Operator, Precondition};
 ///
@@ -86,6 +93,7 @@ impl<'de> Deserialize<'de> for Operator {
 /// assert_eq!(p.describe(), "enough items");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Precondition {
     /// State key to evaluate.
     pub key: String,

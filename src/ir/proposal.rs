@@ -27,7 +27,11 @@ fn default_max_retries() -> u32 {
 }
 
 /// A batch of actions submitted in one verify-then-execute round.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ActionProposal::new`] and the `with_*` setters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ActionProposal {
     /// 12 hex chars from a UUIDv4 if omitted.
     #[serde(default = "short_id")]
@@ -121,8 +125,12 @@ impl ActionProposal {
 }
 
 /// What kind of step an action is.
+///
+/// `#[non_exhaustive]`: kinds may be added, so a `match` outside this crate
+/// needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ActionType {
     /// Invoke a registered tool with `parameters`.
     ToolCall,
@@ -147,8 +155,12 @@ impl ActionType {
 }
 
 /// What happens when the action's tool errors or a precondition fails.
+///
+/// `#[non_exhaustive]`: behaviors may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureBehavior {
     /// Stop the proposal; downstream actions are not executed (default).
     #[default]
@@ -161,6 +173,9 @@ pub enum FailureBehavior {
 
 /// An assumption about shared state the action did not produce.
 ///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`StateAssumption::new`] and the `with_*` setters.
+///
 /// ```
 /// use car_runtime::ir::StateAssumption;
 ///
@@ -168,6 +183,7 @@ pub enum FailureBehavior {
 /// assert_eq!(serde_json::to_value(&a).unwrap(), serde_json::json!({"key": "balance", "expected_value": 100, "read_version": 7}));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StateAssumption {
     /// The state key.
     pub key: String,
@@ -207,6 +223,17 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 
 /// A single unit of agent intent.
 ///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`Action::new`] (or [`Action::tool_call`],
+/// [`Action::state_write`], [`Action::state_read`]) and the `with_*`
+/// setters; neither a struct literal nor `..Action::new(..)` compiles there:
+///
+/// ```compile_fail,E0639
+/// use car_runtime::ir::{Action, ActionType};
+///
+/// let a = Action { id: "a".into(), ..Action::new(ActionType::StateRead) };
+/// ```
+///
 /// ```
 /// use car_runtime::ir::{Action, FailureBehavior, Operator, Precondition};
 ///
@@ -222,6 +249,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 /// assert_eq!(a.effective_write_set(), ["deployed"]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Action {
     /// Unique within the proposal; 12 hex chars from a UUIDv4 if omitted.
     #[serde(default = "short_id")]

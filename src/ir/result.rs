@@ -6,8 +6,36 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Where an action is in its lifecycle.
+///
+/// `#[non_exhaustive]`: statuses may be added, so a `match` outside this
+/// crate needs a wildcard arm; one naming every status does not compile:
+///
+/// ```compile_fail,E0004
+/// use car_runtime::ir::ActionStatus;
+///
+/// fn done(s: ActionStatus) -> bool {
+///     match s {
+///         ActionStatus::Proposed | ActionStatus::Validated | ActionStatus::Executing => false,
+///         ActionStatus::Rejected | ActionStatus::Succeeded | ActionStatus::Failed | ActionStatus::Skipped => true,
+///     }
+/// }
+/// ```
+///
+/// ```
+/// use car_runtime::ir::ActionStatus;
+///
+/// fn done(s: ActionStatus) -> bool {
+///     match s {
+///         ActionStatus::Proposed | ActionStatus::Validated | ActionStatus::Executing => false,
+///         ActionStatus::Rejected | ActionStatus::Succeeded | ActionStatus::Failed | ActionStatus::Skipped => true,
+///         _ => false,
+///     }
+/// }
+/// assert!(done(ActionStatus::Skipped));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ActionStatus {
     /// Proposed, not yet validated.
     Proposed,
@@ -238,7 +266,11 @@ mod write {
 }
 
 /// The outcome of one action.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ActionResult::new`] and sets the public fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ActionResult {
     /// The action.
     pub action_id: String,
@@ -293,8 +325,12 @@ impl ActionResult {
 }
 
 /// A typed state change: set (including to `null`) or delete.
+///
+/// `#[non_exhaustive]`: kinds of change may be added, so a `match` outside
+/// this crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StateMutation {
     /// Set the key to the value (which may be `null`).
     Set {
@@ -316,7 +352,11 @@ impl StateMutation {
 }
 
 /// Post-execution accounting.
+///
+/// `#[non_exhaustive]`: counters may be added; the runtime produces it, and
+/// code outside this crate starts from `CostSummary::default()`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CostSummary {
     /// Tool invocations (attempts included).
     #[serde(default)]
@@ -340,6 +380,9 @@ pub struct CostSummary {
 
 /// The soft scoring target used to rank candidate proposals.
 ///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// starts from `CostTarget::default()` and the `with_*` setters.
+///
 /// ```
 /// use car_runtime::ir::CostTarget;
 ///
@@ -347,6 +390,7 @@ pub struct CostSummary {
 /// assert_eq!((t.target_tool_calls, t.target_actions, t.cost_weight), (2, 10, 0.5));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CostTarget {
     /// Default 5.
     #[serde(default = "d_tool_calls")]
@@ -425,6 +469,16 @@ impl CostTarget {
 
 /// The hard budget: proposals exceeding it are rejected at verification.
 ///
+/// `#[non_exhaustive]`: limits may be added, so code outside this crate
+/// starts from `CostBudget::default()` (no limit) and the `with_*` setters;
+/// neither a struct literal nor `..CostBudget::default()` compiles there:
+///
+/// ```compile_fail,E0639
+/// use car_runtime::ir::CostBudget;
+///
+/// let b = CostBudget { max_actions: Some(10), max_tool_calls: None, max_duration_ms: None };
+/// ```
+///
 /// ```
 /// use car_runtime::ir::CostBudget;
 ///
@@ -432,6 +486,7 @@ impl CostTarget {
 /// assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::json!({"max_actions": 10, "max_tool_calls": 4}));
 /// ```
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CostBudget {
     /// Maximum number of actions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -468,7 +523,10 @@ impl CostBudget {
 }
 
 /// What `proposal.submit` / `executeProposal` / `execute_proposal` return.
+///
+/// `#[non_exhaustive]`: fields may be added; the runtime produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProposalResult {
     /// The proposal.
     pub proposal_id: String,
@@ -578,8 +636,12 @@ impl ProposalResult {
 }
 
 /// How a tool failure is classified.
+///
+/// `#[non_exhaustive]`: classifications may be added, so a `match` outside
+/// this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolFailureClassification {
     /// Follows the action's failure behavior.
     #[default]
@@ -595,7 +657,12 @@ pub enum ToolFailureClassification {
 }
 
 /// A typed failure returned by a tool executor.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolFailure::new`], [`ToolFailure::ordinary`],
+/// [`ToolFailure::terminal`] or [`ToolFailure::model_retry`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolFailure {
     /// The message.
     pub message: String,

@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// How a `tool_call` runs.
+///
+/// `#[non_exhaustive]`: modes may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolInvocationMode {
     /// Dispatch awaits the result inline (default).
     #[default]
@@ -24,7 +28,11 @@ impl ToolInvocationMode {
 }
 
 /// Opaque handle of a detached tool invocation.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolHandle::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolHandle {
     /// The handle id.
     pub id: String,
@@ -38,8 +46,12 @@ impl ToolHandle {
 }
 
 /// One piece of a detached tool's output. Tagged by `kind`.
+///
+/// `#[non_exhaustive]`: kinds of chunk may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolStreamChunk {
     /// Text output.
     Text {
@@ -80,8 +92,12 @@ impl ToolStreamChunk {
 }
 
 /// Control messages to a detached tool.
+///
+/// `#[non_exhaustive]`: messages may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolControl {
     /// Ask for buffered output.
     Poll,
@@ -90,8 +106,12 @@ pub enum ToolControl {
 }
 
 /// Status of a detached tool.
+///
+/// `#[non_exhaustive]`: statuses may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolStatus {
     /// Still running.
     Running,
@@ -111,7 +131,11 @@ impl ToolStatus {
 }
 
 /// Handle-tagged envelope streamed to a client.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolStreamEvent::new`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolStreamEvent {
     /// The handle.
     pub handle: ToolHandle,
@@ -127,7 +151,10 @@ impl ToolStreamEvent {
 }
 
 /// What `tools.poll` / `tool_poll` returns.
+///
+/// `#[non_exhaustive]`: fields may be added; the runtime produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolPollResult {
     /// The handle.
     pub handle: ToolHandle,

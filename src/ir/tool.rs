@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Stable origin category of a tool, assigned by the runtime.
+///
+/// `#[non_exhaustive]`: categories may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolSource {
     /// Shipped with the runtime.
     Builtin,
@@ -19,7 +23,11 @@ pub enum ToolSource {
 }
 
 /// `{max_calls, interval_secs}`.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolRateLimit::new`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolRateLimit {
     /// Calls permitted within the interval.
     pub max_calls: u32,
@@ -36,6 +44,9 @@ impl ToolRateLimit {
 
 /// A registered tool.
 ///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolSchema::named`] and the `with_*` setters.
+///
 /// ```
 /// use car_runtime::ir::{ToolRateLimit, ToolSchema};
 ///
@@ -48,6 +59,7 @@ impl ToolRateLimit {
 /// assert_eq!(serde_json::to_value(&s).unwrap()["rate_limit"], serde_json::json!({"max_calls": 10, "interval_secs": 1.0}));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolSchema {
     /// Unique within a runtime.
     pub name: String,
