@@ -400,9 +400,7 @@ async fn panicking_executor_fails_the_action() {
 
 #[tokio::test]
 async fn cost_budget_refuses_before_running() {
-    let rt = Runtime::new(
-        RuntimeOptions::default().cost_budget(CostBudget { max_actions: Some(1), ..CostBudget::default() }),
-    );
+    let rt = Runtime::new(RuntimeOptions::default().cost_budget(CostBudget::default().with_max_actions(1)));
     rt.register_tool_name("x").unwrap();
     let ex = Arc::new(Script::default());
     let r = run(

@@ -113,7 +113,7 @@ fn derived_transactional_sets() {
     a.parameters.insert("value".into(), json!(1));
     a.expected_effects.insert("e".into(), json!(true));
     a.state_dependencies = vec!["d".into()];
-    a.assumptions = vec![StateAssumption { key: "s".into(), expected_value: None, read_version: Some(2) }];
+    a.assumptions = vec![StateAssumption::new("s").with_read_version(2)];
     assert_eq!(a.effective_read_set(), ["d", "s"]);
     assert_eq!(a.effective_write_set(), ["e", "k"]);
     a.read_set = vec!["r".into()];
@@ -131,7 +131,7 @@ fn cost_target_score_formula() {
     let t = CostTarget::default();
     assert!((t.score(1.0, 0.0) - 0.8).abs() < 1e-12);
     assert!((t.score(0.5, 1.0) - (0.5 * 0.8 + 0.2)).abs() < 1e-12);
-    let t = CostTarget { cost_weight: 1.0, ..CostTarget::default() };
+    let t = CostTarget::default().with_cost_weight(1.0);
     assert!((t.score(0.3, 0.9) - 0.9).abs() < 1e-12);
 }
 
@@ -180,14 +180,21 @@ fn action() -> impl Strategy<Value = Action> {
         Just(Operator::Contains),
         "[a-z]{8}".prop_map(Operator::Unknown),
     ];
-    let pre = ("[a-z]{1,4}", op, json_value(), ".{0,6}").prop_map(|(key, operator, value, description)| Precondition {
-        key,
-        operator,
-        value,
-        description,
+    let pre = ("[a-z]{1,4}", op, json_value(), ".{0,6}").prop_map(|(key, operator, value, description)| {
+        Precondition::new(key, operator, value).with_description(description)
     });
-    let assumption = ("[a-z]{1,4}", prop::option::of(json_value()), prop::option::of(any::<u64>()))
-        .prop_map(|(key, expected_value, read_version)| StateAssumption { key, expected_value, read_version });
+    let assumption = ("[a-z]{1,4}", prop::option::of(json_value()), prop::option::of(any::<u64>())).prop_map(
+        |(key, expected_value, read_version)| {
+            let mut a = StateAssumption::new(key);
+            if let Some(v) = expected_value {
+                a = a.with_expected_value(v);
+            }
+            if let Some(n) = read_version {
+                a = a.with_read_version(n);
+            }
+            a
+        },
+    );
     let comp = prop::option::of(prop_oneof![
         ("[a-z.]{1,8}", json_map()).prop_map(|(tool, parameters)| Compensation::Tool { tool, parameters }),
         "[a-z0-9]{1,8}".prop_map(|action_id| Compensation::ActionRef { action_id }),
@@ -221,27 +228,32 @@ fn action() -> impl Strategy<Value = Action> {
                 timeout_ms,
                 metadata,
             ) = c;
-            Action {
-                id,
-                tool: if action_type == ActionType::ToolCall { Some(tool) } else { None },
-                action_type,
-                parameters,
-                preconditions,
-                expected_effects,
-                state_dependencies,
-                dependencies,
-                read_set,
-                write_set,
-                assumptions,
-                invocation_mode,
-                reversibility,
-                compensation,
-                idempotent,
-                max_retries,
-                failure_behavior,
-                timeout_ms,
-                metadata,
+            // Every field through the builders (the struct is `#[non_exhaustive]`).
+            let mut a = Action::new(action_type)
+                .with_id(id)
+                .with_parameters(parameters)
+                .with_read_set(read_set)
+                .with_write_set(write_set)
+                .with_invocation_mode(invocation_mode)
+                .with_reversibility(reversibility)
+                .with_idempotent(idempotent)
+                .with_max_retries(max_retries)
+                .on_failure(failure_behavior);
+            if action_type == ActionType::ToolCall {
+                a = a.with_tool(tool);
             }
+            a = preconditions.into_iter().fold(a, Action::with_precondition);
+            a = expected_effects.into_iter().fold(a, |a, (k, v)| a.with_expected_effect(k, v));
+            a = state_dependencies.into_iter().fold(a, Action::with_state_dependency);
+            a = dependencies.into_iter().fold(a, Action::after);
+            a = assumptions.into_iter().fold(a, Action::with_assumption);
+            if let Some(c) = compensation {
+                a = a.with_compensation(c);
+            }
+            if let Some(ms) = timeout_ms {
+                a = a.with_timeout_ms(ms);
+            }
+            metadata.into_iter().fold(a, |a, (k, v)| a.with_metadata(k, v))
         })
 }
 
@@ -254,12 +266,12 @@ fn proposal() -> impl Strategy<Value = ActionProposal> {
         0u32..1_000_000_000,
         json_map(),
     )
-        .prop_map(|(id, source, actions, secs, nanos, context)| ActionProposal {
-            id,
-            source,
-            actions,
-            timestamp: chrono::DateTime::from_timestamp(secs, nanos).unwrap_or_default(),
-            context,
+        .prop_map(|(id, source, actions, secs, nanos, context)| {
+            let p = ActionProposal::new(actions)
+                .with_id(id)
+                .with_source(source)
+                .with_timestamp(chrono::DateTime::from_timestamp(secs, nanos).unwrap_or_default());
+            context.into_iter().fold(p, |p, (k, v)| p.with_context(k, v))
         })
 }
 

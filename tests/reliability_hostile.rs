@@ -192,9 +192,7 @@ fn a_million_actions_are_refused_by_the_limits() {
             &v.issues[..v.issues.len().min(3)]
         );
         // The engine's cost budget refuses the whole proposal before anything runs.
-        let rt = Runtime::new(
-            RuntimeOptions::default().cost_budget(CostBudget { max_actions: Some(1000), ..CostBudget::default() }),
-        );
+        let rt = Runtime::new(RuntimeOptions::default().cost_budget(CostBudget::default().with_max_actions(1000)));
         let ex = Arc::new(FnExecutor(|_c: ToolCall| -> Result<Value, ToolFailure> { unreachable!() }));
         let r = tokio().block_on(rt.execute(p, ex, ExecOptions::default())).unwrap();
         assert_eq!(r.results.len(), 1_000_000);

@@ -64,11 +64,7 @@ fn print_verification(plan: &Path, proposal: &ActionProposal, r: &VerificationRe
         println!("  no issues");
     }
     for i in &r.issues {
-        let sev = match i.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Info => "info",
-        };
+        let sev = i.severity.as_str();
         let on = super::colour::enabled(false);
         println!("  {}{}", super::colour::word(on, sev, 7), shown(&format!(" {}: {}", i.action_id, i.message)));
     }

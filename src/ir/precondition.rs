@@ -5,7 +5,11 @@ use serde_json::{Map, Value};
 
 /// A precondition operator. Unknown operators are kept verbatim (so they
 /// round-trip) and always evaluate to a failed check.
+///
+/// `#[non_exhaustive]`: operators may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Operator {
     /// `state[key] == value`
     #[default]
@@ -78,7 +82,18 @@ impl<'de> Deserialize<'de> for Operator {
 }
 
 /// A state predicate that must hold before the action runs.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`Precondition::new`] and the `with_*` setters.
+///
+/// ```
+/// use car_runtime::ir::{Operator, Precondition};
+///
+/// let p = Precondition::new("count", Operator::Gte, serde_json::json!(3)).with_description("enough items");
+/// assert_eq!(p.describe(), "enough items");
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Precondition {
     /// State key to evaluate.
     pub key: String,
@@ -97,6 +112,14 @@ impl Precondition {
     /// A precondition `key <op> value`.
     pub fn new(key: impl Into<String>, operator: Operator, value: Value) -> Self {
         Precondition { key: key.into(), operator, value, description: String::new() }
+    }
+
+    /// The same precondition with this human-readable `description` (used
+    /// in error messages instead of the generated one).
+    #[must_use]
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
     }
 
     /// Evaluates against a state map. Never errors: an unknown operator or
@@ -209,5 +232,14 @@ mod tests {
         assert!(!p("missing", "eq", Value::Null));
         assert!(!p("missing", "neq", json!(1)));
         assert!(p("z", "eq", Value::Null));
+    }
+
+    #[test]
+    fn the_constructor_builds_what_the_struct_literal_builds() {
+        let built = Precondition::new("n", Operator::Gte, json!(3)).with_description("enough");
+        let literal =
+            Precondition { key: "n".into(), operator: Operator::Gte, value: json!(3), description: "enough".into() };
+        assert_eq!(built, literal);
+        assert_eq!(serde_json::to_value(&built).unwrap(), serde_json::to_value(&literal).unwrap());
     }
 }

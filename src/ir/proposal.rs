@@ -27,7 +27,11 @@ fn default_max_retries() -> u32 {
 }
 
 /// A batch of actions submitted in one verify-then-execute round.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ActionProposal::new`] and the `with_*` setters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ActionProposal {
     /// 12 hex chars from a UUIDv4 if omitted.
     #[serde(default = "short_id")]
@@ -99,6 +103,20 @@ impl ActionProposal {
         self
     }
 
+    /// The same proposal with this `timestamp` (when it was produced).
+    #[must_use]
+    pub fn with_timestamp(mut self, timestamp: chrono::DateTime<chrono::Utc>) -> Self {
+        self.timestamp = timestamp;
+        self
+    }
+
+    /// The same proposal with `context` entry `name` set to `value`.
+    #[must_use]
+    pub fn with_context(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.context.insert(name.into(), value.into());
+        self
+    }
+
     /// The batch's derived rollback contract: the worst declared
     /// reversibility of its actions; an empty batch is `reversible`.
     pub fn rollback_contract(&self) -> Reversibility {
@@ -107,8 +125,12 @@ impl ActionProposal {
 }
 
 /// What kind of step an action is.
+///
+/// `#[non_exhaustive]`: kinds may be added, so a `match` outside this crate
+/// needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ActionType {
     /// Invoke a registered tool with `parameters`.
     ToolCall,
@@ -133,8 +155,12 @@ impl ActionType {
 }
 
 /// What happens when the action's tool errors or a precondition fails.
+///
+/// `#[non_exhaustive]`: behaviors may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureBehavior {
     /// Stop the proposal; downstream actions are not executed (default).
     #[default]
@@ -146,7 +172,18 @@ pub enum FailureBehavior {
 }
 
 /// An assumption about shared state the action did not produce.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`StateAssumption::new`] and the `with_*` setters.
+///
+/// ```
+/// use car_runtime::ir::StateAssumption;
+///
+/// let a = StateAssumption::new("balance").with_expected_value(100).with_read_version(7);
+/// assert_eq!(serde_json::to_value(&a).unwrap(), serde_json::json!({"key": "balance", "expected_value": 100, "read_version": 7}));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StateAssumption {
     /// The state key.
     pub key: String,
@@ -158,13 +195,61 @@ pub struct StateAssumption {
     pub read_version: Option<u64>,
 }
 
+impl StateAssumption {
+    /// An assumption about `key` with no expected value and no read version.
+    pub fn new(key: impl Into<String>) -> Self {
+        StateAssumption { key: key.into(), expected_value: None, read_version: None }
+    }
+
+    /// The same assumption, expecting the key to hold `value` (`null` included).
+    #[must_use]
+    pub fn with_expected_value(mut self, value: impl Into<Value>) -> Self {
+        self.expected_value = Some(value.into());
+        self
+    }
+
+    /// The same assumption, made at this `read_version` of the key.
+    #[must_use]
+    pub fn with_read_version(mut self, version: u64) -> Self {
+        self.read_version = Some(version);
+        self
+    }
+}
+
 /// A present field becomes `Some`, even when it is JSON `null`.
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     super::strict::strict_value(d).map(Some)
 }
 
 /// A single unit of agent intent.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`Action::new`] (or [`Action::tool_call`],
+/// [`Action::state_write`], [`Action::state_read`]) and the `with_*`
+/// setters; neither a struct literal nor `..Action::new(..)` compiles there:
+///
+/// ```compile_fail,E0639
+/// use car_runtime::ir::{Action, ActionType};
+///
+/// let a = Action { id: "a".into(), ..Action::new(ActionType::StateRead) };
+/// ```
+///
+/// ```
+/// use car_runtime::ir::{Action, FailureBehavior, Operator, Precondition};
+///
+/// let a = Action::tool_call("deploy")
+///     .with_id("prod")
+///     .with_param("env", "prod")
+///     .with_precondition(Precondition::new("staged", Operator::Eq, true.into()))
+///     .with_expected_effect("deployed", true)
+///     .with_idempotent(true)
+///     .on_failure(FailureBehavior::Retry)
+///     .with_max_retries(2);
+/// assert_eq!(a.tool.as_deref(), Some("deploy"));
+/// assert_eq!(a.effective_write_set(), ["deployed"]);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Action {
     /// Unique within the proposal; 12 hex chars from a UUIDv4 if omitted.
     #[serde(default = "short_id")]
@@ -284,6 +369,102 @@ impl Action {
         self
     }
 
+    /// The same action with these `parameters` (replacing any set before).
+    #[must_use]
+    pub fn with_parameters(mut self, parameters: Map<String, Value>) -> Self {
+        self.parameters = parameters;
+        self
+    }
+
+    /// The same action with this `tool` (the one a `tool_call` invokes).
+    #[must_use]
+    pub fn with_tool(mut self, tool: impl Into<String>) -> Self {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// The same action with `precondition` appended to its `preconditions`.
+    #[must_use]
+    pub fn with_precondition(mut self, precondition: Precondition) -> Self {
+        self.preconditions.push(precondition);
+        self
+    }
+
+    /// The same action, claiming it sets state `key` to `value` (an
+    /// `expected_effects` entry).
+    #[must_use]
+    pub fn with_expected_effect(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.expected_effects.insert(key.into(), value.into());
+        self
+    }
+
+    /// The same action, reading state `key` (appended to `state_dependencies`).
+    #[must_use]
+    pub fn with_state_dependency(mut self, key: impl Into<String>) -> Self {
+        self.state_dependencies.push(key.into());
+        self
+    }
+
+    /// The same action with this explicit transactional `read_set`
+    /// (replacing any set before).
+    #[must_use]
+    pub fn with_read_set<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+        self.read_set = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same action with this explicit transactional `write_set`
+    /// (replacing any set before).
+    #[must_use]
+    pub fn with_write_set<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+        self.write_set = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same action with `assumption` appended to its `assumptions`.
+    #[must_use]
+    pub fn with_assumption(mut self, assumption: StateAssumption) -> Self {
+        self.assumptions.push(assumption);
+        self
+    }
+
+    /// The same action with this `invocation_mode`.
+    #[must_use]
+    pub fn with_invocation_mode(mut self, mode: ToolInvocationMode) -> Self {
+        self.invocation_mode = mode;
+        self
+    }
+
+    /// The same action with this declared `reversibility` (see also
+    /// [`Action::compensated_by`]).
+    #[must_use]
+    pub fn with_reversibility(mut self, reversibility: Reversibility) -> Self {
+        self.reversibility = reversibility;
+        self
+    }
+
+    /// The same action with this `compensation`, its `reversibility`
+    /// unchanged ([`Action::compensated_by`] also makes it `compensable`).
+    #[must_use]
+    pub fn with_compensation(mut self, compensation: Compensation) -> Self {
+        self.compensation = Some(compensation);
+        self
+    }
+
+    /// The same action with `idempotent` set to `idempotent`.
+    #[must_use]
+    pub fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// The same action with `metadata` entry `name` set to `value`.
+    #[must_use]
+    pub fn with_metadata(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata.insert(name.into(), value.into());
+        self
+    }
+
     /// The same action, run only after the action `id` (a `dependencies` edge).
     #[must_use]
     pub fn after(mut self, id: impl Into<String>) -> Self {
@@ -363,4 +544,94 @@ impl Action {
 fn dedup<'a>(items: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     items.filter(|k| seen.insert(*k)).map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Operator;
+    use serde_json::json;
+
+    fn same<T: PartialEq + std::fmt::Debug + Serialize>(built: &T, literal: &T) {
+        assert_eq!(built, literal);
+        assert_eq!(serde_json::to_value(built).unwrap(), serde_json::to_value(literal).unwrap());
+    }
+
+    #[test]
+    fn the_builders_build_what_the_struct_literals_build() {
+        let pre = Precondition::new("ready", Operator::Eq, json!(true));
+        let assumption = StateAssumption::new("balance").with_expected_value(Value::Null).with_read_version(4);
+        same(
+            &assumption,
+            &StateAssumption { key: "balance".into(), expected_value: Some(Value::Null), read_version: Some(4) },
+        );
+        let undo = Compensation::ActionRef { action_id: "u".into() };
+        let built = Action::new(ActionType::ToolCall)
+            .with_id("a1")
+            .with_tool("deploy")
+            .with_parameters(json!({"env": "prod"}).as_object().cloned().unwrap())
+            .with_param("force", true)
+            .with_precondition(pre.clone())
+            .with_expected_effect("deployed", true)
+            .with_state_dependency("staged")
+            .after("a0")
+            .with_read_set(["r"])
+            .with_write_set(vec!["w".to_string()])
+            .with_assumption(assumption.clone())
+            .with_invocation_mode(ToolInvocationMode::Streaming)
+            .with_reversibility(Reversibility::Reversible)
+            .with_compensation(undo.clone())
+            .with_idempotent(true)
+            .with_max_retries(7)
+            .on_failure(FailureBehavior::Retry)
+            .with_timeout_ms(250)
+            .with_metadata("owner", "ops");
+        let literal = Action {
+            id: "a1".into(),
+            action_type: ActionType::ToolCall,
+            tool: Some("deploy".into()),
+            parameters: json!({"env": "prod", "force": true}).as_object().cloned().unwrap(),
+            preconditions: vec![pre],
+            expected_effects: json!({"deployed": true}).as_object().cloned().unwrap(),
+            state_dependencies: vec!["staged".into()],
+            dependencies: vec!["a0".into()],
+            read_set: vec!["r".into()],
+            write_set: vec!["w".into()],
+            assumptions: vec![assumption],
+            invocation_mode: ToolInvocationMode::Streaming,
+            reversibility: Reversibility::Reversible,
+            compensation: Some(undo.clone()),
+            idempotent: true,
+            max_retries: 7,
+            failure_behavior: FailureBehavior::Retry,
+            timeout_ms: Some(250),
+            metadata: json!({"owner": "ops"}).as_object().cloned().unwrap(),
+        };
+        same(&built, &literal);
+        // `compensated_by` is `with_reversibility(compensable)` plus `with_compensation`.
+        same(
+            &Action::new(ActionType::ToolCall).with_id("c").compensated_by(undo.clone()),
+            &Action::new(ActionType::ToolCall)
+                .with_id("c")
+                .with_reversibility(Reversibility::Compensable)
+                .with_compensation(undo),
+        );
+
+        let t = chrono::DateTime::from_timestamp(1_796_000_000, 5).unwrap();
+        let p = ActionProposal::new(vec![built.clone()])
+            .with_id("p1")
+            .with_source("bot")
+            .with_timestamp(t)
+            .with_context("run", 3);
+        same(
+            &p,
+            &ActionProposal {
+                id: "p1".into(),
+                source: "bot".into(),
+                actions: vec![built],
+                timestamp: t,
+                context: json!({"run": 3}).as_object().cloned().unwrap(),
+            },
+        );
+    }
 }

@@ -6,8 +6,36 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Where an action is in its lifecycle.
+///
+/// `#[non_exhaustive]`: statuses may be added, so a `match` outside this
+/// crate needs a wildcard arm; one naming every status does not compile:
+///
+/// ```compile_fail,E0004
+/// use car_runtime::ir::ActionStatus;
+///
+/// fn done(s: ActionStatus) -> bool {
+///     match s {
+///         ActionStatus::Proposed | ActionStatus::Validated | ActionStatus::Executing => false,
+///         ActionStatus::Rejected | ActionStatus::Succeeded | ActionStatus::Failed | ActionStatus::Skipped => true,
+///     }
+/// }
+/// ```
+///
+/// ```
+/// use car_runtime::ir::ActionStatus;
+///
+/// fn done(s: ActionStatus) -> bool {
+///     match s {
+///         ActionStatus::Proposed | ActionStatus::Validated | ActionStatus::Executing => false,
+///         ActionStatus::Rejected | ActionStatus::Succeeded | ActionStatus::Failed | ActionStatus::Skipped => true,
+///         _ => false,
+///     }
+/// }
+/// assert!(done(ActionStatus::Skipped));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ActionStatus {
     /// Proposed, not yet validated.
     Proposed,
@@ -238,7 +266,11 @@ mod write {
 }
 
 /// The outcome of one action.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ActionResult::new`] and sets the public fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ActionResult {
     /// The action.
     pub action_id: String,
@@ -293,8 +325,12 @@ impl ActionResult {
 }
 
 /// A typed state change: set (including to `null`) or delete.
+///
+/// `#[non_exhaustive]`: kinds of change may be added, so a `match` outside
+/// this crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StateMutation {
     /// Set the key to the value (which may be `null`).
     Set {
@@ -316,7 +352,11 @@ impl StateMutation {
 }
 
 /// Post-execution accounting.
+///
+/// `#[non_exhaustive]`: counters may be added; the runtime produces it, and
+/// code outside this crate starts from `CostSummary::default()`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CostSummary {
     /// Tool invocations (attempts included).
     #[serde(default)]
@@ -339,7 +379,18 @@ pub struct CostSummary {
 }
 
 /// The soft scoring target used to rank candidate proposals.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// starts from `CostTarget::default()` and the `with_*` setters.
+///
+/// ```
+/// use car_runtime::ir::CostTarget;
+///
+/// let t = CostTarget::default().with_target_tool_calls(2).with_cost_weight(0.5);
+/// assert_eq!((t.target_tool_calls, t.target_actions, t.cost_weight), (2, 10, 0.5));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CostTarget {
     /// Default 5.
     #[serde(default = "d_tool_calls")]
@@ -386,10 +437,56 @@ impl CostTarget {
         let w = self.cost_weight.clamp(0.0, 1.0);
         success_likelihood * (1.0 - w) + cost_efficiency * w
     }
+
+    /// The same target with this `target_tool_calls`.
+    #[must_use]
+    pub fn with_target_tool_calls(mut self, n: u64) -> Self {
+        self.target_tool_calls = n;
+        self
+    }
+
+    /// The same target with this `target_duration_ms`.
+    #[must_use]
+    pub fn with_target_duration_ms(mut self, ms: f64) -> Self {
+        self.target_duration_ms = ms;
+        self
+    }
+
+    /// The same target with this `target_actions`.
+    #[must_use]
+    pub fn with_target_actions(mut self, n: u64) -> Self {
+        self.target_actions = n;
+        self
+    }
+
+    /// The same target with this `cost_weight` (clamped to [0, 1] when scoring).
+    #[must_use]
+    pub fn with_cost_weight(mut self, weight: f64) -> Self {
+        self.cost_weight = weight;
+        self
+    }
 }
 
 /// The hard budget: proposals exceeding it are rejected at verification.
+///
+/// `#[non_exhaustive]`: limits may be added, so code outside this crate
+/// starts from `CostBudget::default()` (no limit) and the `with_*` setters;
+/// neither a struct literal nor `..CostBudget::default()` compiles there:
+///
+/// ```compile_fail,E0639
+/// use car_runtime::ir::CostBudget;
+///
+/// let b = CostBudget { max_actions: Some(10), max_tool_calls: None, max_duration_ms: None };
+/// ```
+///
+/// ```
+/// use car_runtime::ir::CostBudget;
+///
+/// let b = CostBudget::default().with_max_actions(10).with_max_tool_calls(4);
+/// assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::json!({"max_actions": 10, "max_tool_calls": 4}));
+/// ```
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CostBudget {
     /// Maximum number of actions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -402,8 +499,34 @@ pub struct CostBudget {
     pub max_duration_ms: Option<f64>,
 }
 
+impl CostBudget {
+    /// The same budget, allowing at most `n` actions.
+    #[must_use]
+    pub fn with_max_actions(mut self, n: u64) -> Self {
+        self.max_actions = Some(n);
+        self
+    }
+
+    /// The same budget, allowing at most `n` tool calls.
+    #[must_use]
+    pub fn with_max_tool_calls(mut self, n: u64) -> Self {
+        self.max_tool_calls = Some(n);
+        self
+    }
+
+    /// The same budget, allowing at most `ms` milliseconds in total.
+    #[must_use]
+    pub fn with_max_duration_ms(mut self, ms: f64) -> Self {
+        self.max_duration_ms = Some(ms);
+        self
+    }
+}
+
 /// What `proposal.submit` / `executeProposal` / `execute_proposal` return.
+///
+/// `#[non_exhaustive]`: fields may be added; the runtime produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProposalResult {
     /// The proposal.
     pub proposal_id: String,
@@ -513,8 +636,12 @@ impl ProposalResult {
 }
 
 /// How a tool failure is classified.
+///
+/// `#[non_exhaustive]`: classifications may be added, so a `match` outside
+/// this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolFailureClassification {
     /// Follows the action's failure behavior.
     #[default]
@@ -530,7 +657,12 @@ pub enum ToolFailureClassification {
 }
 
 /// A typed failure returned by a tool executor.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolFailure::new`], [`ToolFailure::ordinary`],
+/// [`ToolFailure::terminal`] or [`ToolFailure::model_retry`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolFailure {
     /// The message.
     pub message: String,
@@ -540,6 +672,11 @@ pub struct ToolFailure {
 }
 
 impl ToolFailure {
+    /// A failure with this message and classification.
+    pub fn new(message: impl Into<String>, classification: ToolFailureClassification) -> Self {
+        ToolFailure { message: message.into(), classification }
+    }
+
     /// An ordinary failure.
     pub fn ordinary(message: impl Into<String>) -> Self {
         ToolFailure { message: message.into(), classification: ToolFailureClassification::Ordinary }
@@ -594,6 +731,43 @@ mod tests {
         let mut out = Vec::new();
         serialize_timestamp(t, &mut serde_json::Serializer::new(&mut out)).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_builders_build_what_the_struct_literals_build() {
+        let b = CostBudget::default().with_max_actions(10).with_max_tool_calls(4).with_max_duration_ms(1.5);
+        let literal = CostBudget { max_actions: Some(10), max_tool_calls: Some(4), max_duration_ms: Some(1.5) };
+        assert_eq!(b, literal);
+        assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::to_value(&literal).unwrap());
+        assert_eq!(
+            CostBudget::default().with_max_actions(2),
+            CostBudget { max_actions: Some(2), ..CostBudget::default() }
+        );
+
+        let t = CostTarget::default()
+            .with_target_tool_calls(1)
+            .with_target_duration_ms(20.0)
+            .with_target_actions(3)
+            .with_cost_weight(0.5);
+        let literal =
+            CostTarget { target_tool_calls: 1, target_duration_ms: 20.0, target_actions: 3, cost_weight: 0.5 };
+        assert_eq!(t, literal);
+        assert_eq!(serde_json::to_value(&t).unwrap(), serde_json::to_value(&literal).unwrap());
+        assert_eq!(
+            CostTarget::default().with_cost_weight(1.0),
+            CostTarget { cost_weight: 1.0, ..CostTarget::default() }
+        );
+
+        for c in [
+            ToolFailureClassification::Ordinary,
+            ToolFailureClassification::Terminal,
+            ToolFailureClassification::ModelRetry,
+        ] {
+            assert_eq!(ToolFailure::new("m", c), ToolFailure { message: "m".into(), classification: c });
+        }
+        assert_eq!(ToolFailure::ordinary("m"), ToolFailure::new("m", ToolFailureClassification::Ordinary));
+        assert_eq!(ToolFailure::terminal("m"), ToolFailure::new("m", ToolFailureClassification::Terminal));
+        assert_eq!(ToolFailure::model_retry("m"), ToolFailure::new("m", ToolFailureClassification::ModelRetry));
     }
 
     #[test]

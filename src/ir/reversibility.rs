@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Can this action's effect be undone? Default `irreversible`, deliberately.
+///
+/// `#[non_exhaustive]`: contracts may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Reversibility {
     /// Undone by restoring the scope the action ran in.
     Reversible,
@@ -52,8 +56,12 @@ impl Reversibility {
 }
 
 /// How to undo an action once it has run. Tagged by `type`.
+///
+/// `#[non_exhaustive]`: kinds of compensation may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Compensation {
     /// Invoke a tool that reverses the effect.
     Tool {

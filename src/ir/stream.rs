@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// How a `tool_call` runs.
+///
+/// `#[non_exhaustive]`: modes may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolInvocationMode {
     /// Dispatch awaits the result inline (default).
     #[default]
@@ -24,15 +28,30 @@ impl ToolInvocationMode {
 }
 
 /// Opaque handle of a detached tool invocation.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolHandle::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolHandle {
     /// The handle id.
     pub id: String,
 }
 
+impl ToolHandle {
+    /// The handle with this id.
+    pub fn new(id: impl Into<String>) -> Self {
+        ToolHandle { id: id.into() }
+    }
+}
+
 /// One piece of a detached tool's output. Tagged by `kind`.
+///
+/// `#[non_exhaustive]`: kinds of chunk may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolStreamChunk {
     /// Text output.
     Text {
@@ -73,8 +92,12 @@ impl ToolStreamChunk {
 }
 
 /// Control messages to a detached tool.
+///
+/// `#[non_exhaustive]`: messages may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolControl {
     /// Ask for buffered output.
     Poll,
@@ -83,8 +106,12 @@ pub enum ToolControl {
 }
 
 /// Status of a detached tool.
+///
+/// `#[non_exhaustive]`: statuses may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolStatus {
     /// Still running.
     Running,
@@ -104,7 +131,11 @@ impl ToolStatus {
 }
 
 /// Handle-tagged envelope streamed to a client.
+///
+/// `#[non_exhaustive]`: fields may be added, so code outside this crate
+/// builds one with [`ToolStreamEvent::new`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolStreamEvent {
     /// The handle.
     pub handle: ToolHandle,
@@ -112,8 +143,18 @@ pub struct ToolStreamEvent {
     pub chunk: ToolStreamChunk,
 }
 
+impl ToolStreamEvent {
+    /// The event of `chunk` from the invocation `handle`.
+    pub fn new(handle: ToolHandle, chunk: ToolStreamChunk) -> Self {
+        ToolStreamEvent { handle, chunk }
+    }
+}
+
 /// What `tools.poll` / `tool_poll` returns.
+///
+/// `#[non_exhaustive]`: fields may be added; the runtime produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolPollResult {
     /// The handle.
     pub handle: ToolHandle,
@@ -139,4 +180,19 @@ pub struct ToolPollResult {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_constructors_build_what_the_struct_literals_build() {
+        assert_eq!(ToolHandle::new("h1"), ToolHandle { id: "h1".into() });
+        let chunk = ToolStreamChunk::Progress { fraction: 0.5, message: Some("half".into()) };
+        let built = ToolStreamEvent::new(ToolHandle::new("h1"), chunk.clone());
+        let literal = ToolStreamEvent { handle: ToolHandle { id: "h1".into() }, chunk };
+        assert_eq!(built, literal);
+        assert_eq!(serde_json::to_value(&built).unwrap(), serde_json::to_value(&literal).unwrap());
+    }
 }

@@ -18,7 +18,10 @@ use super::{Precondition, VerificationIssue};
 use crate::error::{Error, InputError};
 
 /// One field no part of the IR knows.
+///
+/// `#[non_exhaustive]`: fields may be added; the parser produces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UnknownField {
     /// Where, as a JSON path: `actions[0].dependecies`.
     pub path: String,

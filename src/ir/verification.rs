@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// How bad a finding would be.
+///
+/// `#[non_exhaustive]`: severities may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Severity {
     /// Makes the proposal invalid.
     Error,
@@ -15,9 +19,24 @@ pub enum Severity {
     Info,
 }
 
+impl Severity {
+    /// The wire spelling: `error`, `warning` or `info`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
 /// Which kind of check produced a finding. Deliberately not ordered.
+///
+/// `#[non_exhaustive]`: tiers may be added, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EvidenceTier {
     /// Decides the property over the inputs it was handed.
     DecisionProcedure,
@@ -28,7 +47,10 @@ pub enum EvidenceTier {
 }
 
 /// One finding of `verify`.
+///
+/// `#[non_exhaustive]`: fields may be added; `verify` produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct VerificationIssue {
     /// The action, or `"proposal"` for proposal-wide findings.
     pub action_id: String,
@@ -42,7 +64,10 @@ pub struct VerificationIssue {
 }
 
 /// One check of the evidence bundle.
+///
+/// `#[non_exhaustive]`: fields may be added; `verify` produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EvidenceCheck {
     /// Stable check name, e.g. `write_conflicts`.
     pub name: String,
@@ -59,7 +84,10 @@ pub struct EvidenceCheck {
 }
 
 /// What the verdict rests on and what it leaves open.
+///
+/// `#[non_exhaustive]`: fields may be added; `verify` produces it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Evidence {
     /// Every check, ran or not.
     #[serde(default)]
@@ -79,7 +107,10 @@ pub struct Evidence {
 }
 
 /// Returned by `verify`.
+///
+/// `#[non_exhaustive]`: fields may be added; `verify` produces it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct VerificationResult {
     /// False iff an issue has severity `error`.
     pub valid: bool,
@@ -98,4 +129,16 @@ pub struct VerificationResult {
     /// The evidence bundle.
     #[serde(default)]
     pub evidence: Evidence,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn severity_as_str_is_the_wire_spelling() {
+        for s in [Severity::Error, Severity::Warning, Severity::Info] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
 }
