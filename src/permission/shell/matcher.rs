@@ -412,10 +412,41 @@ fn has_substitution(text: &[u8]) -> bool {
     text.iter().any(|&b| b == b'$' || b == b'`') || text.windows(2).any(|w| matches!(w, [b'<' | b'>', b'(']))
 }
 
-/// Decision notes, kept only when explaining.
-struct Trace(Option<Vec<ShellDecision>>);
+/// Decision notes, kept only when explaining; and the argvs already judged
+/// for the segment being judged.
+struct Trace {
+    notes: Option<Vec<ShellDecision>>,
+    /// One set per segment in judgement (segments nest through scripts and
+    /// substitutions): the `(start, length, depth)` of every argv slice of
+    /// that segment's words [`ShellRules::restrictive`] has judged. A slice
+    /// is reached again through other wrappers (`cgexec exec exec cgexec
+    /// ...`: every suffix of a suffix wrapper, each unwrapped again), and
+    /// judging it again adds nothing to the one outcome they all share; without
+    /// this the work grew exponentially with the wrappers (a fuzz input of
+    /// 781 bytes took 25 s).
+    seen: Vec<std::collections::HashSet<(usize, usize, usize)>>,
+    /// Argvs and scripts judged so far for the whole command.
+    work: usize,
+}
+
+/// Most argvs and scripts one command's scan judges. Scripts inside
+/// wrappers inside scripts (`nice strace eval exec ...`) can be reached
+/// along exponentially many paths; past this the command is uncertain
+/// (never allowed where argv rules exist) instead of taking unbounded time.
+/// Real commands judge a few dozen.
+pub const MAX_SCAN_WORK: usize = 20_000;
 
 impl Trace {
+    fn new(notes: Option<Vec<ShellDecision>>) -> Self {
+        Trace { notes, seen: Vec::new(), work: 0 }
+    }
+
+    /// Counts one unit of work; true once past [`MAX_SCAN_WORK`].
+    fn spend(&mut self) -> bool {
+        self.work += 1;
+        self.work > MAX_SCAN_WORK
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn note(
         &mut self,
@@ -427,7 +458,7 @@ impl Trace {
         reason: impl FnOnce() -> String,
         uncertain: bool,
     ) {
-        if let Some(v) = &mut self.0 {
+        if let Some(v) = &mut self.notes {
             v.push(ShellDecision {
                 verdict,
                 argv: words.iter().map(|w| lossy(&w.text)).collect(),
@@ -541,17 +572,17 @@ impl ShellRules {
 
     /// The verdict and what was found on the way.
     pub fn scan(&self, command: &str) -> ShellOutcome {
-        self.scan_bytes(command.as_bytes(), 0, &mut Trace(None))
+        self.scan_bytes(command.as_bytes(), 0, &mut Trace::new(None))
     }
 
     /// The verdict with every segment's decision: which rule and which
     /// token decided.
     pub fn explain(&self, command: &str) -> ShellExplanation {
-        let mut trace = Trace(Some(Vec::new()));
+        let mut trace = Trace::new(Some(Vec::new()));
         let src = command.as_bytes();
         let parse_failed = src.contains(&0) || lexer::parse(src).failed;
         let o = self.scan_bytes(src, 0, &mut trace);
-        let mut segments = trace.0.unwrap_or_default();
+        let mut segments = trace.notes.unwrap_or_default();
         if segments.is_empty() || parse_failed {
             let reason = if src.contains(&0) {
                 "a NUL byte: the whole command asks"
@@ -582,6 +613,9 @@ impl ShellRules {
     }
 
     fn scan_bytes(&self, src: &[u8], depth: usize, trace: &mut Trace) -> ShellOutcome {
+        if trace.spend() {
+            return ShellOutcome { verdict: Verdict::Ask, uncertain: true, ..ShellOutcome::allow() };
+        }
         if src.contains(&0) {
             return ShellOutcome { verdict: Verdict::Ask, uncertain: true, ..ShellOutcome::allow() };
         }
@@ -650,8 +684,23 @@ impl ShellRules {
         let literal_argv = argv.iter().all(|w| !w.expansion && !w.brace);
         if literal_argv {
             let mut inner = ShellOutcome::allow();
+            trace.seen.push(std::collections::HashSet::new());
             let found = self.restrictive(argv, depth, &mut inner, trace);
+            trace.seen.pop();
             o.absorb(&inner);
+            if trace.work > MAX_SCAN_WORK && found != Some(Verdict::Deny) {
+                o.uncertain = true;
+                trace.note(
+                    Verdict::Ask,
+                    argv,
+                    depth,
+                    None,
+                    None,
+                    || format!("the command needs more than {MAX_SCAN_WORK} argvs and scripts judged: ask"),
+                    true,
+                );
+                return Verdict::Ask;
+            }
             if let Some(v) = found {
                 return v;
             }
@@ -740,6 +789,19 @@ impl ShellRules {
     /// `Some(verdict)` when that decides the segment (deny, or ask by an ask
     /// pattern); what it found is recorded in `o`.
     fn restrictive(&self, argv: &[Word], depth: usize, o: &mut ShellOutcome, trace: &mut Trace) -> Option<Verdict> {
+        // Every visit counts, a repeated one too (a wrapper's loop over its
+        // suffixes revisits them): the scan's work stays bounded.
+        if trace.spend() {
+            o.uncertain = true;
+            return None;
+        }
+        // Judged already for this segment, into this same outcome: nothing
+        // to add (see `Trace::seen`).
+        if let Some(seen) = trace.seen.last_mut()
+            && !seen.insert((argv.as_ptr() as usize, argv.len(), depth))
+        {
+            return None;
+        }
         if let Some(p) = self.deny.iter().find(|p| p.matches_restrictive(argv)) {
             o.deny_matched = true;
             let token = p.glob_token(argv);
