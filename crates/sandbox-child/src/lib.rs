@@ -134,6 +134,9 @@ fn write_file(step: i32, path: &CStr, data: &[u8]) -> io::Result<()> {
 /// The mount flags a bind remount must keep (they are locked in a user
 /// namespace), from `statvfs`.
 fn kept_flags(path: &CString) -> libc::c_ulong {
+    // Linux's `ST_RELATIME` (`<bits/statvfs.h>`); the libc crate defines it
+    // for glibc only, and musl's statvfs reports the same kernel bit.
+    const ST_RELATIME: libc::c_ulong = 0x1000;
     // SAFETY: `st` is a plain C struct filled by the kernel.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
@@ -147,7 +150,7 @@ fn kept_flags(path: &CString) -> libc::c_ulong {
         (libc::ST_NOEXEC, libc::MS_NOEXEC),
         (libc::ST_NOATIME, libc::MS_NOATIME),
         (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
+        (ST_RELATIME, libc::MS_RELATIME),
     ] {
         if f & st_flag != 0 {
             m |= ms_flag;
@@ -169,7 +172,8 @@ fn loopback_up() -> io::Result<()> {
             ifr.ifr_name[i] = *b as libc::c_char;
         }
         ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
-        let rc = libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr);
+        // The request's type is `c_ulong` in glibc's prototype and `c_int` in musl's.
+        let rc = libc::ioctl(s, libc::SIOCSIFFLAGS as _, &ifr);
         let err = if rc < 0 { Some(fail(5)) } else { None };
         libc::close(s);
         match err {
