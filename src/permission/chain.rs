@@ -193,11 +193,7 @@ impl Rule {
 
     fn domain_matches(&self, host: &str) -> bool {
         self.domains.iter().any(|d| match d.strip_prefix("*.") {
-            Some(suffix) => {
-                host.len() > suffix.len() + 1
-                    && host.ends_with(suffix)
-                    && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
-            }
+            Some(suffix) => is_subdomain(host, suffix),
             None => host == d,
         })
     }
@@ -281,14 +277,27 @@ pub fn url_host(url: &str) -> Option<String> {
     (!host.is_empty() && plain).then(|| canonical_host(&host))
 }
 
+/// True when `host` is a subdomain of `suffix` (`a.example.com` of
+/// `example.com`; not `example.com` itself, not `badexample.com`).
+pub fn is_subdomain(host: &str, suffix: &str) -> bool {
+    host.len() > suffix.len() + 1 && host.ends_with(suffix) && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
+}
+
 /// One spelling per IP address: an IPv6 address (bracketed or not) as
 /// `[`its RFC 5952 form`]`, an IPv4-mapped one as its IPv4 address; any
 /// other host unchanged.
 pub fn canonical_host(host: &str) -> String {
     match host_ip(host) {
-        Some(std::net::IpAddr::V4(v4)) => v4.to_string(),
-        Some(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        Some(ip) => ip_host(ip),
         None => host.to_string(),
+    }
+}
+
+/// An address as a URL host, in [`canonical_host`]'s spelling.
+pub fn ip_host(ip: std::net::IpAddr) -> String {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
     }
 }
 

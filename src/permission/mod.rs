@@ -11,7 +11,7 @@ pub mod tool;
 pub use chain::{
     Advisory, CanUseDecision, CanUseTool, CanUseToolFn, DecidedBy, FETCH_TOOL, Hook, HookDecision, HookFn, OneOrMany,
     PermissionChain, PermissionConfig, PermissionEvaluation, RiskClass, RuleSpec, StaticHook, canonical_host,
-    evaluate_permission, host_ip, url_host,
+    evaluate_permission, host_ip, ip_host, is_subdomain, url_host,
 };
 pub use preset::{CompiledPreset, Preset, compile_permission_preset};
 pub use shell::{ShellRules, match_shell_command};

@@ -190,12 +190,7 @@ impl EgressAllowlist {
             Some(ip) => self.covers(ip),
             None => {
                 let host = host.trim_end_matches('.').to_ascii_lowercase();
-                self.names.iter().any(|a| {
-                    host == *a
-                        || (host.len() > a.len()
-                            && host.ends_with(a.as_str())
-                            && host.as_bytes()[host.len() - a.len() - 1] == b'.')
-                })
+                self.names.iter().any(|a| host == *a || crate::permission::is_subdomain(&host, a))
             }
         }
     }

@@ -367,8 +367,8 @@ async fn run(req: Request, gate: &dyn FetchGate) -> Result<Value, ToolFailure> {
         let mut resp = exchange(stream, &target, &method, &headers, body.as_deref()).await?;
         let status = resp.status();
         let location = resp.headers().get(hyper::header::LOCATION).cloned();
-        if status.is_redirection()
-            && status != hyper::StatusCode::NOT_MODIFIED
+        let redirected = status.is_redirection() && status != hyper::StatusCode::NOT_MODIFIED && location.is_some();
+        if redirected
             && let Some(location) = location
             && (redirects.len() as u64) < max_redirects
         {
@@ -392,7 +392,7 @@ async fn run(req: Request, gate: &dyn FetchGate) -> Result<Value, ToolFailure> {
             target = next;
             continue;
         }
-        if status.is_redirection() && location_present(&resp) && max_redirects > 0 {
+        if redirected && max_redirects > 0 {
             return Err(ToolFailure::terminal(format!(
                 "http_fetch: more than {max_redirects} redirect(s) from `{url}` (last: `{}`)",
                 target.text
@@ -431,10 +431,6 @@ async fn run(req: Request, gate: &dyn FetchGate) -> Result<Value, ToolFailure> {
         }
         return Ok(out);
     }
-}
-
-fn location_present(resp: &hyper::Response<hyper::body::Incoming>) -> bool {
-    resp.headers().contains_key(hyper::header::LOCATION)
 }
 
 /// The redirect target `location` relative to `base`, as text.
@@ -477,7 +473,7 @@ async fn check(t: &Target, gate: &dyn FetchGate, admitted: bool) -> Result<Vec<S
         return Err(ToolFailure::ordinary(format!("http_fetch: `{}` resolves to no address", t.host)));
     }
     for ip in &ips {
-        let shown = crate::permission::canonical_host(&ip.to_string());
+        let shown = crate::permission::ip_host(*ip);
         if shown != t.host
             && let Some(why) = gate.domain_refusal(&shown, true)
         {

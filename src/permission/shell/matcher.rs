@@ -444,6 +444,11 @@ impl Trace {
     /// Counts one unit of work; true once past [`MAX_SCAN_WORK`].
     fn spend(&mut self) -> bool {
         self.work += 1;
+        self.exhausted()
+    }
+
+    /// True once the scan has done more than [`MAX_SCAN_WORK`].
+    fn exhausted(&self) -> bool {
         self.work > MAX_SCAN_WORK
     }
 
@@ -688,7 +693,7 @@ impl ShellRules {
             let found = self.restrictive(argv, depth, &mut inner, trace);
             trace.seen.pop();
             o.absorb(&inner);
-            if trace.work > MAX_SCAN_WORK && found != Some(Verdict::Deny) {
+            if trace.exhausted() && found != Some(Verdict::Deny) {
                 o.uncertain = true;
                 trace.note(
                     Verdict::Ask,
