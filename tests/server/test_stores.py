@@ -562,6 +562,11 @@ def test_the_writes_of_a_run_whose_daemon_died_are_rolled_back_by_a_sweeper():
             # B's sweeper takes the dead run over once its lease runs out.
             await until(lambda: cb.call("state.get", {"key": "base"}), "before")
             assert await cb.call("state.get", {"key": "fresh"}) is None
+            # The sweeper restores the keys, then records its event, which the
+            # store's sink writes moments later.
+            async def swept_count():
+                return (await cb.call("events.query", {"store": True, "kinds": ["ProposalSwept"]}))["count"]
+            await until(swept_count, 1)
             swept = await cb.call("events.query", {"store": True, "kinds": ["ProposalSwept"]})
             assert [e["data"]["restored"] for e in swept["events"]] == [["base", "fresh"]], swept
             assert swept["events"][0]["proposal_id"] == "dies-mid-run"
