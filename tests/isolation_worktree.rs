@@ -144,6 +144,47 @@ fn a_worktree_starts_at_the_given_ref() {
     std::fs::remove_dir_all(&repo).unwrap();
 }
 
+/// Registering `http_fetch` (which touches no file) sets no root: worktree
+/// isolation still takes its repository from `set_working_dir`, and a
+/// file tool, never registered, is not run from the current directory.
+#[cfg(feature = "fetch")]
+#[test]
+fn the_fetch_tool_alone_leaves_the_working_dir_of_worktree_isolation() {
+    let repo = repo();
+    let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let rt = CarRuntime::new();
+    rt.set_working_dir(Some(&repo));
+    rt.register_fetch_tool().unwrap();
+    rt.register_tool("probe").unwrap();
+    rt.set_permissions(Some(&json!({"isolation": {"kind": "worktree"}}).to_string()), None).unwrap();
+    let ex = Arc::new(Recorder::default());
+    let r = run(&rt, &ex, json!([{"id": "x", "type": "tool_call", "tool": "probe", "parameters": {}}])).unwrap();
+    assert_eq!(r["results"][0]["status"], "succeeded", "{r}");
+    assert_eq!(r["artifacts"][0]["base"], head, "the tree came from the working dir: {r}");
+    let calls = ex.calls.lock().unwrap().clone();
+    assert!(calls[0].1.as_deref().is_some_and(|c| c.contains("car-worktrees")), "{calls:?}");
+    // Without isolation the fetch tool still runs in-process (a refused
+    // loopback address, decided before any connection) and the rest goes
+    // to the host.
+    let rt = CarRuntime::new();
+    rt.register_fetch_tool().unwrap();
+    rt.register_tool("probe").unwrap();
+    let r = run(
+        &rt,
+        &ex,
+        json!([
+            {"id": "f", "type": "tool_call", "tool": "http_fetch", "parameters": {"url": "http://127.0.0.1:9/"}},
+            {"id": "p", "type": "tool_call", "tool": "probe", "parameters": {}},
+        ]),
+    )
+    .unwrap();
+    assert_eq!(r["results"][0]["status"], "failed", "{r}");
+    assert!(r["results"][0]["error"].to_string().contains("127.0.0.1"), "{r}");
+    assert_eq!(r["results"][1]["status"], "succeeded", "{r}");
+    assert!(ex.calls.lock().unwrap().iter().all(|c| c.0 != "http_fetch"), "the host never saw the fetch");
+    std::fs::remove_dir_all(&repo).unwrap();
+}
+
 #[test]
 fn a_failed_run_keeps_its_tree_when_asked_up_to_the_cap() {
     let repo = repo();

@@ -131,8 +131,10 @@ struct WithBuiltins {
 #[async_trait::async_trait]
 impl ToolExecutor for WithBuiltins {
     async fn execute(&self, call: ToolCall) -> std::result::Result<Value, ToolFailure> {
+        // A subprocess tool needs a directory: without a root it stays the host's.
         if self.rt.tool(&call.tool).is_some_and(|t| t.source == ToolSource::Builtin)
-            || self.rt.admission_stage().definition(&call.tool).executor == crate::permission::Executor::Subprocess
+            || (self.builtins.root().is_some()
+                && self.rt.admission_stage().definition(&call.tool).executor == crate::permission::Executor::Subprocess)
         {
             self.builtins.execute(call).await
         } else {
@@ -233,14 +235,8 @@ impl CarRuntime {
     pub fn register_fetch_tool(&self) -> Result<()> {
         let t = crate::tools::builtin_tool(crate::permission::FETCH_TOOL)
             .ok_or_else(|| Error::runtime("internal_error", "this build has no `http_fetch` built-in"))?;
-        // Built-in calls are routed once a root is set; the fetch tool
-        // touches no file, so the current directory does (when none was set).
-        let mut root = self.builtin_root.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if root.is_none() {
-            let dir = std::env::current_dir()
-                .map_err(|e| Error::invalid_argument("root", format!("cannot read the current directory: {e}")))?;
-            *root = Some(Root::new(&dir)?);
-        }
+        // It touches no file: no root is set (worktree isolation keeps
+        // taking its repository from `set_working_dir`).
         self.rt.register_tool_with_source(t.schema, ToolSource::Builtin)
     }
 
@@ -570,12 +566,21 @@ impl CarRuntime {
         }
     }
 
-    /// The host's executor with the built-in tools (once registered) and
-    /// the MCP tool sources in front.
+    /// The host's executor with the built-in tools (once registered: the
+    /// file tools with their root, or `http_fetch` alone) and the MCP tool
+    /// sources in front.
     fn dispatching(&self, executor: Arc<dyn ToolExecutor>, root: Option<Root>) -> Arc<dyn ToolExecutor> {
-        let executor: Arc<dyn ToolExecutor> = match root {
-            Some(root) => {
-                let builtins = BuiltinExecutor::new(root).with_runtime(self.rt.clone());
+        let builtins = match root {
+            Some(root) => Some(BuiltinExecutor::new(root)),
+            None => self
+                .rt
+                .tool(crate::permission::FETCH_TOOL)
+                .is_some_and(|t| t.source == ToolSource::Builtin)
+                .then(BuiltinExecutor::without_root),
+        };
+        let executor: Arc<dyn ToolExecutor> = match builtins {
+            Some(b) => {
+                let builtins = b.with_runtime(self.rt.clone());
                 Arc::new(WithBuiltins { rt: self.rt.clone(), builtins, host: executor })
             }
             None => executor,

@@ -17,8 +17,9 @@ use crate::ir::ToolFailure;
 /// failure.
 #[derive(Clone)]
 pub struct BuiltinExecutor {
-    /// The directory every file tool is confined to (and `shell`'s working directory).
-    pub root: Root,
+    /// The directory every file tool is confined to (and `shell`'s working
+    /// directory); `None`: only the tools that touch no file run.
+    root: Option<Root>,
     rt: Option<crate::engine::Runtime>,
 }
 
@@ -32,7 +33,19 @@ impl BuiltinExecutor {
     /// An executor confined to `root`, with the default sandbox profiles
     /// and no event log.
     pub fn new(root: Root) -> Self {
-        BuiltinExecutor { root, rt: None }
+        BuiltinExecutor { root: Some(root), rt: None }
+    }
+
+    /// An executor with no root: `http_fetch` runs, and every tool that
+    /// needs a directory (the file tools, `shell`, subprocess tools) fails
+    /// naming the missing root.
+    pub fn without_root() -> Self {
+        BuiltinExecutor { root: None, rt: None }
+    }
+
+    /// The directory the file tools are confined to, when there is one.
+    pub fn root(&self) -> Option<&Root> {
+        self.root.as_ref()
     }
 
     /// Reads the sandbox section and tool definitions from `rt`'s admission
@@ -44,13 +57,14 @@ impl BuiltinExecutor {
 
     fn run_command(
         &self,
+        root: &Root,
         call: &ToolCall,
         params: &serde_json::Map<String, Value>,
     ) -> Option<Result<Value, ToolFailure>> {
         let stage = self.rt.as_ref().map(|rt| rt.admission_stage());
         let sandbox = stage.as_ref().and_then(|s| s.config().sandbox.clone()).unwrap_or_default();
         let (res, ev) = if call.tool == crate::admission::SHELL_TOOL {
-            super::shell_with(&self.root, params, sandbox.for_tool(&call.tool, None))
+            super::shell_with(root, params, sandbox.for_tool(&call.tool, None))
         } else {
             let def = stage.as_ref().map(|s| s.definition(&call.tool))?;
             if def.executor != crate::permission::Executor::Subprocess {
@@ -59,7 +73,7 @@ impl BuiltinExecutor {
             let command = def.command.clone().unwrap_or_default();
             match crate::sandbox::template::fill(&command, params) {
                 Ok(argv) => crate::sandbox::execute_command(
-                    self.root.path(),
+                    root.path(),
                     &call.tool,
                     &argv,
                     None,
@@ -103,13 +117,19 @@ impl ToolExecutor for BuiltinExecutor {
             // Under worktree isolation the engine names the tree: every
             // built-in tool of the call is confined to it, not the host root.
             if let Some(cwd) = &call.cwd {
-                this.root = Root::new(std::path::Path::new(cwd)).map_err(|e| {
+                this.root = Some(Root::new(std::path::Path::new(cwd)).map_err(|e| {
                     ToolFailure::ordinary(format!("tool '{}': the isolation directory: {e}", call.tool))
-                })?;
+                })?);
             }
-            match this.run_command(&call, &params) {
+            let Some(root) = &this.root else {
+                return Err(ToolFailure::terminal(format!(
+                    "tool '{}' works in a root directory and this runtime has none: register the built-in tools with a root (register_agent_basics) first",
+                    call.tool
+                )));
+            };
+            match this.run_command(root, &call, &params) {
                 Some(r) => r,
-                None => super::execute(&this.root, &call.tool, &params),
+                None => super::execute(root, &call.tool, &params),
             }
         })
         .await
@@ -149,5 +169,37 @@ mod tests {
         let e = ex.execute(call("read_file", json!([1]))).await.unwrap_err();
         assert!(e.message.contains("JSON object"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Without a root, a tool that needs a directory fails, naming the
+    /// missing root, and touches nothing (not the current directory).
+    #[tokio::test]
+    async fn without_a_root_the_file_tools_fail_naming_it() {
+        let ex = BuiltinExecutor::without_root();
+        assert!(ex.root().is_none());
+        let name = format!("car-no-root-{}.txt", uuid::Uuid::new_v4());
+        for (tool, params) in [
+            ("write_file", json!({"path": name, "content": "hi"})),
+            ("read_file", json!({"path": "Cargo.toml"})),
+            ("list_dir", json!({"path": "."})),
+            ("shell", json!({"command": "true"})),
+        ] {
+            let call = ToolCall {
+                tool: tool.into(),
+                params,
+                action_id: "a".into(),
+                request_id: "r".into(),
+                timeout_ms: None,
+                session_id: None,
+                attempt: 1,
+                cwd: None,
+                isolation: None,
+                deadline: None,
+            };
+            let e = ex.execute(call).await.unwrap_err();
+            assert!(e.message.contains("has none") && e.message.contains(tool), "{tool}: {e:?}");
+            assert!(e.is_terminal(), "{tool}: {e:?}");
+        }
+        assert!(!std::path::Path::new(&name).exists(), "nothing was written to the current directory");
     }
 }
