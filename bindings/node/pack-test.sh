@@ -17,26 +17,12 @@ for f in LICENSE-MIT LICENSE-APACHE index.mjs types.d.ts lib.d.ts README.md; do
   grep -qx "package/$f" <<<"$listing" || { echo "the npm package lacks $f" >&2; exit 1; }
 done
 
-check() { # DIR: require and import the installed package
-  (cd "$1" && node -e "
-const car = require('car-runtime');
-const assert = require('node:assert/strict');
-assert.equal(car.protocolVersion(), 3);
-const rt = new car.CarRuntime();
-rt.stateSet('k', '1');
-assert.equal(rt.stateGet('k'), '1');
-assert.equal(typeof car.executeProposal, 'function');
-assert.throws(() => car.normalizeProposal('{'), (e) => e instanceof car.CarInputError && e.code === 'invalid_json');
-")
+check() { # DIR: require and import the installed package (pack-check/)
+  cp pack-check/check.cjs "$1/"
+  (cd "$1" && node check.cjs)
   mkdir -p "$1/esm"
   printf '{"name":"esm-probe","type":"module"}\n' >"$1/esm/package.json"
-  cat >"$1/esm/main.js" <<'JS'
-import { CarRuntime, executeProposalObj, CarError } from 'car-runtime';
-const rt = new CarRuntime();
-await rt.registerTool('t');
-const out = await executeProposalObj(rt, { actions: [{ id: 'a', type: 'tool_call', tool: 't' }] }, async () => 1);
-if (out.results[0].output !== 1 || typeof CarError !== 'function') process.exit(1);
-JS
+  cp pack-check/esm.js "$1/esm/main.js"
   (cd "$1/esm" && node main.js)
 }
 

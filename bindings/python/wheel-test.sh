@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the wheel, checks what it carries (licence files, metadata, stubs,
 # stripped library), installs it into a fresh virtualenv and uses it from
-# another directory: the JSON-text API, a coroutine tool under
-# execute_proposal_async, and a pickled error.
+# another directory (wheel_check.py: the JSON-text API, a coroutine tool under
+# execute_proposal_obj_async, verify, and a pickled error).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(cd ../.. && pwd)
@@ -50,24 +50,5 @@ with tempfile.NamedTemporaryFile(suffix=".so") as t:
 PY
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install --quiet --disable-pip-version-check "$whl"
-(cd "$tmp" && "$tmp/venv/bin/python" -c "
-import asyncio, json, pickle, car_runtime
-assert car_runtime.protocol_version() == 3
-rt = car_runtime.CarRuntime()
-rt.register_tool('t')
-out = json.loads(rt.execute_proposal({'actions': [{'id': 'a', 'type': 'tool_call', 'tool': 't'}]}, lambda c: {'ok': 1}))
-assert out['results'][0]['output'] == {'ok': 1}
-async def tool(call_json):
-    await asyncio.sleep(0)
-    return {'async': True}
-async def main():
-    return await rt.execute_proposal_obj_async({'actions': [{'id': 'a', 'type': 'tool_call', 'tool': 't'}]}, tool)
-assert asyncio.run(main())['results'][0]['output'] == {'async': True}
-try:
-    car_runtime.normalize_proposal('{')
-except car_runtime.CarInputError as e:
-    back = pickle.loads(pickle.dumps(e))
-    assert type(back) is car_runtime.CarInputError and back.code == e.code and isinstance(back.details, dict)
-import pathlib; assert (pathlib.Path(car_runtime.__file__).parent / '__init__.pyi').exists()
-print('wheel: installs into a fresh virtualenv and imports from another directory (with its .pyi stubs)')
-")
+cp wheel_check.py "$tmp/"
+(cd "$tmp" && "$tmp/venv/bin/python" wheel_check.py)
