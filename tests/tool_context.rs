@@ -122,6 +122,45 @@ async fn a_tool_logs_into_the_event_log_through_its_call() {
     assert_eq!(rt.event_count(), before, "nothing recorded for a bad argument");
 }
 
+/// `CarRuntime::tool_log_entry`, the form the daemon's `tools.log` uses
+/// (the call's fields and the data as a value): the same event and the same
+/// refusals as `tool_log`, the size counted on the data's compact JSON.
+#[test]
+fn a_log_entry_from_fields_records_what_tool_log_records() {
+    use car_runtime::api::runtime::{TOOL_LOG_MAX_BYTES, ToolLogEntry};
+    let rt = CarRuntime::new();
+    let call = ToolLogEntry { request_id: "req-9", tool: Some("fetch"), action_id: Some("f") };
+    rt.tool_log_entry(call, "info", "fetching", Some(json!({"url": "https://example.test"}))).unwrap();
+    // A null data is no data, as an absent one.
+    rt.tool_log_entry(call, "debug", "quiet", Some(Value::Null)).unwrap();
+    let logs: Value = serde_json::from_str(&rt.event_query(r#"{"kinds": ["ToolLog"]}"#).unwrap()).unwrap();
+    let logs = logs["events"].as_array().unwrap();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    let info = logs.iter().find(|e| e["data"]["level"] == "info").unwrap();
+    let debug = logs.iter().find(|e| e["data"]["level"] == "debug").unwrap();
+    assert_eq!(info["action_id"], "f");
+    assert_eq!(
+        info["data"],
+        json!({"tool": "fetch", "request_id": "req-9", "level": "info", "message": "fetching",
+               "data": {"url": "https://example.test"}})
+    );
+    assert!(debug["data"].get("data").is_none(), "{debug:?}");
+    let before = rt.event_count();
+    let e = rt.tool_log_entry(call, "loud", "m", None).unwrap_err();
+    assert!(e.to_string().contains("level"), "{e}");
+    let e = rt.tool_log_entry(ToolLogEntry { request_id: "", ..call }, "info", "m", None).unwrap_err();
+    assert!(e.to_string().contains("request_id"), "{e}");
+    // Exactly at the limit passes; one byte of data over it is refused.
+    let fill = |n: usize| Value::String("x".repeat(n - 2)); // its JSON adds two quotes
+    let half = TOOL_LOG_MAX_BYTES / 2;
+    rt.tool_log_entry(call, "info", &"m".repeat(half), Some(fill(TOOL_LOG_MAX_BYTES - half))).unwrap();
+    let after_one = rt.event_count();
+    let e = rt.tool_log_entry(call, "info", &"m".repeat(half), Some(fill(TOOL_LOG_MAX_BYTES - half + 1))).unwrap_err();
+    assert!(e.to_string().contains("limit"), "{e}");
+    assert_eq!(after_one, before + 1, "only the entry within the limit is recorded");
+    assert_eq!(rt.event_count(), after_one, "nothing recorded for a bad argument");
+}
+
 /// A one-shot tool that times out is told so: its call carries the
 /// attempt's `deadline`, and `tool_cancelled` turns true once it passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -871,32 +871,51 @@ impl CarRuntime {
                 "must be the call JSON the tool received (an object with its `request_id`)",
             ));
         };
-        if !matches!(level, "debug" | "info" | "warn" | "error") {
-            return Err(Error::invalid_argument(
-                "level",
-                format!("`{level}` is not a level: use `debug`, `info`, `warn` or `error`"),
-            ));
-        }
+        check_log_level(level)?;
+        let size = message.len() + data_json.map_or(0, str::len);
+        check_log_size(size)?;
         let data = match data_json.map(str::trim).filter(|t| !t.is_empty()) {
             Some(t) => {
                 Some(serde_json::from_str::<Value>(t).map_err(|e| Error::invalid_argument("data", e.to_string()))?)
             }
             None => None,
         };
-        let size = message.len() + data_json.map_or(0, str::len);
-        if size > TOOL_LOG_MAX_BYTES {
-            return Err(Error::invalid_argument(
-                "message",
-                format!("a tool log entry of {size} bytes is over the {TOOL_LOG_MAX_BYTES}-byte limit"),
-            ));
+        self.record_tool_log(
+            ToolLogEntry { request_id, tool: field("tool"), action_id: field("action_id") },
+            level,
+            message,
+            data,
+        );
+        Ok(())
+    }
+
+    /// [`Self::tool_log`] for a host that holds the call's fields and the
+    /// data as a value (the daemon's `tools.log`): the same checks, with
+    /// the data's size counted in its compact JSON form.
+    pub fn tool_log_entry(
+        &self,
+        call: ToolLogEntry<'_>,
+        level: &str,
+        message: &str,
+        data: Option<Value>,
+    ) -> Result<()> {
+        if call.request_id.is_empty() {
+            return Err(Error::invalid_argument("request_id", "must name the call being served"));
         }
+        check_log_level(level)?;
+        let data = data.filter(|d| !d.is_null());
+        check_log_size(message.len() + data.as_ref().map_or(0, compact_len))?;
+        self.record_tool_log(call, level, message, data);
+        Ok(())
+    }
+
+    fn record_tool_log(&self, call: ToolLogEntry<'_>, level: &str, message: &str, data: Option<Value>) {
         let mut doc =
-            serde_json::json!({"tool": field("tool"), "request_id": request_id, "level": level, "message": message});
+            serde_json::json!({"tool": call.tool, "request_id": call.request_id, "level": level, "message": message});
         if let Some(d) = data {
             doc["data"] = d;
         }
-        self.rt.events().record(EventKind::ToolLog, None, field("action_id"), doc);
-        Ok(())
+        self.rt.events().record(EventKind::ToolLog, None, call.action_id, doc);
     }
 
     /// Whether the engine has given up on the call of `call_json` (the call
@@ -1542,4 +1561,49 @@ impl CarRuntime {
     pub fn set_tier_ledger(&self, ledger: Option<crate::store::ledger::TierLedger>) -> Result<()> {
         self.update_host(|h| h.tier_ledger = ledger)
     }
+}
+
+/// The call a tool log entry belongs to ([`CarRuntime::tool_log_entry`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolLogEntry<'a> {
+    /// The call's `request_id`.
+    pub request_id: &'a str,
+    /// The tool called, when known.
+    pub tool: Option<&'a str>,
+    /// The action the call is for, when known.
+    pub action_id: Option<&'a str>,
+}
+
+fn check_log_level(level: &str) -> Result<()> {
+    if matches!(level, "debug" | "info" | "warn" | "error") {
+        return Ok(());
+    }
+    Err(Error::invalid_argument("level", format!("`{level}` is not a level: use `debug`, `info`, `warn` or `error`")))
+}
+
+fn check_log_size(size: usize) -> Result<()> {
+    if size <= TOOL_LOG_MAX_BYTES {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(
+        "message",
+        format!("a tool log entry of {size} bytes is over the {TOOL_LOG_MAX_BYTES}-byte limit"),
+    ))
+}
+
+/// The length of a value's compact JSON text, counted without building it.
+fn compact_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }

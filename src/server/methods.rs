@@ -212,9 +212,10 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
                 ))
                 .with_data(json!({"code": "call_not_in_flight", "request_id": id})));
             };
-            let data = obj(p)?.get("data").filter(|d| !d.is_null()).map(Value::to_string);
-            let call = json!({"request_id": id, "tool": tool, "action_id": action_id}).to_string();
-            rt.tool_log(&call, req_str(p, "level")?, req_str(p, "message")?, data.as_deref())
+            let data = obj(p)?.get("data").cloned();
+            let call =
+                crate::api::runtime::ToolLogEntry { request_id: id, tool: Some(&tool), action_id: Some(&action_id) };
+            rt.tool_log_entry(call, req_str(p, "level")?, req_str(p, "message")?, data)
                 .map_err(|e| RpcError::invalid_params(e.to_string()))?;
             Ok(json!({"logged": true}))
         }
