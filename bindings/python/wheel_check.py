@@ -34,7 +34,7 @@ try:
 except car_runtime.CarInputError as e:
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is car_runtime.CarInputError and back.code == e.code and isinstance(back.details, dict)
-report = json.loads(car_runtime.verify(json.dumps({"actions": [{"id": "w", "type": "state_write", "key": "k", "value": 1}]})))
+report = json.loads(car_runtime.verify(json.dumps({"actions": [{"id": "w", "type": "state_write", "parameters": {"key": "k", "value": 1}}]})))
 assert report["valid"] is True, report
 assert (pathlib.Path(car_runtime.__file__).parent / "__init__.pyi").exists()
 print(f"wheel on {platform.machine()}: imports from another directory, runs a sync and an async tool, verifies, pickles its errors")

@@ -12,6 +12,6 @@ rt.stateSet('k', '1');
 assert.equal(rt.stateGet('k'), '1');
 assert.equal(typeof car.executeProposal, 'function');
 assert.throws(() => car.normalizeProposal('{'), (e) => e instanceof car.CarInputError && e.code === 'invalid_json');
-const report = JSON.parse(car.verify(JSON.stringify({ actions: [{ id: 'w', type: 'state_write', key: 'k', value: 1 }] })));
+const report = JSON.parse(car.verify(JSON.stringify({ actions: [{ id: 'w', type: 'state_write', parameters: { key: 'k', value: 1 } }] })));
 assert.equal(report.valid, true);
 console.log(`npm package on ${process.arch}: require("car-runtime") works (node ${process.version})`);
