@@ -88,12 +88,7 @@ mkdir "$tmp/npm"
   npm install --offline --no-audit --no-fund --loglevel=error --os=linux --cpu=arm64 --libc=glibc --force \
     "$main_tgz" "$arm_tgz" >/dev/null)
 ls "$tmp/npm/node_modules" | grep -qx car-runtime-linux-arm64-gnu
-cp bindings/node/pack-check/check.cjs "$tmp/npm/"
-(cd "$tmp/npm" && run "$ARM/usr/bin/node" check.cjs)
-mkdir "$tmp/npm/esm"
-printf '{"name":"esm-probe","type":"module"}\n' >"$tmp/npm/esm/package.json"
-cp bindings/node/pack-check/esm.js "$tmp/npm/esm/main.js"
-(cd "$tmp/npm/esm" && run "$ARM/usr/bin/node" main.js)
+bindings/node/pack-check/run.sh "$tmp/npm" qemu-aarch64 -L "$ARM" "$ARM/usr/bin/node"
 # The binding's own tests against the aarch64 addon (taken from the
 # platform package), each file in one process of its own: the test
 # runner's `--test` starts its files as children, which the kernel cannot

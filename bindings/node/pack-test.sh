@@ -17,13 +17,8 @@ for f in LICENSE-MIT LICENSE-APACHE index.mjs types.d.ts lib.d.ts README.md; do
   grep -qx "package/$f" <<<"$listing" || { echo "the npm package lacks $f" >&2; exit 1; }
 done
 
-check() { # DIR: require and import the installed package (pack-check/)
-  cp pack-check/check.cjs "$1/"
-  (cd "$1" && node check.cjs)
-  mkdir -p "$1/esm"
-  printf '{"name":"esm-probe","type":"module"}\n' >"$1/esm/package.json"
-  cp pack-check/esm.js "$1/esm/main.js"
-  (cd "$1/esm" && node main.js)
+check() { # DIR: require and import the installed package
+  pack-check/run.sh "$1"
 }
 
 mkdir "$tmp/plain"

@@ -2,7 +2,8 @@
 // Uses an installed car-runtime as a user would, from CommonJS. Copied into
 // the directory the package was installed in and run there, by pack-test.sh
 // (the x86_64 packages) and by scripts/try-foreign-packages.sh (a package
-// for another architecture, under qemu-user). esm.js is its ES-module half.
+// for another architecture, under qemu-user), through run.sh. esm.js is its
+// ES-module half.
 const car = require('car-runtime');
 const assert = require('node:assert/strict');
 
