@@ -9,6 +9,10 @@
 #[path = "../cli/mod.rs"]
 mod cli;
 
+/// mimalloc: a proposal's parse makes several small allocations per action.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     cli::main()
 }

@@ -1,6 +1,11 @@
 //! The Node binding: a thin translation onto `car_runtime::api`.
 //! No logic lives here; every function forwards to the JSON facade.
 
+/// mimalloc for every allocation of the extension (the core's parse makes
+/// several small allocations per action; see docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use napi_derive::napi;
 use serde_json::{Map, Value};
 

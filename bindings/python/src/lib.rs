@@ -1,6 +1,11 @@
 //! The Python binding: a thin translation onto `car_runtime::api`.
 //! No logic lives here; every function forwards to the JSON facade.
 
+/// mimalloc for every allocation of the extension (the core's parse makes
+/// several small allocations per action; see docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
