@@ -61,7 +61,7 @@ fn actions() -> Vec<Action> {
         p.insert("mode".into(), json!(if i % 7 == 0 { "danger-3" } else { "safe" }));
         p.insert("target".into(), json!(if i % 3 == 0 { "prod" } else { "staging" }));
         p.insert("count".into(), json!(i));
-        a.parameters = p;
+        a.parameters = p.into();
         out.push(a);
     }
     out

@@ -35,12 +35,18 @@ pub fn digest(value: &Value) -> String {
 /// most 2^53 as integers and every other number as the nearest double in
 /// ES6 form (`ryu-js`, as `serde_jcs`); should it ever refuse a value, the
 /// whole value goes through `serde_jcs`, so the output is always the JCS form.
-pub fn canonical_object(value: &Map<String, Value>) -> Vec<u8> {
-    if value.is_empty() {
+/// It takes a `serde_json::Map` or an action's [`crate::ir::Object`] alike.
+pub fn canonical_object<'a, M>(value: &'a M) -> Vec<u8>
+where
+    M: serde::Serialize + ?Sized,
+    &'a M: IntoIterator<Item = (&'a String, &'a Value)>,
+{
+    let members: Vec<(&String, &Value)> = value.into_iter().collect();
+    if members.is_empty() {
         return b"{}".to_vec();
     }
     let mut out = Vec::with_capacity(64);
-    if write_object(value, &mut out) { out } else { serde_jcs::to_vec(value).unwrap_or_default() }
+    if write_members(members, &mut out) { out } else { serde_jcs::to_vec(value).unwrap_or_default() }
 }
 
 /// Appends the RFC 8785 canonical text of `value` to `out`.
@@ -104,7 +110,11 @@ fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
 }
 
 fn write_object(m: &Map<String, Value>, out: &mut Vec<u8>) -> bool {
-    let mut members: Vec<(&String, &Value)> = m.iter().collect();
+    write_members(m.iter().collect(), out)
+}
+
+/// Writes an object of these members, sorted as RFC 8785 sorts them.
+fn write_members(mut members: Vec<(&String, &Value)>, out: &mut Vec<u8>) -> bool {
     if members.iter().all(|(k, _)| k.is_ascii()) {
         members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     } else {

@@ -183,7 +183,7 @@ impl ActionEvent {
         m.insert("attempt".into(), Value::from(self.attempt));
         if matches!(self.phase, ActionPhase::Succeeded | ActionPhase::Failed) {
             m.insert("params_digest".into(), Value::String(params_digest(&a.parameters)));
-            m.insert("expected_effects".into(), Value::Object(a.expected_effects.clone()));
+            m.insert("expected_effects".into(), a.expected_effects.to_value());
         }
         match self.phase {
             ActionPhase::Failed => {
@@ -481,7 +481,11 @@ fn from_unix(secs: u64, nanos: u32) -> DateTime<Utc> {
 }
 
 /// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
-pub fn params_digest(value: &Map<String, Value>) -> String {
+pub fn params_digest<'a, M>(value: &'a M) -> String
+where
+    M: Serialize + ?Sized,
+    &'a M: IntoIterator<Item = (&'a String, &'a Value)>,
+{
     crate::canonical::sha256_hex(&crate::canonical::canonical_object(value))
 }
 

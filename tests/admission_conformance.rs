@@ -273,7 +273,7 @@ fn deny_always_beats_a_shell_allow_pattern() {
                     .unwrap();
             let stage = AdmissionStage::build(config, &HostLayers::default(), None).unwrap();
             let mut a = car_runtime::ir::Action::tool_call("shell");
-            a.parameters = json!({"command": "touch marker"}).as_object().unwrap().clone();
+            a.parameters = json!({"command": "touch marker"}).as_object().unwrap().clone().into();
             match stage.decide(&a, None) {
                 StageVerdict::Refuse(d) => assert_eq!(d.layer, "deny-rule", "{preset} {deny}"),
                 other => panic!("{preset} {deny}: {other:?}"),
@@ -448,7 +448,7 @@ match = ["rm -r -f /"]
     let c = AdmissionConfig::from_toml(good).unwrap();
     let stage = build(c).unwrap();
     let mut a = car_runtime::ir::Action::tool_call("shell");
-    a.parameters = json!({"command": "rm -rf /"}).as_object().unwrap().clone();
+    a.parameters = json!({"command": "rm -rf /"}).as_object().unwrap().clone().into();
     assert_eq!(stage.preview(&a, None).unwrap().0.layer, "deny-rule");
 }
 
@@ -532,7 +532,7 @@ fn shell_commands_naming_protected_files_are_refused() {
     };
     let shell = |cmd: &str| {
         let mut a = car_runtime::ir::Action::tool_call("shell");
-        a.parameters = json!({"command": cmd}).as_object().unwrap().clone();
+        a.parameters = json!({"command": cmd}).as_object().unwrap().clone().into();
         a
     };
     let targets = [
@@ -633,7 +633,7 @@ fn a_ledger_and_key_of_any_name_are_protected() {
         build(json!({"preset": "open", "ledger_path": ledger.to_string_lossy(), "allow_protected_writes": true}));
     let call = |tool: &str, params: Value| {
         let mut a = car_runtime::ir::Action::tool_call(tool);
-        a.parameters = params.as_object().unwrap().clone();
+        a.parameters = params.as_object().unwrap().clone().into();
         a
     };
     let refused = |stage: &AdmissionStage, a: &car_runtime::ir::Action| matches!(stage.decide(a, None), StageVerdict::Refuse(d) if d.layer == "protected");

@@ -45,7 +45,7 @@ fn the_example_shell_allow_list_lets_no_writing_option_through() {
 fn write(path: &str) -> Action {
     let mut a = Action::tool_call("write_file");
     a.id = "w".into();
-    a.parameters = json!({"path": path, "content": "x"}).as_object().cloned().unwrap();
+    a.parameters = json!({"path": path, "content": "x"}).as_object().cloned().unwrap().into();
     a
 }
 

@@ -11,7 +11,7 @@ use Reversibility::{Compensable as C, Irreversible as I, Reversible as R};
 
 fn call(tool: &str, params: Value) -> Action {
     let mut a = Action::tool_call(tool);
-    a.parameters = params.as_object().cloned().unwrap_or_default();
+    a.parameters = params.as_object().cloned().unwrap_or_default().into();
     a
 }
 

@@ -44,7 +44,7 @@ fn engine(toml: &str) -> PolicyEngine {
 fn call(tool: &str, params: Value) -> Action {
     let mut a = Action::tool_call(tool);
     a.id = "a1".into();
-    a.parameters = params.as_object().cloned().unwrap_or_default();
+    a.parameters = params.as_object().cloned().unwrap_or_default().into();
     a
 }
 

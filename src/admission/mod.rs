@@ -895,7 +895,7 @@ impl AdmissionStage {
         match self.judge(a, session) {
             Judged::Admit(None) => None,
             Judged::Admit(Some(d)) | Judged::Refuse(d) => {
-                let input = d.substituted.clone().unwrap_or_else(|| a.parameters.clone());
+                let input = d.substituted.clone().unwrap_or_else(|| a.parameters.to_map());
                 Some((d, Value::Object(input)))
             }
             Judged::Ask(d, input) => Some((d, input)),
@@ -981,10 +981,10 @@ impl AdmissionStage {
                 &undeclared
             }
         };
-        let ev = chain.evaluate_owned(def, Value::Object(a.parameters.clone()));
+        let ev = chain.evaluate_owned(def, a.parameters.to_value());
         let mut d = Decision::new(ev.verdict, ev.decided_by.as_str(), ev.reason);
         d.rule = ev.rule.as_ref().and_then(|r| serde_json::to_value(r).ok());
-        if ev.verdict != Verdict::Deny && ev.input.as_object() != Some(&a.parameters) {
+        if ev.verdict != Verdict::Deny && !ev.input.as_object().is_some_and(|m| *m == a.parameters) {
             // A substituted input: it is what the later layers checked, what
             // an approval is keyed by and what the tool receives. Anything
             // but an object cannot be a tool's parameters (fail closed).
@@ -1269,11 +1269,11 @@ impl AdmissionStage {
     /// The dispatch-time inspectors for one attempt of a `tool_call`.
     pub fn dispatch(&self, a: &Action) -> Option<Decision> {
         let inspectors = self.inspectors.as_ref()?;
-        if a.action_type != ActionType::ToolCall {
+        if a.action_type != ActionType::ToolCall || inspectors.is_empty() {
             return None;
         }
         let name = a.tool.as_deref().unwrap_or_default();
-        inspectors.inspect(name, &a.parameters).err().map(|denial| {
+        inspectors.inspect(name, &a.parameters.to_map()).err().map(|denial| {
             let mut d = Decision::deny(
                 layer::INSPECTOR,
                 format!("denied by inspector `{}`: {}", denial.inspector, denial.reason),

@@ -1236,7 +1236,7 @@ impl CarRuntime {
                 }
                 if let Some(root) = &root
                     && self.rt.tool(tool).is_some_and(|t| t.source == ToolSource::Builtin)
-                    && let Ok(Some(diff)) = crate::tools::preview(root, tool, &a.parameters)
+                    && let Ok(Some(diff)) = crate::tools::preview(root, tool, &a.parameters.to_map())
                 {
                     item["preview"] = json!({"kind": "diff", "diff": diff});
                 }
@@ -1245,7 +1245,7 @@ impl CarRuntime {
             if let Some(crate::ir::Compensation::Tool { tool, parameters }) = &a.compensation {
                 let mut c = crate::ir::Action::tool_call(tool.clone());
                 c.id = compensation_handle(&a.id);
-                c.parameters = parameters.clone();
+                c.parameters = parameters.into();
                 let one = crate::ir::ActionProposal { actions: vec![c], ..empty.clone() };
                 if let Some((d, input)) = self.rt.plan(&one, session_id, tenant)?.pop() {
                     let mut comp = serde_json::to_value(&d).unwrap_or_else(|_| json!({}));

@@ -89,7 +89,7 @@ pub fn simulate(proposal_json: &str, initial_state_json: Option<&str>) -> Result
 /// dropped, as JSON text.
 pub fn optimize(proposal_json: &str) -> Result<String> {
     let p = crate::ir::parse_proposal(proposal_json)?;
-    Ok(to_text(&optimize_proposal(p)))
+    Ok(crate::ir::proposal_to_json(&optimize_proposal(p)))
 }
 
 /// `optimize` on a parsed proposal, pruned in place (the CLI prints it).

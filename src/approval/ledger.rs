@@ -662,7 +662,7 @@ mod tests {
     fn act(id: &str, tool: &str, params: Value) -> Action {
         let mut a = Action::tool_call(tool);
         a.id = id.into();
-        a.parameters = params.as_object().cloned().unwrap_or_default();
+        a.parameters = params.as_object().cloned().unwrap_or_default().into();
         a
     }
 

@@ -34,9 +34,12 @@ pub fn is_protected(name: &str) -> bool {
 }
 
 /// `params` with every protected value (at any depth) masked.
-pub fn masked_parameters(params: &Map<String, Value>) -> Map<String, Value> {
+pub fn masked_parameters<'a, M>(params: &'a M) -> Map<String, Value>
+where
+    &'a M: IntoIterator<Item = (&'a String, &'a Value)>,
+{
     params
-        .iter()
+        .into_iter()
         .map(|(k, v)| (k.clone(), if is_protected(k) { Value::String(MASK.into()) } else { mask(v) }))
         .collect()
 }

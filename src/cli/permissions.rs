@@ -86,7 +86,7 @@ pub fn load(root: &Path, preset_flag: Option<&str>) -> Result<Permissions, CliEr
 /// A `tool_call` of `tool` with `input`, as the stage sees it.
 pub fn call(tool: &str, input: &Value) -> Action {
     let mut a = Action::tool_call(tool);
-    a.parameters = input.as_object().cloned().unwrap_or_default();
+    a.parameters = input.as_object().cloned().unwrap_or_default().into();
     a
 }
 

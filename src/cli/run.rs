@@ -171,7 +171,7 @@ fn summary(a: &Action) -> String {
             format!("write_file {} ({} bytes)", s("path"), p.get("content").and_then(Value::as_str).map_or(0, str::len))
         }
         (ActionType::ToolCall, Some(t)) => {
-            let mut text = Value::Object(p.clone()).to_string();
+            let mut text = p.to_value().to_string();
             if text.len() > 100 {
                 let cut = (0..=97).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
                 text.truncate(cut);
@@ -276,12 +276,12 @@ fn print_plan(
         }
         if let Some(Compensation::Tool { tool, parameters }) = &a.compensation {
             let mut c = Action::tool_call(tool.clone());
-            c.parameters = parameters.clone();
+            c.parameters = parameters.clone().into();
             let verdict = item.compensation.as_ref().map_or("allow", |(v, _, _)| v.as_str());
             out.line(format!("            compensation on abort: {} (permission {verdict})", summary(&c)));
         }
         if let Some(tool) = &item.tool {
-            match car_runtime::tools::preview(root, tool, &a.parameters) {
+            match car_runtime::tools::preview(root, tool, &a.parameters.to_map()) {
                 Ok(Some(diff)) if diff.is_empty() => out.line("            (no change)"),
                 Ok(Some(diff)) => {
                     // The header names the file: a path holding a newline
@@ -398,7 +398,7 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
             (&item.compensation, &item.compensation_handle, &act.compensation)
         {
             let mut c = Action::tool_call(tool.clone());
-            c.parameters = parameters.clone();
+            c.parameters = parameters.clone().into();
             asks.push([format!("{} (its compensation)", item.id), summary(&c), why.clone(), tool.clone()]);
             keys.push(handle.clone());
         }

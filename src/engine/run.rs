@@ -956,7 +956,7 @@ impl Runtime {
                     Some(t) => {
                         if t.validates_params()
                             && refusals[i].is_none()
-                            && let Some(e) = t.check_params(&Value::Object(a.parameters.clone()))
+                            && let Some(e) = t.check_params(&a.parameters.to_value())
                         {
                             refusals[i] =
                                 Some(Decision::deny(layer::TOOL, format!("tool '{name}' parameter validation: {e}")));
@@ -1139,7 +1139,7 @@ impl Runtime {
                         ctx.overrides = vec![None; n];
                     }
                     let mut b = a.clone();
-                    b.parameters = params;
+                    b.parameters = params.into();
                     ctx.overrides[i] = Some(b);
                 }
                 match verdict {
@@ -1931,10 +1931,10 @@ fn invoke(ctx: &Ctx, call: ToolCall) -> impl Future<Output = Result<Value, Fail>
     }
 }
 
-fn make_call(ctx: &Ctx, tool: &str, params: &Map<String, Value>, a: &Action, attempt: u32) -> ToolCall {
+fn make_call(ctx: &Ctx, tool: &str, params: Value, a: &Action, attempt: u32) -> ToolCall {
     ToolCall {
         tool: tool.to_string(),
-        params: Value::Object(params.clone()),
+        params,
         action_id: a.id.clone(),
         request_id: ctx.rt.next_request_id(),
         timeout_ms: a.timeout_ms,
@@ -1989,7 +1989,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
             if let Some(rl) = &tool.schema.rate_limit {
                 Box::pin(ctx.rt.take_rate_slot(name, rl)).await.map_err(|e| Fail::new(e, ErrorClass::ToolError))?;
             }
-            let v = invoke(ctx, make_call(ctx, name, &a.parameters, a, attempt)).await?;
+            let v = invoke(ctx, make_call(ctx, name, a.parameters.to_value(), a, attempt)).await?;
             if let Some(e) = tool.check_output(&v) {
                 return Err(Fail::new(format!("tool '{name}' output validation: {e}"), ErrorClass::Validation));
             }
@@ -2031,7 +2031,7 @@ async fn start_detached(ctx: &Ctx, i: usize, tool: &RegisteredTool, a: &Action, 
     }
     ctx.tool_calls.fetch_add(1, Ordering::Relaxed);
     let cancel = CancelToken::new();
-    let call = make_call(ctx, name, &a.parameters, a, attempt);
+    let call = make_call(ctx, name, a.parameters.to_value(), a, attempt);
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.executor.execute_stream(call, cancel.clone()))) {
         Ok(f) => AssertUnwindSafe(f).catch_unwind(),
         Err(p) => {
@@ -2085,9 +2085,9 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
         Compensation::Tool { tool, parameters } => {
             let mut c = Action::tool_call(tool.clone());
             c.id = a.id.clone();
-            c.parameters = parameters.clone();
+            c.parameters = parameters.into();
             let params = admit_compensation(ctx, &c).await?.unwrap_or_else(|| parameters.clone());
-            invoke(ctx, make_call(ctx, tool, &params, a, 1)).await.map(|_| ()).map_err(|f| f.message)
+            invoke(ctx, make_call(ctx, tool, Value::Object(params), a, 1)).await.map(|_| ()).map_err(|f| f.message)
         }
         Compensation::ActionRef { action_id } => {
             let Some((j, target)) = ctx.proposal.actions.iter().enumerate().find(|(_, b)| b.id == *action_id) else {
@@ -2111,7 +2111,7 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
                 None => attempt_action(ctx, j, target, 1, None).await,
                 Some(params) => {
                     let mut b = target.clone();
-                    b.parameters = params;
+                    b.parameters = params.into();
                     attempt_action(ctx, j, &b, 1, None).await
                 }
             }
@@ -2153,7 +2153,7 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
             None => return Some(Decision::deny(layer::TOOL, format!("tool '{name}' is not registered"))),
             Some(t) => {
                 if t.validates_params()
-                    && let Some(e) = t.check_params(&Value::Object(c.parameters.clone()))
+                    && let Some(e) = t.check_params(&c.parameters.to_value())
                 {
                     return Some(Decision::deny(layer::TOOL, format!("tool '{name}' parameter validation: {e}")));
                 }
@@ -2219,14 +2219,14 @@ async fn decide_compensation(ctx: &Ctx, c: &Action) -> Option<Decision> {
     // With a substituted input, the later checks see what the tool would receive.
     let substituted = allowed.as_ref().and_then(|d| d.substituted.clone()).map(|params| {
         let mut b = c.clone();
-        b.parameters = params;
+        b.parameters = params.into();
         b
     });
     let c = substituted.as_ref().unwrap_or(c);
     if substituted.is_some()
         && let Some(t) = inner.tools.read().ok().and_then(|t| t.get(c.tool.as_deref().unwrap_or("")))
         && t.validates_params()
-        && let Some(e) = t.check_params(&Value::Object(c.parameters.clone()))
+        && let Some(e) = t.check_params(&c.parameters.to_value())
     {
         return Some(Decision::deny(layer::TOOL, format!("parameter validation of the substituted input: {e}")));
     }

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use crate::approval::store::{Clock, input_digest};
@@ -307,7 +306,7 @@ impl SupervisionHub {
                 tool: a.tool.clone(),
                 reversibility: effective.get(i).copied().unwrap_or(a.reversibility),
                 parameter_keys,
-                parameters_digest: input_digest(&Value::Object(a.parameters.clone()))?,
+                parameters_digest: input_digest(&a.parameters.to_value())?,
             });
         }
         let intent = Intent {

@@ -4,6 +4,7 @@
 //! exactly; unknown fields are ignored everywhere (and reported: `verify`
 //! warns of each, strict mode refuses them; see [`parse_proposal_reporting`]).
 
+mod object;
 mod parse;
 mod precondition;
 mod proposal;
@@ -14,7 +15,9 @@ pub mod strict;
 mod tool;
 mod unknown;
 mod verification;
+mod write;
 
+pub use object::Object;
 pub use parse::{from_json_str, from_value, parse_proposal, parse_proposal_value, to_json_path_error};
 pub use precondition::{Operator, Precondition, json_eq};
 pub use proposal::{Action, ActionProposal, ActionType, FailureBehavior, StateAssumption, short_id};
@@ -30,3 +33,4 @@ pub use stream::{
 pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
 pub use unknown::{UnknownField, parse_proposal_reporting, parse_proposal_value_reporting, refuse_unknown};
 pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};
+pub use write::proposal_to_json;

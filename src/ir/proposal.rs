@@ -3,6 +3,8 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use super::Object;
+
 use super::precondition::Precondition;
 use super::reversibility::{Compensation, Reversibility};
 use super::stream::ToolInvocationMode;
@@ -261,14 +263,14 @@ pub struct Action {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// Passed verbatim to the tool callback.
-    #[serde(default, deserialize_with = "super::strict::strict_map")]
-    pub parameters: Map<String, Value>,
+    #[serde(default)]
+    pub parameters: Object,
     /// All must hold before the action runs.
     #[serde(default)]
     pub preconditions: Vec<Precondition>,
     /// Claimed state changes, used to model the action without running it.
-    #[serde(default, deserialize_with = "super::strict::strict_map")]
-    pub expected_effects: Map<String, Value>,
+    #[serde(default)]
+    pub expected_effects: Object,
     /// State keys this action reads; informs DAG ordering.
     #[serde(default)]
     pub state_dependencies: Vec<String>,
@@ -318,9 +320,9 @@ impl Action {
             id: short_id(),
             action_type,
             tool: None,
-            parameters: Map::new(),
+            parameters: Object::new(),
             preconditions: Vec::new(),
-            expected_effects: Map::new(),
+            expected_effects: Object::new(),
             state_dependencies: Vec::new(),
             dependencies: Vec::new(),
             read_set: Vec::new(),
@@ -371,8 +373,8 @@ impl Action {
 
     /// The same action with these `parameters` (replacing any set before).
     #[must_use]
-    pub fn with_parameters(mut self, parameters: Map<String, Value>) -> Self {
-        self.parameters = parameters;
+    pub fn with_parameters(mut self, parameters: impl Into<Object>) -> Self {
+        self.parameters = parameters.into();
         self
     }
 
@@ -511,15 +513,9 @@ impl Action {
         if self.action_type == ActionType::StateWrite { self.param("key").and_then(Value::as_str) } else { None }
     }
 
-    /// One parameter by name (the same as `parameters.get(name)`). A small
-    /// map is scanned instead of hashed: parameters objects usually hold a
-    /// handful of members, where a scan beats SipHash.
+    /// One parameter by name (the same as `parameters.get(name)`).
     pub fn param(&self, name: &str) -> Option<&Value> {
-        if self.parameters.len() <= 8 {
-            self.parameters.iter().find_map(|(k, v)| (k == name).then_some(v))
-        } else {
-            self.parameters.get(name)
-        }
+        self.parameters.get(name)
     }
 
     /// The transactional read set: explicit, or `state_dependencies` plus
@@ -590,9 +586,9 @@ mod tests {
             id: "a1".into(),
             action_type: ActionType::ToolCall,
             tool: Some("deploy".into()),
-            parameters: json!({"env": "prod", "force": true}).as_object().cloned().unwrap(),
+            parameters: json!({"env": "prod", "force": true}).as_object().cloned().unwrap().into(),
             preconditions: vec![pre],
-            expected_effects: json!({"deployed": true}).as_object().cloned().unwrap(),
+            expected_effects: json!({"deployed": true}).as_object().cloned().unwrap().into(),
             state_dependencies: vec!["staged".into()],
             dependencies: vec!["a0".into()],
             read_set: vec!["r".into()],

@@ -65,7 +65,7 @@ pub fn simulate_with_predictions(
         if let Some(pred) = predictions.get(&a.id)
             && pred.accuracy >= min_accuracy
         {
-            a.expected_effects = pred.effects.clone();
+            a.expected_effects = (&pred.effects).into();
         }
     }
     Ok(verify::simulate(&p, initial_state))

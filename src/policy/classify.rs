@@ -27,7 +27,7 @@
 use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::ir::{Action, ActionType, Reversibility};
 
@@ -484,7 +484,10 @@ fn collect(v: &Value, path: &str, under_command: bool, f: &mut Flattened) {
         _ => {}
     }
 }
-fn collect_map(m: &Map<String, Value>, prefix: &str, under_command: bool, f: &mut Flattened) {
+fn collect_map<'a, M>(m: &'a M, prefix: &str, under_command: bool, f: &mut Flattened)
+where
+    &'a M: IntoIterator<Item = (&'a String, &'a Value)>,
+{
     for (k, v) in m {
         let key = snake_key(k);
         let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
@@ -737,7 +740,7 @@ mod tests {
 
     fn call(tool: &str, params: Value) -> Action {
         let mut a = Action::tool_call(tool);
-        a.parameters = params.as_object().cloned().unwrap_or_default();
+        a.parameters = params.as_object().cloned().unwrap_or_default().into();
         a
     }
 

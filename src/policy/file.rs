@@ -689,7 +689,7 @@ mod tests {
     fn call(tool: &str, params: Value) -> Action {
         let mut a = Action::tool_call(tool);
         if let Value::Object(m) = params {
-            a.parameters = m;
+            a.parameters = m.into();
         }
         a
     }

@@ -294,7 +294,7 @@ mod tests {
     fn act(id: &str, tool: &str, params: Value) -> Action {
         let mut a = Action::tool_call(tool);
         a.id = id.to_string();
-        a.parameters = params.as_object().cloned().unwrap_or_default();
+        a.parameters = params.as_object().cloned().unwrap_or_default().into();
         a
     }
 

@@ -129,10 +129,14 @@ fn final_state(keys: &Keys<'_>, model: &Model<'_>) -> Map<String, Value> {
 }
 
 /// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
-fn canonical_map(m: &Map<String, Value>, out: &mut Vec<u8>) {
-    if m.len() <= 1 {
+fn canonical_map<'a, M>(m: &'a M, out: &mut Vec<u8>)
+where
+    &'a M: IntoIterator<Item = (&'a String, &'a Value), IntoIter: ExactSizeIterator + Clone>,
+{
+    let members = m.into_iter();
+    if members.len() <= 1 {
         out.push(b'{');
-        for (k, v) in m {
+        for (k, v) in members {
             // Writing JSON into a Vec<u8> cannot fail.
             let _ = serde_json::to_writer(&mut *out, k);
             out.push(b':');
@@ -141,19 +145,17 @@ fn canonical_map(m: &Map<String, Value>, out: &mut Vec<u8>) {
         out.push(b'}');
         return;
     }
-    let mut keys: Vec<&String> = m.keys().collect();
-    keys.sort_unstable();
+    let mut sorted: Vec<(&String, &Value)> = members.collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
     out.push(b'{');
-    for (n, k) in keys.into_iter().enumerate() {
+    for (n, (k, x)) in sorted.into_iter().enumerate() {
         if n > 0 {
             out.push(b',');
         }
         // Writing JSON into a Vec<u8> cannot fail.
         let _ = serde_json::to_writer(&mut *out, k);
         out.push(b':');
-        if let Some(x) = m.get(k.as_str()) {
-            canonical(x, out);
-        }
+        canonical(x, out);
     }
     out.push(b'}');
 }
@@ -238,7 +240,7 @@ impl<'a> CallGroups<'a> {
     }
 
     /// Adds one call.
-    fn add(&mut self, tool: &'a str, parameters: &Map<String, Value>) {
+    fn add(&mut self, tool: &'a str, parameters: &crate::ir::Object) {
         let arena = &mut self.arena;
         let start = arena.len();
         arena.extend_from_slice(tool.as_bytes());

@@ -6,7 +6,7 @@
 //! keywords (`enum`, ranges, formats, nested objects) are out of scope, as the
 //! check's `cannot_verify` says; an unknown type name never fails.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The JSON type name of a value, as the findings spell it.
 fn type_name(v: &Value) -> &'static str {
@@ -39,7 +39,7 @@ fn is_type(v: &Value, t: &str) -> Option<bool> {
 }
 
 /// The findings for one call of `tool` with `params` against `schema`.
-pub(crate) fn check(tool: &str, schema: &Value, params: &Map<String, Value>) -> Vec<String> {
+pub(crate) fn check(tool: &str, schema: &Value, params: &crate::ir::Object) -> Vec<String> {
     let mut out = Vec::new();
     let Some(schema) = schema.as_object() else { return out };
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
@@ -83,7 +83,7 @@ mod tests {
     use serde_json::json;
 
     fn run(schema: Value, params: Value) -> Vec<String> {
-        check("t", &schema, params.as_object().unwrap_or(&Map::new()))
+        check("t", &schema, &params.as_object().cloned().unwrap_or_default().into())
     }
 
     #[test]
