@@ -282,8 +282,19 @@ proptest! {
         let back = parse_proposal(&text).unwrap();
         prop_assert_eq!(&back, &p);
         prop_assert_eq!(&serde_json::to_string(&back).unwrap(), &text);
-        // The direct writer (`optimize`'s output) gives serde's bytes.
-        prop_assert_eq!(proposal_to_json(&p), text);
+        // The direct writers (of `normalize_proposal`, `optimize`, `verify`
+        // and `simulate`) give serde's bytes.
+        prop_assert_eq!(&car_runtime::api::proposal_to_json(&p), &text);
+        let verified = car_runtime::verify::verify(&back, &car_runtime::verify::VerifyOptions::default());
+        prop_assert_eq!(
+            car_runtime::api::verify::verify(&text, None, None, None, None).unwrap(),
+            serde_json::to_string(&verified).unwrap()
+        );
+        let simulated = car_runtime::verify::simulate(&back, &Map::new());
+        prop_assert_eq!(
+            car_runtime::api::verify::simulate(&text, None).unwrap(),
+            serde_json::to_string(&simulated).unwrap()
+        );
     }
 }
 

@@ -65,7 +65,8 @@ pub fn verify(
     let (p, unknown) = crate::ir::parse_proposal_reporting(proposal_json)?;
     let state = parse_arg("initial_state", initial_state_json)?;
     let schemas = parse_arg("tool_schemas", tool_schemas_json)?;
-    Ok(to_text(&with_unknown(verify::verify(&p, &options(state, tool_names, max_actions, schemas)), &unknown)))
+    let r = with_unknown(verify::verify(&p, &options(state, tool_names, max_actions, schemas)), &unknown);
+    Ok(crate::ir::verification_to_json(&r))
 }
 
 /// A verification result with a `warning` for each unknown field of the
@@ -82,14 +83,14 @@ pub(crate) fn with_unknown(
 pub fn simulate(proposal_json: &str, initial_state_json: Option<&str>) -> Result<String> {
     let p = crate::ir::parse_proposal(proposal_json)?;
     let state: Map<String, Value> = parse_arg("initial_state", initial_state_json)?.unwrap_or_default();
-    Ok(to_text(&verify::simulate(&p, &state)))
+    Ok(crate::ir::map_to_json(&verify::simulate(&p, &state)))
 }
 
 /// `optimize(proposal)` → the proposal with phantom `state_dependencies`
 /// dropped, as JSON text.
 pub fn optimize(proposal_json: &str) -> Result<String> {
     let p = crate::ir::parse_proposal(proposal_json)?;
-    Ok(crate::ir::proposal_to_json(&optimize_proposal(p)))
+    Ok(super::proposal_to_json(&optimize_proposal(p)))
 }
 
 /// `optimize` on a parsed proposal, pruned in place (the CLI prints it).

@@ -33,4 +33,4 @@ pub use stream::{
 pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
 pub use unknown::{UnknownField, parse_proposal_reporting, parse_proposal_value_reporting, refuse_unknown};
 pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};
-pub use write::proposal_to_json;
+pub(crate) use write::{map_to_json, proposal_to_json, verification_to_json};

@@ -76,8 +76,18 @@ impl Serialize for Operator {
 
 impl<'de> Deserialize<'de> for Operator {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Ok(Operator::parse(&s))
+        // Read in place: no string is allocated for a known spelling.
+        struct Spelling;
+        impl serde::de::Visitor<'_> for Spelling {
+            type Value = Operator;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Operator, E> {
+                Ok(Operator::parse(v))
+            }
+        }
+        d.deserialize_str(Spelling)
     }
 }
 

@@ -12,14 +12,106 @@
 
 use serde_json::Value;
 
-use super::{Action, ActionProposal, Object, Precondition};
+use super::{Action, ActionProposal, Object, Precondition, VerificationIssue, VerificationResult};
 
-/// `serde_json::to_string(proposal)`, written directly (see the module docs).
-pub fn proposal_to_json(p: &ActionProposal) -> String {
+/// `serde_json::to_string(proposal)`, written directly (see the module docs);
+/// public as `api::proposal_to_json`.
+pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
     let mut out = Vec::with_capacity(256 + 320 * p.actions.len());
     write_proposal(p, &mut out);
-    // Only UTF-8 is written: the strings come from `&str`, the rest is ASCII
-    // or serde_json's own UTF-8 output.
+    into_string(out)
+}
+
+/// `serde_json::to_string(result)` for a verification result, written
+/// directly: `verify`'s answer lists every action's id, every key of the
+/// simulated state and every untested region.
+pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
+    let ev = &r.evidence;
+    let mut out = Vec::with_capacity(
+        1024 + 24 * (r.simulated_state.len() + r.issues.len() + ev.untested_regions.len())
+            + 16 * r.execution_levels.iter().map(Vec::len).sum::<usize>(),
+    );
+    out.extend_from_slice(if r.valid { b"{\"valid\":true,\"issues\":[" } else { b"{\"valid\":false,\"issues\":[" });
+    for (i, issue) in r.issues.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_issue(issue, &mut out);
+    }
+    out.extend_from_slice(b"],\"simulated_state\":");
+    write_value_object(&r.simulated_state, &mut out);
+    out.extend_from_slice(b",\"execution_levels\":[");
+    for (i, level) in r.execution_levels.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_strs(level, &mut out);
+    }
+    out.extend_from_slice(b"],\"conflicts\":[");
+    for (i, (a, b, key)) in r.conflicts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        write_str(a, &mut out);
+        out.push(b',');
+        write_str(b, &mut out);
+        out.push(b',');
+        write_str(key, &mut out);
+        out.push(b']');
+    }
+    out.extend_from_slice(b"],\"evidence\":{\"checks\":");
+    serde_into(&ev.checks, &mut out);
+    out.extend_from_slice(b",\"assumptions\":");
+    write_strs(&ev.assumptions, &mut out);
+    out.extend_from_slice(b",\"untested_regions\":");
+    write_strs(&ev.untested_regions, &mut out);
+    out.extend_from_slice(b",\"residual_risks\":");
+    write_strs(&ev.residual_risks, &mut out);
+    out.extend_from_slice(b",\"confidence\":");
+    serde_into(&ev.confidence, &mut out);
+    out.extend_from_slice(b"}}");
+    into_string(out)
+}
+
+/// `serde_json::to_string(map)` for a JSON object (`simulate`'s state),
+/// written directly.
+pub(crate) fn map_to_json(m: &serde_json::Map<String, Value>) -> String {
+    let mut out = Vec::with_capacity(2 + 24 * m.len());
+    write_value_object(m, &mut out);
+    into_string(out)
+}
+
+fn write_value_object(m: &serde_json::Map<String, Value>, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (k, x)) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(k, out);
+        out.push(b':');
+        write_value(x, out);
+    }
+    out.push(b'}');
+}
+
+fn write_issue(issue: &VerificationIssue, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"action_id\":");
+    write_str(&issue.action_id, out);
+    out.extend_from_slice(b",\"severity\":\"");
+    out.extend_from_slice(issue.severity.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"message\":");
+    write_str(&issue.message, out);
+    if let Some(tier) = &issue.tier {
+        out.extend_from_slice(b",\"tier\":");
+        serde_into(tier, out);
+    }
+    out.push(b'}');
+}
+
+/// The written bytes as text: only UTF-8 is written (the strings come
+/// from `&str`, the rest is ASCII or serde_json's own UTF-8 output).
+fn into_string(out: Vec<u8>) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
@@ -158,18 +250,7 @@ fn write_value(v: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        Value::Object(m) => {
-            out.push(b'{');
-            for (i, (k, x)) in m.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(k, out);
-                out.push(b':');
-                write_value(x, out);
-            }
-            out.push(b'}');
-        }
+        Value::Object(m) => write_value_object(m, out),
     }
 }
 
@@ -247,5 +328,42 @@ mod tests {
         let p = ActionProposal::new(vec![a, b, Action::state_read("")]).with_source(nasty).with_context(nasty, nasty);
         same(&p);
         same(&ActionProposal::new(vec![]));
+    }
+
+    #[test]
+    fn verification_results_match_serde() {
+        use crate::verify::{VerifyOptions, verify};
+        let nasty = "q\"b\\s\n\u{1} é";
+        // A chain with a failed precondition, a missing dependency, a write
+        // conflict, a repeated id and an unregistered tool.
+        let text = format!(
+            r#"{{"actions":[
+            {{"id":"{n}","type":"tool_call","tool":"{n}","parameters":{{"x":1}},"expected_effects":{{"{n}":[1.5,null]}}}},
+            {{"id":"{n}","type":"tool_call","tool":"t","expected_effects":{{"{n}":2}},"state_dependencies":["nope"]}},
+            {{"id":"c","type":"state_write","parameters":{{"key":"k","value":{{"a":"{n}"}}}},
+              "preconditions":[{{"key":"k","operator":"eq","value":3}}]}}]}}"#,
+            n = nasty.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").replace('\u{1}', "\\u0001")
+        );
+        let p = crate::ir::parse_proposal(&text).unwrap();
+        for opts in [
+            VerifyOptions::default(),
+            VerifyOptions { tool_names: Some(vec!["t".into()]), max_actions: Some(1), ..VerifyOptions::default() },
+        ] {
+            let r = verify(&p, &opts);
+            assert!(!r.issues.is_empty() && !r.conflicts.is_empty());
+            assert_eq!(verification_to_json(&r), serde_json::to_string(&r).unwrap());
+            assert_eq!(map_to_json(&r.simulated_state), serde_json::to_string(&r.simulated_state).unwrap());
+        }
+        let mut r = verify(&ActionProposal::new(vec![]), &VerifyOptions::default());
+        r.evidence.confidence = 0.1 + 0.2;
+        r.evidence.assumptions.push(nasty.into());
+        r.evidence.residual_risks.push(nasty.into());
+        r.issues.push(VerificationIssue {
+            action_id: nasty.into(),
+            severity: crate::ir::Severity::Info,
+            message: nasty.into(),
+            tier: None,
+        });
+        assert_eq!(verification_to_json(&r), serde_json::to_string(&r).unwrap());
     }
 }
