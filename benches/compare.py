@@ -9,7 +9,8 @@ means we are faster).
 
     benches/compare.py OURS_ENV ORIGINAL_ENV [--engine-original ENV]
                        [--node bindings/node] [--facade BIN] [--n 5000]
-                       [--exec-n 3000] [--repeats 5] [--only pure|exec]
+                       [--exec-n 3000] [--repeats 5] [--rounds 3]
+                       [--only pure|exec]
 
 * OURS_ENV: a virtualenv with our `car_runtime` (for real figures
   `maturin develop --release` in bindings/python).
@@ -34,6 +35,11 @@ the previous one's expected effects wrote: the one chain both runtimes order),
 3,000 `state_write`s, and 1,000 / 10,000 `state_write`s per action; on one
 long-lived runtime reused across runs (as applications do) and on a fresh
 runtime per run (made outside the timing). Best of REPEATS after one warm-up.
+
+Every environment runs ROUNDS times in turn (original, ours, Node, facade,
+then again) and each figure is its best over the rounds: the machine's speed
+drifts by a third over minutes, and one pass per side would let a slow
+minute land on one side only.
 """
 
 import argparse
@@ -181,6 +187,18 @@ def run_facade(binary, files, repeats):
     return out
 
 
+def rounds(n, runs):
+    """Runs every function of `runs` in turn, `n` times over, and returns for
+    each the best (lowest) figure of every key across its rounds."""
+    best = [{} for _ in runs]
+    for r in range(n):
+        for i, run in enumerate(runs):
+            for key, v in run().items():
+                best[i][key] = min(v, best[i].get(key, v))
+        print(f"round {r + 1} of {n} done", file=sys.stderr, flush=True)
+    return best
+
+
 def env_python(env):
     for rel in ("bin/python", "Scripts/python.exe"):
         p = os.path.join(env, rel)
@@ -211,6 +229,9 @@ def main():
                     help="run execution shapes of at most this many actions on the original (0.7.0 takes"
                          " about a minute per run of 10,000 state_writes)")
     ap.add_argument("--only", choices=["pure", "exec"])
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="run every environment this many times in turn and keep each figure's best:"
+                         " a slow minute of a shared machine then hits every side, not just one")
     a = ap.parse_args()
     ours, orig = env_python(a.ours), env_python(a.original)
 
@@ -222,11 +243,14 @@ def main():
                 with open(path, "w") as f:
                     f.write(verify_proposal(a.n, shape == "chain"))
                 files.append(path)
-            o = run_worker(orig, "pure", files, a.repeats)
-            p = run_worker(ours, "pure", files, a.repeats)
-            nd = run_node(a.node, "pure", files, a.repeats) if a.node else {}
-            fc = run_facade(a.facade, files, a.repeats) if a.facade else {}
-            print(f"\nPure functions, {a.n:,} actions (best of {a.repeats}; ratio = original / ours)\n")
+            o, p, nd, fc = rounds(a.rounds, [
+                lambda: run_worker(orig, "pure", files, a.repeats),
+                lambda: run_worker(ours, "pure", files, a.repeats),
+                lambda: run_node(a.node, "pure", files, a.repeats) if a.node else {},
+                lambda: run_facade(a.facade, files, a.repeats) if a.facade else {},
+            ])
+            print(f"\nPure functions, {a.n:,} actions (best of {a.repeats} in each of {a.rounds} rounds;"
+                  " ratio = original / ours)\n")
             print("| call | original 0.58.0 (Python) | ours (Python) | ratio | ours (Node) | ratio "
                   "| Rust facade | Python / facade | Node / facade |")
             print("|---|---|---|---|---|---|---|---|---|")
@@ -247,10 +271,13 @@ def main():
                 files.append((label, path))
             flat = [x for lp in files for x in lp]
             small = [x for (label, path) in files if shapes[label][1] <= a.original_max for x in (label, path)]
-            o = run_worker(env_python(a.engine_original), "exec", small, a.repeats) if a.engine_original else {}
-            p = run_worker(ours, "exec", flat, a.repeats)
-            nd = run_node(a.node, "exec", flat, a.repeats) if a.node else {}
-            print(f"\nExecution with a no-op tool (best of {a.repeats}; ratio = original / ours)\n")
+            o, p, nd = rounds(a.rounds, [
+                lambda: run_worker(env_python(a.engine_original), "exec", small, a.repeats) if a.engine_original else {},
+                lambda: run_worker(ours, "exec", flat, a.repeats),
+                lambda: run_node(a.node, "exec", flat, a.repeats) if a.node else {},
+            ])
+            print(f"\nExecution with a no-op tool (best of {a.repeats} in each of {a.rounds} rounds;"
+                  " ratio = original / ours)\n")
             print("| proposal | runtime | original 0.7.0 (Python) | ours (Python) | ratio | ours (Node) | ratio |")
             print("|---|---|---|---|---|---|---|")
             for label, _ in files:

@@ -6,6 +6,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use napi::{Env, JsString};
 use napi_derive::napi;
 use serde_json::{Map, Value};
 
@@ -67,6 +68,15 @@ fn named(e: car_runtime::Error, args: &[(&str, Option<&str>)]) -> napi::Error<St
     to_js_err(car_runtime::api::name_bad_json(e, args))
 }
 
+/// JSON text as a JS string. ASCII text (nearly every answer: only a
+/// non-ASCII string in the input makes one otherwise) goes to V8 as Latin-1,
+/// which it copies, instead of UTF-8, which it decodes: for `verify`'s 645 KB
+/// answer on a 5,000-action proposal, 0.40 ms instead of 1.27 ms.
+fn js_text(env: &Env, text: String) -> Result<JsString<'_>> {
+    let made = if text.is_ascii() { env.create_string_latin1(text.as_bytes()) } else { env.create_string(&text) };
+    made.map_err(|e| napi::Error::new(e.status.as_ref().to_string(), e.reason.clone()))
+}
+
 /// A `*Json` argument as text: JSON text as it is, a plain JS value serialised.
 fn text_arg(v: Value) -> String {
     match v {
@@ -77,43 +87,53 @@ fn text_arg(v: Value) -> String {
 
 /// Static verification of a proposal; returns the verification result as JSON text.
 #[napi]
-pub fn verify(
+pub fn verify<'e>(
+    env: &'e Env,
     proposal_json: Value,
     initial_state_json: Option<Value>,
     tool_names: Option<Vec<String>>,
     max_actions: Option<u32>,
     tool_schemas_json: Option<Value>,
-) -> Result<String> {
+) -> Result<JsString<'e>> {
     let p = text_arg(proposal_json);
     let state = initial_state_json.map(text_arg);
     let schemas = tool_schemas_json.map(text_arg);
-    car_runtime::api::verify::verify(&p, state.as_deref(), tool_names, max_actions.map(u64::from), schemas.as_deref())
-        .map_err(|e| {
-            named(
-                e,
-                &[
-                    ("proposalJson", Some(&p)),
-                    ("initialStateJson", state.as_deref()),
-                    ("toolSchemasJson", schemas.as_deref()),
-                ],
-            )
-        })
+    let text = car_runtime::api::verify::verify(
+        &p,
+        state.as_deref(),
+        tool_names,
+        max_actions.map(u64::from),
+        schemas.as_deref(),
+    )
+    .map_err(|e| {
+        named(
+            e,
+            &[
+                ("proposalJson", Some(&p)),
+                ("initialStateJson", state.as_deref()),
+                ("toolSchemasJson", schemas.as_deref()),
+            ],
+        )
+    })?;
+    js_text(env, text)
 }
 
 /// The state a proposal leaves behind, as JSON text.
 #[napi]
-pub fn simulate(proposal_json: Value, initial_state_json: Option<Value>) -> Result<String> {
+pub fn simulate(env: &Env, proposal_json: Value, initial_state_json: Option<Value>) -> Result<JsString<'_>> {
     let p = text_arg(proposal_json);
     let state = initial_state_json.map(text_arg);
-    car_runtime::api::verify::simulate(&p, state.as_deref())
-        .map_err(|e| named(e, &[("proposalJson", Some(&p)), ("initialStateJson", state.as_deref())]))
+    let text = car_runtime::api::verify::simulate(&p, state.as_deref())
+        .map_err(|e| named(e, &[("proposalJson", Some(&p)), ("initialStateJson", state.as_deref())]))?;
+    js_text(env, text)
 }
 
 /// The proposal with phantom state dependencies pruned, as JSON text.
 #[napi]
-pub fn optimize(proposal_json: Value) -> Result<String> {
+pub fn optimize(env: &Env, proposal_json: Value) -> Result<JsString<'_>> {
     let p = text_arg(proposal_json);
-    car_runtime::api::verify::optimize(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))
+    let text = car_runtime::api::verify::optimize(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))?;
+    js_text(env, text)
 }
 
 /// Sampled equivalence of two proposals.
@@ -128,16 +148,18 @@ pub fn equivalent(p1_json: Value, p2_json: Value, test_states_json: Option<Value
 /// Transactional hazards: `{consistent, conflicts}` as JSON text.
 #[napi]
 pub fn transaction_check(
+    env: &Env,
     proposal_json: Value,
     versions_json: Option<Value>,
     state_json: Option<Value>,
-) -> Result<String> {
+) -> Result<JsString<'_>> {
     let p = text_arg(proposal_json);
     let versions = versions_json.map(text_arg);
     let state = state_json.map(text_arg);
-    car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()).map_err(|e| {
+    let text = car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()).map_err(|e| {
         named(e, &[("proposalJson", Some(&p)), ("versionsJson", versions.as_deref()), ("stateJson", state.as_deref())])
-    })
+    })?;
+    js_text(env, text)
 }
 
 /// Monte Carlo rollouts with tools allowed to fail, as JSON text.
