@@ -33,6 +33,16 @@ test('simulate skips a blocked action; verify applies it', () => {
   assert.equal(JSON.parse(car.verify(gated)).simulated_state.deployed, true);
 });
 
+test('answers with non-ASCII text come back intact (ASCII answers are handed over as Latin-1)', () => {
+  const key = 'clé ✓ 𝄞 \u0001 "q"';
+  const p = { id: 'u', actions: [{ id: 'w', type: 'state_write', parameters: { key, value: 'ü' } }] };
+  assert.deepEqual(JSON.parse(car.simulate(p)), { [key]: 'ü' });
+  assert.equal(JSON.parse(car.optimize(p)).actions[0].parameters.key, key);
+  assert.deepEqual(JSON.parse(car.verify(p)).simulated_state, { [key]: 'ü' });
+  const ascii = car.optimize({ id: 'a', actions: [{ id: 'w', type: 'state_write', parameters: { key: 'k', value: 1 } }] });
+  assert.equal(JSON.parse(ascii).actions[0].parameters.key, 'k');
+});
+
 test('optimize, equivalent, transactionCheck', () => {
   const out = JSON.parse(car.optimize({ actions: [{ id: 'a', type: 'tool_call', tool: 'x', state_dependencies: ['nobody'] }] }));
   assert.deepEqual(out.actions[0].state_dependencies, []);
