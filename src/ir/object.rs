@@ -1,5 +1,6 @@
-//! [`Object`]: a JSON object as an action holds its `parameters` and
-//! `expected_effects`: its entries in one vector, in document order.
+//! [`Object`]: a JSON object as an action holds its `parameters`,
+//! `expected_effects` and `metadata`: its entries in one vector, in
+//! document order.
 //!
 //! Nearly every action carries one or two small objects (`{"path": ...}`,
 //! `{"k": v}`), and reading each into a `serde_json::Map` (an `IndexMap`:

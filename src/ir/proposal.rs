@@ -309,8 +309,8 @@ pub struct Action {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Not interpreted by the runtime.
-    #[serde(default, deserialize_with = "super::strict::strict_map")]
-    pub metadata: Map<String, Value>,
+    #[serde(default)]
+    pub metadata: Object,
 }
 
 impl Action {
@@ -335,7 +335,7 @@ impl Action {
             max_retries: default_max_retries(),
             failure_behavior: FailureBehavior::Abort,
             timeout_ms: None,
-            metadata: Map::new(),
+            metadata: Object::new(),
         }
     }
 
@@ -601,7 +601,7 @@ mod tests {
             max_retries: 7,
             failure_behavior: FailureBehavior::Retry,
             timeout_ms: Some(250),
-            metadata: json!({"owner": "ops"}).as_object().cloned().unwrap(),
+            metadata: json!({"owner": "ops"}).as_object().cloned().unwrap().into(),
         };
         same(&built, &literal);
         // `compensated_by` is `with_reversibility(compensable)` plus `with_compensation`.

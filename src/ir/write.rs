@@ -189,7 +189,7 @@ fn write_action(a: &Action, out: &mut Vec<u8>) {
         write_u64(ms, out);
     }
     out.extend_from_slice(b",\"metadata\":");
-    serde_into(&a.metadata, out);
+    write_object(&a.metadata, out);
     out.push(b'}');
 }
 
