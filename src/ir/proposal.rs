@@ -173,6 +173,17 @@ pub enum FailureBehavior {
     Skip,
 }
 
+impl FailureBehavior {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureBehavior::Abort => "abort",
+            FailureBehavior::Retry => "retry",
+            FailureBehavior::Skip => "skip",
+        }
+    }
+}
+
 /// An assumption about shared state the action did not produce.
 ///
 /// `#[non_exhaustive]`: fields may be added, so code outside this crate

@@ -130,52 +130,8 @@ pub(crate) use write::uint as push_decimal;
 /// bytes serde_json's compact serializer writes, without its per-call
 /// machinery (keys are literals, strings that need no escape are copied).
 mod write {
-    use std::fmt::Write as _;
-
-    use serde_json::{Map, Value};
-
-    /// A JSON string. serde_json escapes exactly `"`, `\` and the control
-    /// characters below 0x20; anything containing one of those takes
-    /// serde_json's own path.
-    pub(super) fn str(out: &mut String, s: &str) {
-        if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-            out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "null".into()));
-        } else {
-            out.push('"');
-            out.push_str(s);
-            out.push('"');
-        }
-    }
-
-    /// A number as serde_json writes it: integers in plain decimal, floats
-    /// through its `Display` (ryu, as its serializer).
-    pub(super) fn number(out: &mut String, n: &serde_json::Number) {
-        if let Some(u) = n.as_u64() {
-            uint(out, u);
-        } else if let Some(i) = n.as_i64() {
-            out.push('-');
-            uint(out, i.unsigned_abs());
-        } else {
-            let _ = write!(out, "{n}");
-        }
-    }
-
-    /// Decimal digits of `n`, without `fmt`.
-    pub(crate) fn uint(out: &mut String, mut n: u64) {
-        let mut buf = [0u8; 20];
-        let mut i = buf.len();
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for &b in &buf[i..] {
-            out.push(char::from(b));
-        }
-    }
+    // The JSON primitives, shared with the IR's other direct writers.
+    pub(crate) use super::super::write::{f64, map, str, uint, value};
 
     /// Result timestamps as [`super::timestamp_text`] writes them; actions
     /// finishing within the same second share the date-and-time part, so it
@@ -220,48 +176,6 @@ mod write {
             }
             out.push_str(&serde_json::to_string(t).unwrap_or_else(|_| "null".into()));
         }
-    }
-
-    /// An `f64` field: non-finite values are `null`, as in serde_json.
-    pub(super) fn f64(out: &mut String, f: f64) {
-        match serde_json::Number::from_f64(f) {
-            Some(n) => number(out, &n),
-            None => out.push_str("null"),
-        }
-    }
-
-    pub(super) fn value(out: &mut String, v: &Value) {
-        match v {
-            Value::Null => out.push_str("null"),
-            Value::Bool(true) => out.push_str("true"),
-            Value::Bool(false) => out.push_str("false"),
-            Value::Number(n) => number(out, n),
-            Value::String(s) => str(out, s),
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    value(out, item);
-                }
-                out.push(']');
-            }
-            Value::Object(m) => map(out, m),
-        }
-    }
-
-    pub(super) fn map(out: &mut String, m: &Map<String, Value>) {
-        out.push('{');
-        for (i, (k, v)) in m.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            str(out, k);
-            out.push(':');
-            value(out, v);
-        }
-        out.push('}');
     }
 }
 

@@ -21,6 +21,15 @@ pub enum ToolInvocationMode {
 }
 
 impl ToolInvocationMode {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolInvocationMode::OneShot => "one_shot",
+            ToolInvocationMode::Streaming => "streaming",
+            ToolInvocationMode::LongRunning => "long_running",
+        }
+    }
+
     /// True for the detached modes.
     pub fn is_detached(self) -> bool {
         !matches!(self, ToolInvocationMode::OneShot)

@@ -1,277 +1,53 @@
-//! A proposal as compact JSON text, written directly: the same bytes as
-//! `serde_json::to_string(&proposal)`, without serde's per-key work.
+//! Direct JSON writing: the bytes serde_json's compact serializer writes,
+//! without its per-key work. The primitives here (strings, numbers, values,
+//! objects) serve every direct writer of the IR: a proposal
+//! (`api::proposal_to_json`: `optimize`, `normalize_proposal`), `verify`'s
+//! result, `simulate`'s state, and a proposal's result
+//! (`ProposalResult::to_json_string`, in `result.rs`).
 //!
 //! `optimize` returns the whole proposal with every default filled, about
 //! 300 bytes an action, and through serde most of that time went to
 //! escaping the field names (static strings) byte by byte. Here the names
-//! are written as literals, a string with nothing to escape (ids, tools,
-//! keys nearly always) is copied whole, and anything else (an escape, the
-//! timestamp, a compensation, the free-form `context` and `metadata`) goes
-//! through serde_json itself, so the output is byte for byte what the
-//! derived `Serialize` gives (a property test holds the two together).
+//! are literals, a string with nothing to escape (ids, tools, keys nearly
+//! always) is copied whole, and what is rare or intricate (an escape, a
+//! timestamp, a compensation, an assumption) goes through serde_json
+//! itself, so the output is byte for byte what the derived `Serialize`
+//! gives (the IR property test holds the two together).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::{Action, ActionProposal, Object, Precondition, VerificationIssue, VerificationResult};
+use super::{Action, ActionProposal, Precondition, VerificationIssue, VerificationResult};
 
-/// `serde_json::to_string(proposal)`, written directly (see the module docs);
-/// public as `api::proposal_to_json`.
-pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
-    let mut out = Vec::with_capacity(256 + 320 * p.actions.len());
-    write_proposal(p, &mut out);
-    into_string(out)
-}
-
-/// `serde_json::to_string(result)` for a verification result, written
-/// directly: `verify`'s answer lists every action's id, every key of the
-/// simulated state and every untested region.
-pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
-    let ev = &r.evidence;
-    let mut out = Vec::with_capacity(
-        1024 + 24 * (r.simulated_state.len() + r.issues.len() + ev.untested_regions.len())
-            + 16 * r.execution_levels.iter().map(Vec::len).sum::<usize>(),
-    );
-    out.extend_from_slice(if r.valid { b"{\"valid\":true,\"issues\":[" } else { b"{\"valid\":false,\"issues\":[" });
-    for (i, issue) in r.issues.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_issue(issue, &mut out);
-    }
-    out.extend_from_slice(b"],\"simulated_state\":");
-    write_value_object(&r.simulated_state, &mut out);
-    out.extend_from_slice(b",\"execution_levels\":[");
-    for (i, level) in r.execution_levels.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_strs(level, &mut out);
-    }
-    out.extend_from_slice(b"],\"conflicts\":[");
-    for (i, (a, b, key)) in r.conflicts.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.push(b'[');
-        write_str(a, &mut out);
-        out.push(b',');
-        write_str(b, &mut out);
-        out.push(b',');
-        write_str(key, &mut out);
-        out.push(b']');
-    }
-    out.extend_from_slice(b"],\"evidence\":{\"checks\":");
-    serde_into(&ev.checks, &mut out);
-    out.extend_from_slice(b",\"assumptions\":");
-    write_strs(&ev.assumptions, &mut out);
-    out.extend_from_slice(b",\"untested_regions\":");
-    write_strs(&ev.untested_regions, &mut out);
-    out.extend_from_slice(b",\"residual_risks\":");
-    write_strs(&ev.residual_risks, &mut out);
-    out.extend_from_slice(b",\"confidence\":");
-    serde_into(&ev.confidence, &mut out);
-    out.extend_from_slice(b"}}");
-    into_string(out)
-}
-
-/// `serde_json::to_string(map)` for a JSON object (`simulate`'s state),
-/// written directly.
-pub(crate) fn map_to_json(m: &serde_json::Map<String, Value>) -> String {
-    let mut out = Vec::with_capacity(2 + 24 * m.len());
-    write_value_object(m, &mut out);
-    into_string(out)
-}
-
-fn write_value_object(m: &serde_json::Map<String, Value>, out: &mut Vec<u8>) {
-    out.push(b'{');
-    for (i, (k, x)) in m.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(k, out);
-        out.push(b':');
-        write_value(x, out);
-    }
-    out.push(b'}');
-}
-
-fn write_issue(issue: &VerificationIssue, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"action_id\":");
-    write_str(&issue.action_id, out);
-    out.extend_from_slice(b",\"severity\":\"");
-    out.extend_from_slice(issue.severity.as_str().as_bytes());
-    out.extend_from_slice(b"\",\"message\":");
-    write_str(&issue.message, out);
-    if let Some(tier) = &issue.tier {
-        out.extend_from_slice(b",\"tier\":");
-        serde_into(tier, out);
-    }
-    out.push(b'}');
-}
-
-/// The written bytes as text: only UTF-8 is written (the strings come
-/// from `&str`, the rest is ASCII or serde_json's own UTF-8 output).
-fn into_string(out: Vec<u8>) -> String {
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
-fn write_proposal(p: &ActionProposal, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"id\":");
-    write_str(&p.id, out);
-    out.extend_from_slice(b",\"source\":");
-    write_str(&p.source, out);
-    out.extend_from_slice(b",\"actions\":[");
-    for (i, a) in p.actions.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_action(a, out);
-    }
-    out.extend_from_slice(b"],\"timestamp\":");
-    serde_into(&p.timestamp, out);
-    out.extend_from_slice(b",\"context\":");
-    serde_into(&p.context, out);
-    out.push(b'}');
-}
-
-fn write_action(a: &Action, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"id\":");
-    write_str(&a.id, out);
-    out.extend_from_slice(b",\"type\":\"");
-    out.extend_from_slice(a.action_type.as_str().as_bytes());
-    out.push(b'"');
-    if let Some(tool) = &a.tool {
-        out.extend_from_slice(b",\"tool\":");
-        write_str(tool, out);
-    }
-    out.extend_from_slice(b",\"parameters\":");
-    write_object(&a.parameters, out);
-    out.extend_from_slice(b",\"preconditions\":[");
-    for (i, pc) in a.preconditions.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_precondition(pc, out);
-    }
-    out.extend_from_slice(b"],\"expected_effects\":");
-    write_object(&a.expected_effects, out);
-    out.extend_from_slice(b",\"state_dependencies\":");
-    write_strs(&a.state_dependencies, out);
-    if !a.dependencies.is_empty() {
-        out.extend_from_slice(b",\"dependencies\":");
-        write_strs(&a.dependencies, out);
-    }
-    out.extend_from_slice(b",\"read_set\":");
-    write_strs(&a.read_set, out);
-    out.extend_from_slice(b",\"write_set\":");
-    write_strs(&a.write_set, out);
-    out.extend_from_slice(b",\"assumptions\":");
-    if a.assumptions.is_empty() {
-        out.extend_from_slice(b"[]");
-    } else {
-        serde_into(&a.assumptions, out);
-    }
-    out.extend_from_slice(b",\"invocation_mode\":");
-    serde_into(&a.invocation_mode, out);
-    out.extend_from_slice(b",\"reversibility\":");
-    serde_into(&a.reversibility, out);
-    if let Some(c) = &a.compensation {
-        out.extend_from_slice(b",\"compensation\":");
-        serde_into(c, out);
-    }
-    out.extend_from_slice(if a.idempotent { b",\"idempotent\":true" } else { b",\"idempotent\":false" });
-    out.extend_from_slice(b",\"max_retries\":");
-    write_u64(u64::from(a.max_retries), out);
-    out.extend_from_slice(b",\"failure_behavior\":");
-    serde_into(&a.failure_behavior, out);
-    if let Some(ms) = a.timeout_ms {
-        out.extend_from_slice(b",\"timeout_ms\":");
-        write_u64(ms, out);
-    }
-    out.extend_from_slice(b",\"metadata\":");
-    write_object(&a.metadata, out);
-    out.push(b'}');
-}
-
-fn write_precondition(pc: &Precondition, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"key\":");
-    write_str(&pc.key, out);
-    out.extend_from_slice(b",\"operator\":");
-    write_str(pc.operator.as_str(), out);
-    out.extend_from_slice(b",\"value\":");
-    write_value(&pc.value, out);
-    out.extend_from_slice(b",\"description\":");
-    write_str(&pc.description, out);
-    out.push(b'}');
-}
-
-fn write_strs(items: &[String], out: &mut Vec<u8>) {
-    out.push(b'[');
-    for (i, s) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(s, out);
-    }
-    out.push(b']');
-}
-
-fn write_object(o: &Object, out: &mut Vec<u8>) {
-    out.push(b'{');
-    for (i, (k, v)) in o.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(k, out);
-        out.push(b':');
-        write_value(v, out);
-    }
-    out.push(b'}');
-}
-
-/// A JSON value as serde_json writes it (strings through [`write_str`]).
-fn write_value(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => match n.as_u64() {
-            Some(u) => write_u64(u, out),
-            None => serde_into(n, out),
-        },
-        Value::String(s) => write_str(s, out),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, x) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_value(x, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(m) => write_value_object(m, out),
-    }
-}
-
-/// A JSON string: copied whole when no byte needs an escape (serde_json
-/// escapes exactly `"`, `\` and the control bytes below 0x20), else
-/// serde_json's own escaping.
-fn write_str(s: &str, out: &mut Vec<u8>) {
-    let b = s.as_bytes();
+/// A JSON string. serde_json escapes exactly `"`, `\` and the control
+/// characters below 0x20; a string containing one of those takes
+/// serde_json's own path, any other is copied whole.
+pub(crate) fn str(out: &mut String, s: &str) {
     // No early exit, so the check compiles to a vectorised pass.
-    let special = b.iter().fold(false, |acc, &c| acc | (c < 0x20) | (c == b'"') | (c == b'\\'));
-    if special {
-        serde_into(s, out);
+    if s.bytes().fold(false, |acc, b| acc | (b < 0x20) | (b == b'"') | (b == b'\\')) {
+        serde_into(out, s);
     } else {
-        out.reserve(b.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(b);
-        out.push(b'"');
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
     }
 }
 
-fn write_u64(mut n: u64, out: &mut Vec<u8>) {
+/// A number as serde_json writes it: integers in plain decimal, floats
+/// through its serializer (ryu).
+pub(crate) fn number(out: &mut String, n: &serde_json::Number) {
+    if let Some(u) = n.as_u64() {
+        uint(out, u);
+    } else if let Some(i) = n.as_i64() {
+        out.push('-');
+        uint(out, i.unsigned_abs());
+    } else {
+        serde_into(out, n);
+    }
+}
+
+/// Decimal digits of `n`, without `fmt`.
+pub(crate) fn uint(out: &mut String, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {
@@ -282,13 +58,243 @@ fn write_u64(mut n: u64, out: &mut Vec<u8>) {
             break;
         }
     }
-    out.extend_from_slice(&buf[i..]);
+    // ASCII digits only.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
-/// serde_json's compact form of `v`, appended (writing into a `Vec` cannot
-/// fail, and every type here serialises: string keys, finite numbers).
-fn serde_into<T: serde::Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) {
-    let _ = serde_json::to_writer(&mut *out, v);
+/// An `f64` field: non-finite values are `null`, as in serde_json.
+pub(crate) fn f64(out: &mut String, f: f64) {
+    match serde_json::Number::from_f64(f) {
+        Some(n) => number(out, &n),
+        None => out.push_str("null"),
+    }
+}
+
+/// A JSON value.
+pub(crate) fn value(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => number(out, n),
+        Value::String(s) => str(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => map(out, m),
+    }
+}
+
+/// A JSON object (a `serde_json::Map` or an [`super::Object`]), entries in order.
+pub(crate) fn map<'a, M>(out: &mut String, m: &'a M)
+where
+    &'a M: IntoIterator<Item = (&'a String, &'a Value)>,
+{
+    out.push('{');
+    for (i, (k, v)) in m.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        str(out, k);
+        out.push(':');
+        value(out, v);
+    }
+    out.push('}');
+}
+
+/// A list of strings.
+fn strs(out: &mut String, items: &[String]) {
+    out.push('[');
+    for (i, s) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        str(out, s);
+    }
+    out.push(']');
+}
+
+/// serde_json's compact form of `v`, appended: for the rare and intricate
+/// parts (every type here serialises: string keys, finite numbers).
+fn serde_into<T: serde::Serialize + ?Sized>(out: &mut String, v: &T) {
+    out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| "null".into()));
+}
+
+/// `serde_json::to_string(proposal)`, written directly (see the module docs);
+/// public as `api::proposal_to_json`.
+pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
+    let mut out = String::with_capacity(256 + 320 * p.actions.len());
+    out.push_str("{\"id\":");
+    str(&mut out, &p.id);
+    out.push_str(",\"source\":");
+    str(&mut out, &p.source);
+    out.push_str(",\"actions\":[");
+    for (i, a) in p.actions.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        action(&mut out, a);
+    }
+    out.push_str("],\"timestamp\":");
+    serde_into(&mut out, &p.timestamp);
+    out.push_str(",\"context\":");
+    map(&mut out, &p.context);
+    out.push('}');
+    out
+}
+
+fn action(out: &mut String, a: &Action) {
+    out.push_str("{\"id\":");
+    str(out, &a.id);
+    out.push_str(",\"type\":\"");
+    out.push_str(a.action_type.as_str());
+    out.push('"');
+    if let Some(tool) = &a.tool {
+        out.push_str(",\"tool\":");
+        str(out, tool);
+    }
+    out.push_str(",\"parameters\":");
+    map(out, &a.parameters);
+    out.push_str(",\"preconditions\":[");
+    for (i, pc) in a.preconditions.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        precondition(out, pc);
+    }
+    out.push_str("],\"expected_effects\":");
+    map(out, &a.expected_effects);
+    out.push_str(",\"state_dependencies\":");
+    strs(out, &a.state_dependencies);
+    if !a.dependencies.is_empty() {
+        out.push_str(",\"dependencies\":");
+        strs(out, &a.dependencies);
+    }
+    out.push_str(",\"read_set\":");
+    strs(out, &a.read_set);
+    out.push_str(",\"write_set\":");
+    strs(out, &a.write_set);
+    out.push_str(",\"assumptions\":");
+    if a.assumptions.is_empty() {
+        out.push_str("[]");
+    } else {
+        serde_into(out, &a.assumptions);
+    }
+    out.push_str(",\"invocation_mode\":\"");
+    out.push_str(a.invocation_mode.as_str());
+    out.push_str("\",\"reversibility\":\"");
+    out.push_str(a.reversibility.as_str());
+    out.push('"');
+    if let Some(c) = &a.compensation {
+        out.push_str(",\"compensation\":");
+        serde_into(out, c);
+    }
+    out.push_str(if a.idempotent { ",\"idempotent\":true" } else { ",\"idempotent\":false" });
+    out.push_str(",\"max_retries\":");
+    uint(out, u64::from(a.max_retries));
+    out.push_str(",\"failure_behavior\":\"");
+    out.push_str(a.failure_behavior.as_str());
+    out.push('"');
+    if let Some(ms) = a.timeout_ms {
+        out.push_str(",\"timeout_ms\":");
+        uint(out, ms);
+    }
+    out.push_str(",\"metadata\":");
+    map(out, &a.metadata);
+    out.push('}');
+}
+
+fn precondition(out: &mut String, pc: &Precondition) {
+    out.push_str("{\"key\":");
+    str(out, &pc.key);
+    out.push_str(",\"operator\":");
+    str(out, pc.operator.as_str());
+    out.push_str(",\"value\":");
+    value(out, &pc.value);
+    out.push_str(",\"description\":");
+    str(out, &pc.description);
+    out.push('}');
+}
+
+/// `serde_json::to_string(map)` for a JSON object (`simulate`'s state),
+/// written directly.
+pub(crate) fn map_to_json(m: &Map<String, Value>) -> String {
+    let mut out = String::with_capacity(2 + 24 * m.len());
+    map(&mut out, m);
+    out
+}
+
+/// `serde_json::to_string(result)` for a verification result, written
+/// directly: `verify`'s answer lists every action's id, every key of the
+/// simulated state and every untested region.
+pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
+    let ev = &r.evidence;
+    let mut out = String::with_capacity(
+        1024 + 24 * (r.simulated_state.len() + r.issues.len() + ev.untested_regions.len())
+            + 16 * r.execution_levels.iter().map(Vec::len).sum::<usize>(),
+    );
+    out.push_str(if r.valid { "{\"valid\":true,\"issues\":[" } else { "{\"valid\":false,\"issues\":[" });
+    for (i, issue) in r.issues.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        verification_issue(&mut out, issue);
+    }
+    out.push_str("],\"simulated_state\":");
+    map(&mut out, &r.simulated_state);
+    out.push_str(",\"execution_levels\":[");
+    for (i, level) in r.execution_levels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        strs(&mut out, level);
+    }
+    out.push_str("],\"conflicts\":[");
+    for (i, (a, b, key)) in r.conflicts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('[');
+        str(&mut out, a);
+        out.push(',');
+        str(&mut out, b);
+        out.push(',');
+        str(&mut out, key);
+        out.push(']');
+    }
+    out.push_str("],\"evidence\":{\"checks\":");
+    serde_into(&mut out, &ev.checks);
+    out.push_str(",\"assumptions\":");
+    strs(&mut out, &ev.assumptions);
+    out.push_str(",\"untested_regions\":");
+    strs(&mut out, &ev.untested_regions);
+    out.push_str(",\"residual_risks\":");
+    strs(&mut out, &ev.residual_risks);
+    out.push_str(",\"confidence\":");
+    f64(&mut out, ev.confidence);
+    out.push_str("}}");
+    out
+}
+
+fn verification_issue(out: &mut String, issue: &VerificationIssue) {
+    out.push_str("{\"action_id\":");
+    str(out, &issue.action_id);
+    out.push_str(",\"severity\":\"");
+    out.push_str(issue.severity.as_str());
+    out.push_str("\",\"message\":");
+    str(out, &issue.message);
+    if let Some(tier) = &issue.tier {
+        out.push_str(",\"tier\":");
+        serde_into(out, tier);
+    }
+    out.push('}');
 }
 
 #[cfg(test)]
