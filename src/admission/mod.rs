@@ -1273,7 +1273,7 @@ impl AdmissionStage {
             return None;
         }
         let name = a.tool.as_deref().unwrap_or_default();
-        inspectors.inspect(name, &a.parameters.to_map()).err().map(|denial| {
+        inspectors.inspect(name, &a.parameters).err().map(|denial| {
             let mut d = Decision::deny(
                 layer::INSPECTOR,
                 format!("denied by inspector `{}`: {}", denial.inspector, denial.reason),

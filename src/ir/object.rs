@@ -60,12 +60,12 @@ impl Object {
 
     /// The value at `key`.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.entries.iter().find_map(|(k, v)| (k == key).then_some(v))
+        self.position(key).map(|i| &self.entries[i].1)
     }
 
     /// The value at `key`, mutably.
     pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        self.entries.iter_mut().find_map(|(k, v)| (k == key).then_some(v))
+        self.position(key).map(|i| &mut self.entries[i].1)
     }
 
     /// True when `key` has an entry.
@@ -166,26 +166,6 @@ impl Object {
         }
         out
     }
-
-    /// True when both hold the same keys with equal values (in any order),
-    /// given the entries of the other side and its lookup.
-    fn same_entries<'a>(
-        &self,
-        other_len: usize,
-        other: impl Iterator<Item = (&'a String, &'a Value)>,
-        lookup: impl Fn(&str) -> Option<&'a Value>,
-    ) -> bool {
-        if self.len() != other_len {
-            return false;
-        }
-        if self.len() <= SCAN_MAX {
-            return self.iter().all(|(k, v)| lookup(k) == Some(v));
-        }
-        let mine: std::collections::HashMap<&str, &Value> = self.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        // Keys are unique on both sides, so equal sizes and every entry of the
-        // other found here means the same set.
-        mine.len() == self.len() && other.into_iter().all(|(k, v)| mine.get(k.as_str()) == Some(&v))
-    }
 }
 
 /// The entries of an [`Object`], in order.
@@ -237,10 +217,11 @@ impl FromIterator<(String, Value)> for Object {
 }
 
 impl Extend<(String, Value)> for Object {
+    /// As [`Object::insert`] for each entry, in one pass however many.
     fn extend<I: IntoIterator<Item = (String, Value)>>(&mut self, iter: I) {
-        for (k, v) in iter {
-            self.insert(k, v);
-        }
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.extend(iter);
+        *self = Object::from_entries(entries);
     }
 }
 
@@ -280,14 +261,24 @@ impl std::ops::Index<&str> for Object {
 }
 
 impl PartialEq for Object {
+    /// The same keys with equal values, in any order (keys are unique on
+    /// both sides, so equal sizes and every entry found is the same set).
     fn eq(&self, other: &Object) -> bool {
-        self.same_entries(other.len(), other.iter(), |k| other.get(k))
+        if self.len() != other.len() {
+            return false;
+        }
+        if self.len() <= SCAN_MAX {
+            return self.iter().all(|(k, v)| other.get(k) == Some(v));
+        }
+        let theirs: std::collections::HashMap<&str, &Value> = other.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        self.iter().all(|(k, v)| theirs.get(k.as_str()) == Some(&v))
     }
 }
 
 impl PartialEq<Map<String, Value>> for Object {
+    /// As between two objects; the map's own lookup is a hash.
     fn eq(&self, other: &Map<String, Value>) -> bool {
-        self.same_entries(other.len(), other.iter(), |k| other.get(k))
+        self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
     }
 }
 
@@ -420,6 +411,16 @@ mod tests {
         assert_eq!(serde_json::to_string(&o).unwrap(), r#"{"b":2,"c":3}"#);
         assert_eq!(o["b"], json!(2));
         assert_eq!(o["nope"], Value::Null);
+    }
+
+    #[test]
+    fn extend_inserts_each_entry_in_place_or_last() {
+        let mut o: Object = (0..40).map(|i| (format!("k{i}"), json!(i))).collect();
+        o.extend([("k3".to_string(), json!("x")), ("new".to_string(), json!(1)), ("k3".to_string(), json!("y"))]);
+        assert_eq!(o.len(), 41);
+        assert_eq!(o.keys().position(|k| k == "k3"), Some(3));
+        assert_eq!(o["k3"], json!("y"));
+        assert_eq!(o.keys().last().map(String::as_str), Some("new"));
     }
 
     #[test]

@@ -131,7 +131,7 @@ pub(crate) use write::uint as push_decimal;
 /// machinery (keys are literals, strings that need no escape are copied).
 mod write {
     // The JSON primitives, shared with the IR's other direct writers.
-    pub(crate) use super::super::write::{f64, map, str, uint, value};
+    pub(crate) use super::super::write::{f64, list, map, str, uint, value};
 
     /// Result timestamps as [`super::timestamp_text`] writes them; actions
     /// finishing within the same second share the date-and-time part, so it
@@ -516,18 +516,13 @@ impl ProposalResult {
         let mut out = String::with_capacity(256 + self.proposal_id.len() + self.results.len() * PER_RESULT);
         out.push_str("{\"proposal_id\":");
         write::str(&mut out, &self.proposal_id);
-        out.push_str(",\"results\":[");
+        out.push_str(",\"results\":");
         let mut stamps = write::Timestamps::default();
-        for (i, r) in self.results.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            r.write_json(&mut out, &mut stamps);
-        }
+        write::list(&mut out, &self.results, |out, r| r.write_json(out, &mut stamps));
         let c = &self.cost;
         let _ = write!(
             out,
-            "],\"cost\":{{\"tool_calls\":{},\"actions_executed\":{},\"actions_rejected\":{},\"actions_skipped\":{},\"total_duration_ms\":",
+            ",\"cost\":{{\"tool_calls\":{},\"actions_executed\":{},\"actions_rejected\":{},\"actions_skipped\":{},\"total_duration_ms\":",
             c.tool_calls, c.actions_executed, c.actions_rejected, c.actions_skipped
         );
         write::f64(&mut out, c.total_duration_ms);

@@ -46,6 +46,17 @@ pub enum EvidenceTier {
     Sampled,
 }
 
+impl EvidenceTier {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceTier::DecisionProcedure => "decision_procedure",
+            EvidenceTier::Heuristic => "heuristic",
+            EvidenceTier::Sampled => "sampled",
+        }
+    }
+}
+
 /// One finding of `verify`.
 ///
 /// `#[non_exhaustive]`: fields may be added; `verify` produces it.
@@ -139,6 +150,13 @@ mod tests {
     fn severity_as_str_is_the_wire_spelling() {
         for s in [Severity::Error, Severity::Warning, Severity::Info] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+
+    #[test]
+    fn evidence_tier_as_str_is_the_wire_spelling() {
+        for t in [EvidenceTier::DecisionProcedure, EvidenceTier::Heuristic, EvidenceTier::Sampled] {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
         }
     }
 }

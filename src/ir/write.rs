@@ -78,18 +78,21 @@ pub(crate) fn value(out: &mut String, v: &Value) {
         Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => number(out, n),
         Value::String(s) => str(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                value(out, item);
-            }
-            out.push(']');
-        }
+        Value::Array(items) => list(out, items, value),
         Value::Object(m) => map(out, m),
     }
+}
+
+/// A JSON array of `items`, each written by `each`.
+pub(crate) fn list<T>(out: &mut String, items: impl IntoIterator<Item = T>, mut each: impl FnMut(&mut String, T)) {
+    out.push('[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        each(out, item);
+    }
+    out.push(']');
 }
 
 /// A JSON object (a `serde_json::Map` or an [`super::Object`]), entries in order.
@@ -111,14 +114,7 @@ where
 
 /// A list of strings.
 fn strs(out: &mut String, items: &[String]) {
-    out.push('[');
-    for (i, s) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        str(out, s);
-    }
-    out.push(']');
+    list(out, items, |out, s| str(out, s));
 }
 
 /// serde_json's compact form of `v`, appended: for the rare and intricate
@@ -135,14 +131,9 @@ pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
     str(&mut out, &p.id);
     out.push_str(",\"source\":");
     str(&mut out, &p.source);
-    out.push_str(",\"actions\":[");
-    for (i, a) in p.actions.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        action(&mut out, a);
-    }
-    out.push_str("],\"timestamp\":");
+    out.push_str(",\"actions\":");
+    list(&mut out, &p.actions, action);
+    out.push_str(",\"timestamp\":");
     serde_into(&mut out, &p.timestamp);
     out.push_str(",\"context\":");
     map(&mut out, &p.context);
@@ -162,14 +153,9 @@ fn action(out: &mut String, a: &Action) {
     }
     out.push_str(",\"parameters\":");
     map(out, &a.parameters);
-    out.push_str(",\"preconditions\":[");
-    for (i, pc) in a.preconditions.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        precondition(out, pc);
-    }
-    out.push_str("],\"expected_effects\":");
+    out.push_str(",\"preconditions\":");
+    list(out, &a.preconditions, precondition);
+    out.push_str(",\"expected_effects\":");
     map(out, &a.expected_effects);
     out.push_str(",\"state_dependencies\":");
     strs(out, &a.state_dependencies);
@@ -240,36 +226,15 @@ pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
         1024 + 24 * (r.simulated_state.len() + r.issues.len() + ev.untested_regions.len())
             + 16 * r.execution_levels.iter().map(Vec::len).sum::<usize>(),
     );
-    out.push_str(if r.valid { "{\"valid\":true,\"issues\":[" } else { "{\"valid\":false,\"issues\":[" });
-    for (i, issue) in r.issues.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        verification_issue(&mut out, issue);
-    }
-    out.push_str("],\"simulated_state\":");
+    out.push_str(if r.valid { "{\"valid\":true,\"issues\":" } else { "{\"valid\":false,\"issues\":" });
+    list(&mut out, &r.issues, verification_issue);
+    out.push_str(",\"simulated_state\":");
     map(&mut out, &r.simulated_state);
-    out.push_str(",\"execution_levels\":[");
-    for (i, level) in r.execution_levels.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        strs(&mut out, level);
-    }
-    out.push_str("],\"conflicts\":[");
-    for (i, (a, b, key)) in r.conflicts.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push('[');
-        str(&mut out, a);
-        out.push(',');
-        str(&mut out, b);
-        out.push(',');
-        str(&mut out, key);
-        out.push(']');
-    }
-    out.push_str("],\"evidence\":{\"checks\":");
+    out.push_str(",\"execution_levels\":");
+    list(&mut out, &r.execution_levels, |out, level| strs(out, level));
+    out.push_str(",\"conflicts\":");
+    list(&mut out, &r.conflicts, |out, (a, b, key)| list(out, [a, b, key], |out, s| str(out, s)));
+    out.push_str(",\"evidence\":{\"checks\":");
     serde_into(&mut out, &ev.checks);
     out.push_str(",\"assumptions\":");
     strs(&mut out, &ev.assumptions);
@@ -290,9 +255,10 @@ fn verification_issue(out: &mut String, issue: &VerificationIssue) {
     out.push_str(issue.severity.as_str());
     out.push_str("\",\"message\":");
     str(out, &issue.message);
-    if let Some(tier) = &issue.tier {
-        out.push_str(",\"tier\":");
-        serde_into(out, tier);
+    if let Some(tier) = issue.tier {
+        out.push_str(",\"tier\":\"");
+        out.push_str(tier.as_str());
+        out.push('"');
     }
     out.push('}');
 }

@@ -5,7 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use crate::ir::Object;
 
 /// An inspector's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub trait Inspector: Send + Sync {
     /// The inspector's name, used in denials.
     fn name(&self) -> &str;
     /// Judges one call.
-    fn inspect(&self, tool: &str, params: &Map<String, Value>) -> InspectorVerdict;
+    fn inspect(&self, tool: &str, params: &Object) -> InspectorVerdict;
 }
 
 struct FnInspector<F> {
@@ -31,12 +31,12 @@ struct FnInspector<F> {
 
 impl<F> Inspector for FnInspector<F>
 where
-    F: Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync,
+    F: Fn(&str, &Object) -> InspectorVerdict + Send + Sync,
 {
     fn name(&self) -> &str {
         &self.name
     }
-    fn inspect(&self, tool: &str, params: &Map<String, Value>) -> InspectorVerdict {
+    fn inspect(&self, tool: &str, params: &Object) -> InspectorVerdict {
         (self.f)(tool, params)
     }
 }
@@ -85,7 +85,7 @@ impl InspectorChain {
     pub fn push_fn(
         &mut self,
         name: impl Into<String>,
-        f: impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync + 'static,
+        f: impl Fn(&str, &Object) -> InspectorVerdict + Send + Sync + 'static,
     ) -> &mut Self {
         self.push(Arc::new(FnInspector { name: name.into(), f }))
     }
@@ -101,7 +101,7 @@ impl InspectorChain {
     }
 
     /// Runs the chain; `Err` carries the first denial.
-    pub fn inspect(&self, tool: &str, params: &Map<String, Value>) -> Result<(), InspectorDenial> {
+    pub fn inspect(&self, tool: &str, params: &Object) -> Result<(), InspectorDenial> {
         for i in &self.inspectors {
             let verdict = catch_unwind(AssertUnwindSafe(|| i.inspect(tool, params)))
                 .unwrap_or_else(|_| InspectorVerdict::Deny(format!("inspector `{}` panicked", i.name())));
@@ -200,9 +200,7 @@ impl EgressAllowlist {
 /// `uri`, `endpoint`, `host`) name a host the allowlist does not permit
 /// ([`EgressAllowlist::permits_host`]). A value that is not a parseable
 /// URL or host denies.
-pub fn egress_allowlist(
-    allowed: EgressAllowlist,
-) -> impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync {
+pub fn egress_allowlist(allowed: EgressAllowlist) -> impl Fn(&str, &Object) -> InspectorVerdict + Send + Sync {
     move |_tool, params| {
         for key in ["url", "uri", "endpoint", "host"] {
             let Some(v) = params.get(key) else { continue };
@@ -238,10 +236,10 @@ fn host_of(s: &str) -> Option<String> {
 
 /// A repetition detector: denies the `max_repeats + 1`-th consecutive call
 /// with the same tool and parameters.
-pub fn repetition_limit(max_repeats: usize) -> impl Fn(&str, &Map<String, Value>) -> InspectorVerdict + Send + Sync {
+pub fn repetition_limit(max_repeats: usize) -> impl Fn(&str, &Object) -> InspectorVerdict + Send + Sync {
     let last: std::sync::Mutex<(String, usize)> = std::sync::Mutex::new((String::new(), 0));
     move |tool, params| {
-        let key = format!("{tool}|{}", Value::Object(params.clone()));
+        let key = format!("{tool}|{}", serde_json::to_string(params).unwrap_or_default());
         let Ok(mut g) = last.lock() else {
             return InspectorVerdict::Deny("repetition state unavailable".into());
         };
@@ -263,10 +261,10 @@ pub fn repetition_limit(max_repeats: usize) -> impl Fn(&str, &Map<String, Value>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
-    fn params(v: Value) -> Map<String, Value> {
-        v.as_object().cloned().unwrap_or_default()
+    fn params(v: Value) -> Object {
+        v.as_object().cloned().unwrap_or_default().into()
     }
 
     #[test]
@@ -283,11 +281,11 @@ mod tests {
             c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             InspectorVerdict::Allow
         });
-        let d = chain.inspect("x", &Map::new()).unwrap_err();
+        let d = chain.inspect("x", &Object::new()).unwrap_err();
         assert_eq!(d.inspector, "deny_x");
         assert_eq!(d.to_string(), "denied by policy: no x (deny_x)");
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
-        assert!(chain.inspect("y", &Map::new()).is_ok());
+        assert!(chain.inspect("y", &Object::new()).is_ok());
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
@@ -295,7 +293,7 @@ mod tests {
     fn panicking_inspector_denies() {
         let mut chain = InspectorChain::new();
         chain.push_fn("boom", |_, _| panic!("bad"));
-        assert_eq!(chain.inspect("x", &Map::new()).unwrap_err().inspector, "boom");
+        assert_eq!(chain.inspect("x", &Object::new()).unwrap_err().inspector, "boom");
     }
 
     #[test]

@@ -131,7 +131,7 @@ fn final_state(keys: &Keys<'_>, model: &Model<'_>) -> Map<String, Value> {
 /// Appends the canonical JSON of an object (keys sorted, compact) to `out`.
 fn canonical_map<'a, M>(m: &'a M, out: &mut Vec<u8>)
 where
-    &'a M: IntoIterator<Item = (&'a String, &'a Value), IntoIter: ExactSizeIterator + Clone>,
+    &'a M: IntoIterator<Item = (&'a String, &'a Value), IntoIter: ExactSizeIterator>,
 {
     let members = m.into_iter();
     if members.len() <= 1 {
