@@ -4,6 +4,7 @@
 //! exactly; unknown fields are ignored everywhere (and reported: `verify`
 //! warns of each, strict mode refuses them; see [`parse_proposal_reporting`]).
 
+mod fast;
 mod object;
 mod parse;
 mod precondition;

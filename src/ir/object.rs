@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 
 /// Up to this many entries, a repeated key or an equal entry is found by
 /// comparing pairs; above it, through a hash set of the keys.
-const SCAN_MAX: usize = 16;
+pub(super) const SCAN_MAX: usize = 16;
 
 /// A JSON object with its entries in insertion order (see the module docs).
 #[derive(Clone, Default)]
@@ -37,6 +37,11 @@ impl Object {
     /// An empty object (allocates nothing).
     pub const fn new() -> Self {
         Object { entries: Vec::new() }
+    }
+
+    /// These entries, as read (the caller has checked that no key repeats).
+    pub(super) fn from_unique_entries(entries: Vec<(String, Value)>) -> Self {
+        Object { entries }
     }
 
     /// An empty object with room for `n` entries.
@@ -136,7 +141,7 @@ impl Object {
     }
 
     /// The first key that repeats an earlier one, in order.
-    fn first_repeat(&self) -> Option<&str> {
+    pub(super) fn first_repeat(&self) -> Option<&str> {
         let e = &self.entries;
         if e.len() <= SCAN_MAX {
             (1..e.len()).find(|&j| e[..j].iter().any(|(k, _)| *k == e[j].0)).map(|j| e[j].0.as_str())

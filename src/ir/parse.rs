@@ -96,11 +96,29 @@ const MAX_ACTIONS_HINT: usize = 1 << 16;
 /// `"type"` cost more than the reallocations it saves), capped by
 /// `MAX_ACTIONS_HINT`.
 pub fn parse_proposal(text: &str) -> Result<ActionProposal, Error> {
+    match fast_proposal(text, None) {
+        Some(p) => validate(p),
+        None => parse_proposal_serde(text),
+    }
+}
+
+/// [`parse_proposal`] through serde alone: what the direct reader gives up
+/// on, and the reference it is tested against.
+pub(super) fn parse_proposal_serde(text: &str) -> Result<ActionProposal, Error> {
     let hint = count_byte(text.as_bytes(), b'{').min(MAX_ACTIONS_HINT);
     ACTIONS_CAPACITY.with(|c| c.set(hint));
     let parsed = from_json_str(text);
     take_actions_capacity();
     validate(parsed?)
+}
+
+/// [`super::fast::parse`] with the `actions` list sized as
+/// [`parse_proposal`] sizes it; `None` when serde must read the text.
+pub(super) fn fast_proposal(text: &str, unknown: Option<&mut Vec<Vec<super::unknown::Seg>>>) -> Option<ActionProposal> {
+    ACTIONS_CAPACITY.with(|c| c.set(count_byte(text.as_bytes(), b'{').min(MAX_ACTIONS_HINT)));
+    let p = super::fast::parse(text, unknown);
+    take_actions_capacity();
+    p
 }
 
 /// Parses a proposal from a JSON value, filling every default.

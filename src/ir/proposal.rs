@@ -20,11 +20,11 @@ fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now()
 }
 
-fn default_source() -> String {
+pub(super) fn default_source() -> String {
     "unknown".to_string()
 }
 
-fn default_max_retries() -> u32 {
+pub(super) fn default_max_retries() -> u32 {
     3
 }
 

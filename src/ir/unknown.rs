@@ -58,12 +58,24 @@ impl UnknownField {
 /// same errors), and returns the unknown fields it had, in document order.
 pub fn parse_proposal_reporting(text: &str) -> Result<(ActionProposal, Vec<UnknownField>), Error> {
     let mut paths: Vec<Vec<Seg>> = Vec::new();
+    if let Some(p) = super::parse::fast_proposal(text, Some(&mut paths)) {
+        let proposal = super::parse::validate(p)?;
+        let found = paths.iter().map(|segs| describe(segs, &proposal)).collect();
+        return Ok((proposal, found));
+    }
+    parse_proposal_reporting_serde(text)
+}
+
+/// [`parse_proposal_reporting`] through serde alone (see
+/// [`super::parse::parse_proposal_serde`]).
+pub(super) fn parse_proposal_reporting_serde(text: &str) -> Result<(ActionProposal, Vec<UnknownField>), Error> {
+    let mut paths: Vec<Vec<Seg>> = Vec::new();
     let mut de = serde_json::Deserializer::from_str(text);
     let parsed: Result<ActionProposal, _> = serde_ignored::deserialize(&mut de, |p| paths.push(segments(&p)));
     let proposal = match parsed.and_then(|p| de.end().map(|()| p)) {
         Ok(p) => super::parse::validate(p)?,
         // The error as the ordinary parser words it (with its JSON path).
-        Err(_) => return super::parse_proposal(text).map(|p| (p, Vec::new())),
+        Err(_) => return super::parse::parse_proposal_serde(text).map(|p| (p, Vec::new())),
     };
     let found = paths.iter().map(|segs| describe(segs, &proposal)).collect();
     Ok((proposal, found))
@@ -92,12 +104,12 @@ pub fn refuse_unknown(found: &[UnknownField]) -> Result<(), Error> {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-enum Seg {
+pub(super) enum Seg {
     Key(String),
     Index(usize),
 }
 
-fn segments(p: &serde_ignored::Path<'_>) -> Vec<Seg> {
+pub(super) fn segments(p: &serde_ignored::Path<'_>) -> Vec<Seg> {
     let mut out = Vec::new();
     let mut cur = Some(p);
     while let Some(p) = cur {

@@ -1,0 +1,1043 @@
+//! A direct reader for a proposal's JSON text, tried before serde's.
+//!
+//! Through serde, a proposal's text costs several times what its bytes
+//! need: every field passes through a visitor, every key of `parameters`
+//! is allocated twice over, and `verify`'s unknown-field tracking
+//! (`serde_ignored`) wraps every value of the document. This reader walks
+//! the text once and builds the `ActionProposal` directly.
+//!
+//! It is an accelerator, never a second definition of the format:
+//! - It reads the proposal's skeleton (the top object, the `actions` list,
+//!   each action's keys) and the common fields (`id`, `type`, `tool`, the
+//!   three objects, the lists of strings, `idempotent`, `max_retries`,
+//!   `timeout_ms`) itself, and only in their plain shapes: a string with no
+//!   escape, an integer of digits, `true`, `false`, `null`.
+//! - Every other value (a string with an escape, a negative or fractional
+//!   number, a nested array or object inside `parameters`, `preconditions`,
+//!   `compensation`, `timestamp`, `context`, ...) is cut out of the text
+//!   and handed to serde with that field's own `Deserialize`, so it means
+//!   exactly what it means through serde.
+//! - On anything it does not expect (a repeated field, a missing `type`,
+//!   a syntax error, a value serde refuses, nesting deeper than
+//!   [`MAX_DEPTH`]) it gives up, and the caller parses the whole text with
+//!   serde, which produces the result or the error with its path.
+//!
+//! So a proposal it returns is the one serde returns for the same text
+//! (`tests/ir_roundtrip.rs` checks that on generated proposals, and the
+//! unit tests below on every shape it gives up on).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::object::{Object, SCAN_MAX};
+use super::proposal::{Action, ActionProposal, ActionType};
+use super::unknown::{Seg, segments};
+
+/// Nesting (objects and arrays) this reader hands to serde as one value at
+/// most. serde_json refuses a document nested more than 128 deep; a value
+/// cut out of the text starts again from depth 0, so this keeps well under
+/// what the whole document could reach at that point.
+const MAX_DEPTH: usize = 64;
+
+/// Reads `text` as a proposal, or `None` when serde must (see the module
+/// docs). `unknown`, when given, receives the path of every field no part
+/// of the IR knows, in document order, as `serde_ignored` reports them.
+pub(super) fn parse(text: &str, unknown: Option<&mut Vec<Vec<Seg>>>) -> Option<ActionProposal> {
+    let mut r = Reader { s: text, b: text.as_bytes(), i: 0, unknown };
+    let p = r.proposal()?;
+    r.ws();
+    (r.i == r.b.len()).then_some(p)
+}
+
+/// The high bit of the lowest byte of `x` (little-endian, so the first in
+/// the text) that is `"`, `\\` or below 0x20 is set, and no bit below it;
+/// higher bytes may be flagged falsely (the borrow of the subtraction),
+/// which is why only the lowest flag is read. Zero when there is none.
+const fn special_bytes(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let quote = x ^ (ONES * b'"' as u64);
+    let backslash = x ^ (ONES * b'\\' as u64);
+    let zero_quote = quote.wrapping_sub(ONES) & !quote;
+    let zero_backslash = backslash.wrapping_sub(ONES) & !backslash;
+    let control = x.wrapping_sub(ONES * 0x20) & !x;
+    (zero_quote | zero_backslash | control) & HIGH
+}
+
+struct Reader<'a, 'u> {
+    s: &'a str,
+    b: &'a [u8],
+    i: usize,
+    unknown: Option<&'u mut Vec<Vec<Seg>>>,
+}
+
+/// The wire names of [`Action`]'s fields, in the order of the bit that
+/// marks each as seen.
+const ACTION_FIELDS: [&str; 19] = [
+    "id",
+    "type",
+    "tool",
+    "parameters",
+    "preconditions",
+    "expected_effects",
+    "state_dependencies",
+    "dependencies",
+    "read_set",
+    "write_set",
+    "assumptions",
+    "invocation_mode",
+    "reversibility",
+    "compensation",
+    "idempotent",
+    "max_retries",
+    "failure_behavior",
+    "timeout_ms",
+    "metadata",
+];
+
+/// The place of `key` in [`ACTION_FIELDS`].
+fn action_field(key: &str) -> Option<usize> {
+    Some(match key {
+        "id" => 0,
+        "type" => 1,
+        "tool" => 2,
+        "parameters" => 3,
+        "preconditions" => 4,
+        "expected_effects" => 5,
+        "state_dependencies" => 6,
+        "dependencies" => 7,
+        "read_set" => 8,
+        "write_set" => 9,
+        "assumptions" => 10,
+        "invocation_mode" => 11,
+        "reversibility" => 12,
+        "compensation" => 13,
+        "idempotent" => 14,
+        "max_retries" => 15,
+        "failure_behavior" => 16,
+        "timeout_ms" => 17,
+        "metadata" => 18,
+        _ => return None,
+    })
+}
+
+impl<'a> Reader<'a, '_> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    /// After a member or element: `true` on `,`, `false` on `close`.
+    fn next(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                Some(true)
+            }
+            c if c == close => {
+                self.i += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    /// Where the string starting at `self.i` (its opening quote) ends (one
+    /// past its closing quote), and whether it has an escape. Eight bytes
+    /// are tested at a time for a quote, a backslash or a control byte.
+    fn string_end(&self) -> Option<(usize, bool)> {
+        let b = self.b;
+        let mut j = self.i + 1;
+        let mut escaped = false;
+        loop {
+            while let Some(chunk) = b.get(j..j + 8) {
+                let special = special_bytes(u64::from_le_bytes(chunk.try_into().ok()?));
+                if special != 0 {
+                    j += (special.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                j += 8;
+            }
+            match *b.get(j)? {
+                b'"' => return Some((j + 1, escaped)),
+                b'\\' => {
+                    escaped = true;
+                    j += 2;
+                }
+                c if c < 0x20 => return None,
+                _ => j += 1,
+            }
+        }
+    }
+
+    /// A string: borrowed when it has no escape, else unescaped by serde.
+    fn str(&mut self) -> Option<Cow<'a, str>> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let (end, escaped) = self.string_end()?;
+        let raw = &self.s[self.i..end];
+        self.i = end;
+        if escaped {
+            serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(&raw[1..raw.len() - 1]))
+        }
+    }
+
+    /// A member's key and its colon.
+    fn key(&mut self) -> Option<Cow<'a, str>> {
+        let k = self.str()?;
+        self.eat(b':')?;
+        Some(k)
+    }
+
+    /// The text of the value starting here, which the reader moves past
+    /// (not checked beyond its extent: serde reads it).
+    fn extent(&mut self) -> Option<&'a str> {
+        let start = self.i;
+        match self.peek()? {
+            b'"' => self.i = self.string_end()?.0,
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match *self.b.get(self.i)? {
+                        b'"' => {
+                            self.i = self.string_end()?.0;
+                            continue;
+                        }
+                        b'{' | b'[' => {
+                            depth += 1;
+                            if depth > MAX_DEPTH {
+                                return None;
+                            }
+                        }
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.i += 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.i += 1;
+                }
+            }
+            _ => {
+                while let Some(&c) = self.b.get(self.i) {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+            }
+        }
+        Some(&self.s[start..self.i])
+    }
+
+    /// The value here read by serde as a `T`. When unknown fields are being
+    /// reported, the ones inside it are added under `at`.
+    fn serde<T: DeserializeOwned>(&mut self, at: impl FnOnce() -> Vec<Seg>) -> Option<T> {
+        let text = self.extent()?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let v = match self.unknown.as_deref_mut() {
+            Some(unknown) => {
+                let mut found = Vec::new();
+                let v = serde_ignored::deserialize(&mut de, |p| found.push(segments(&p))).ok()?;
+                if !found.is_empty() {
+                    let prefix = at();
+                    unknown.extend(found.into_iter().map(|rest| prefix.iter().cloned().chain(rest).collect()));
+                }
+                v
+            }
+            None => T::deserialize(&mut de).ok()?,
+        };
+        de.end().ok()?;
+        Some(v)
+    }
+
+    /// The value here read by a `deserialize_with` function (for fields
+    /// that cannot hold an unknown field).
+    fn serde_with<T>(
+        &mut self,
+        f: impl FnOnce(&mut serde_json::Deserializer<serde_json::de::StrRead<'a>>) -> Result<T, serde_json::Error>,
+    ) -> Option<T> {
+        let text = self.extent()?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let v = f(&mut de).ok()?;
+        de.end().ok()?;
+        Some(v)
+    }
+
+    /// A field no part of the IR knows: reported, and its value checked as
+    /// serde's `IgnoredAny` would.
+    fn unknown(&mut self, at: impl FnOnce() -> Vec<Seg>) -> Option<()> {
+        if let Some(unknown) = self.unknown.as_deref_mut() {
+            unknown.push(at());
+        }
+        self.serde_with(|de| serde::de::IgnoredAny::deserialize(de)).map(drop)
+    }
+
+    /// Digits with no sign, fraction or exponent, as a `u64`; `None` for
+    /// any other number (which serde reads).
+    fn plain_uint(&mut self) -> Option<u64> {
+        let start = self.i;
+        let mut j = start;
+        while self.b.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        let digits = j - start;
+        if digits == 0
+            || digits > 19
+            || (digits > 1 && self.b[start] == b'0')
+            || matches!(self.b.get(j), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        self.i = j;
+        Some(self.s[start..j].bytes().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+    }
+
+    /// `true`, `false` or `null` when the text here is that word.
+    fn word(&mut self, w: &str) -> bool {
+        let hit = self.b[self.i..].starts_with(w.as_bytes());
+        if hit {
+            self.i += w.len();
+        }
+        hit
+    }
+
+    /// Any JSON value, as `StrictValue` reads it (no repeated key in any
+    /// object).
+    fn value(&mut self) -> Option<Value> {
+        match self.peek()? {
+            b'"' => return self.str().map(|s| Value::String(s.into_owned())),
+            b'0'..=b'9' => {
+                let at = self.i;
+                if let Some(n) = self.plain_uint() {
+                    return Some(Value::from(n));
+                }
+                self.i = at;
+            }
+            b't' if self.word("true") => return Some(Value::Bool(true)),
+            b'f' if self.word("false") => return Some(Value::Bool(false)),
+            b'n' if self.word("null") => return Some(Value::Null),
+            _ => {}
+        }
+        self.serde_with(|de| super::strict::strict_value(de))
+    }
+
+    /// An object as [`Object`]'s `Deserialize` reads it.
+    fn object(&mut self) -> Option<Object> {
+        if self.peek()? != b'{' {
+            return self.serde(Vec::new);
+        }
+        self.i += 1;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(Object::new());
+        }
+        // The capacity a first push would give, without its slow path.
+        let mut entries: Vec<(String, Value)> = Vec::with_capacity(4);
+        loop {
+            let k = self.key()?;
+            if entries.len() < SCAN_MAX && entries.iter().any(|(e, _)| *e == *k) {
+                return None;
+            }
+            let v = self.value()?;
+            entries.push((k.into_owned(), v));
+            if !self.next(b'}')? {
+                break;
+            }
+        }
+        let o = Object::from_unique_entries(entries);
+        (o.len() <= SCAN_MAX || o.first_repeat().is_none()).then_some(o)
+    }
+
+    /// A list of strings (`state_dependencies`, `dependencies`, ...).
+    fn strings(&mut self) -> Option<Vec<String>> {
+        if self.peek()? != b'[' {
+            return self.serde(Vec::new);
+        }
+        self.i += 1;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(self.str()?.into_owned());
+            if !self.next(b']')? {
+                return Some(out);
+            }
+        }
+    }
+
+    fn string(&mut self) -> Option<String> {
+        if self.peek()? == b'"' { self.str().map(Cow::into_owned) } else { self.serde(Vec::new) }
+    }
+
+    fn uint<T: TryFrom<u64> + DeserializeOwned>(&mut self) -> Option<T> {
+        if let Some(b'0'..=b'9') = self.peek() {
+            let at = self.i;
+            if let Some(n) = self.plain_uint().and_then(|n| T::try_from(n).ok()) {
+                return Some(n);
+            }
+            self.i = at;
+        }
+        self.serde(Vec::new)
+    }
+
+    fn proposal(&mut self) -> Option<ActionProposal> {
+        self.eat(b'{')?;
+        let (mut id, mut source, mut actions, mut timestamp, mut context) = (None, None, None, None, None);
+        if self.peek()? == b'}' {
+            return None; // `actions` is required
+        }
+        loop {
+            let k = self.key()?;
+            match &*k {
+                "id" if id.is_none() => id = Some(self.string()?),
+                "source" if source.is_none() => source = Some(self.string()?),
+                "actions" if actions.is_none() => actions = Some(self.actions()?),
+                "timestamp" if timestamp.is_none() => {
+                    timestamp = Some(self.serde_with(|de| chrono::DateTime::<chrono::Utc>::deserialize(de))?);
+                }
+                "context" if context.is_none() => {
+                    context = Some(self.serde_with(|de| super::strict::strict_map(de))?);
+                }
+                "id" | "source" | "actions" | "timestamp" | "context" => return None, // repeated
+                other => {
+                    let other = other.to_string();
+                    self.unknown(|| vec![Seg::Key(other)])?;
+                }
+            }
+            if !self.next(b'}')? {
+                break;
+            }
+        }
+        Some(ActionProposal {
+            id: id.unwrap_or_else(super::short_id),
+            source: source.unwrap_or_else(super::proposal::default_source),
+            actions: actions?,
+            timestamp: timestamp.unwrap_or_else(chrono::Utc::now),
+            context: context.unwrap_or_else(Map::new),
+        })
+    }
+
+    fn actions(&mut self) -> Option<Vec<Action>> {
+        if self.peek()? != b'[' {
+            return None;
+        }
+        self.i += 1;
+        let hint = super::parse::take_actions_capacity();
+        let mut out = Vec::with_capacity(hint);
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(out);
+        }
+        loop {
+            // Read into its place in the list rather than moved there.
+            out.push(blank_action());
+            let index = out.len() - 1;
+            self.action(index, &mut out[index])?;
+            if !self.next(b']')? {
+                return Some(out);
+            }
+        }
+    }
+
+    /// An action's object, read into `a` (a [`blank_action`]).
+    fn action(&mut self, index: usize, a: &mut Action) -> Option<()> {
+        self.eat(b'{')?;
+        let mut seen = 0u32;
+        if self.peek()? == b'}' {
+            return None; // `type` is required
+        }
+        loop {
+            let k = self.key()?;
+            let Some(field) = action_field(&k) else {
+                let k = k.into_owned();
+                self.unknown(|| vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key(k)])?;
+                if !self.next(b'}')? {
+                    break;
+                }
+                continue;
+            };
+            if seen & (1 << field) != 0 {
+                return None; // serde: duplicate field
+            }
+            seen |= 1 << field;
+            let at = || vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key(ACTION_FIELDS[field].into())];
+            match field {
+                0 => a.id = self.string()?,
+                1 => {
+                    let t = match self.peek()? {
+                        b'"' => {
+                            let at = self.i;
+                            match &*self.str()? {
+                                "tool_call" => Some(ActionType::ToolCall),
+                                "state_write" => Some(ActionType::StateWrite),
+                                "state_read" => Some(ActionType::StateRead),
+                                "assertion" => Some(ActionType::Assertion),
+                                _ => {
+                                    self.i = at;
+                                    None
+                                }
+                            }
+                        }
+                        _ => None,
+                    };
+                    a.action_type = match t {
+                        Some(t) => t,
+                        None => self.serde(at)?,
+                    };
+                }
+                2 => {
+                    a.tool = match self.peek()? {
+                        b'"' => Some(self.str()?.into_owned()),
+                        b'n' if self.word("null") => None,
+                        _ => self.serde(at)?,
+                    }
+                }
+                3 => a.parameters = self.object()?,
+                4 => a.preconditions = self.serde(at)?,
+                5 => a.expected_effects = self.object()?,
+                6 => a.state_dependencies = self.strings()?,
+                7 => a.dependencies = self.strings()?,
+                8 => a.read_set = self.strings()?,
+                9 => a.write_set = self.strings()?,
+                10 => a.assumptions = self.serde(at)?,
+                11 => a.invocation_mode = self.serde(at)?,
+                12 => a.reversibility = self.serde(at)?,
+                13 => a.compensation = self.serde(at)?,
+                14 => {
+                    a.idempotent = match self.peek()? {
+                        b't' if self.word("true") => true,
+                        b'f' if self.word("false") => false,
+                        _ => self.serde(at)?,
+                    }
+                }
+                15 => a.max_retries = self.uint()?,
+                16 => a.failure_behavior = self.serde(at)?,
+                17 => {
+                    a.timeout_ms = match self.peek()? {
+                        b'n' if self.word("null") => None,
+                        _ => Some(self.uint()?),
+                    }
+                }
+                _ => a.metadata = self.object()?,
+            }
+            if !self.next(b'}')? {
+                break;
+            }
+        }
+        if seen & 0b10 == 0 {
+            return None; // `type` is required
+        }
+        if seen & 1 == 0 {
+            a.id = super::short_id();
+        }
+        Some(())
+    }
+}
+
+/// An action with every field at its default but `type` (which the text
+/// must give) and `id` (given or drawn afterwards).
+fn blank_action() -> Action {
+    Action {
+        id: String::new(),
+        action_type: ActionType::ToolCall,
+        tool: None,
+        parameters: Object::new(),
+        preconditions: Vec::new(),
+        expected_effects: Object::new(),
+        state_dependencies: Vec::new(),
+        dependencies: Vec::new(),
+        read_set: Vec::new(),
+        write_set: Vec::new(),
+        assumptions: Vec::new(),
+        invocation_mode: Default::default(),
+        reversibility: Default::default(),
+        compensation: None,
+        idempotent: false,
+        max_retries: super::proposal::default_max_retries(),
+        failure_behavior: Default::default(),
+        timeout_ms: None,
+        metadata: Object::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::ir::parse::{parse_proposal_serde, validate};
+    use crate::ir::unknown::parse_proposal_reporting_serde;
+    use crate::ir::{UnknownField, parse_proposal, parse_proposal_reporting};
+
+    /// Gives `q` what the text left to chance in both (an id drawn for a
+    /// missing one, the time of parsing for a missing timestamp) from `p`.
+    fn align(p: &ActionProposal, q: &mut ActionProposal) {
+        let drawn = |s: &str| s.len() == 12 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if drawn(&p.id) && drawn(&q.id) {
+            q.id.clone_from(&p.id);
+        }
+        let now = chrono::Utc::now();
+        if (now - p.timestamp).num_seconds().abs() < 600 && (now - q.timestamp).num_seconds().abs() < 600 {
+            q.timestamp = p.timestamp;
+        }
+        for (a, b) in p.actions.iter().zip(q.actions.iter_mut()) {
+            if drawn(&a.id) && drawn(&b.id) {
+                b.id.clone_from(&a.id);
+            }
+        }
+    }
+
+    /// [`align`] for the action ids unknown fields name.
+    fn align_unknown(u: &[UnknownField], v: &mut [UnknownField]) {
+        let drawn =
+            |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() == 12 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+        for (a, b) in u.iter().zip(v.iter_mut()) {
+            if drawn(&a.action_id) && drawn(&b.action_id) {
+                b.action_id.clone_from(&a.action_id);
+            }
+        }
+    }
+
+    /// The public parsers (direct reader first) against serde alone: the
+    /// same proposal, the same unknown fields, or the same error.
+    fn same_as_serde(text: &str) -> Result<(), TestCaseError> {
+        match (parse_proposal(text), parse_proposal_serde(text)) {
+            (Ok(p), Ok(mut q)) => {
+                align(&p, &mut q);
+                prop_assert_eq!(p, q, "{}", text);
+            }
+            (Err(e), Err(f)) => prop_assert_eq!(e.to_string(), f.to_string()),
+            (a, b) => prop_assert!(false, "{text}: direct {:?}, serde {:?}", a.err(), b.err()),
+        }
+        match (parse_proposal_reporting(text), parse_proposal_reporting_serde(text)) {
+            (Ok((p, u)), Ok((mut q, mut v))) => {
+                align(&p, &mut q);
+                align_unknown(&u, &mut v);
+                prop_assert_eq!(p, q, "{}", text);
+                prop_assert_eq!(u, v, "{}", text);
+            }
+            (Err(e), Err(f)) => prop_assert_eq!(e.to_string(), f.to_string()),
+            (a, b) => prop_assert!(false, "{text}: direct {:?}, serde {:?}", a.err(), b.err()),
+        }
+        Ok(())
+    }
+
+    /// The direct reader took `text` (did not give up) and agrees with serde.
+    fn taken(text: &str) -> Vec<UnknownField> {
+        let mut unknown = Vec::new();
+        let p = parse(text, Some(&mut unknown)).unwrap_or_else(|| panic!("the direct reader gave up on {text}"));
+        let p = validate(p).unwrap();
+        let (mut q, mut found) = parse_proposal_reporting_serde(text).unwrap();
+        align(&p, &mut q);
+        assert_eq!(p, q, "{text}");
+        let (_, direct) = parse_proposal_reporting(text).unwrap();
+        align_unknown(&direct, &mut found);
+        assert_eq!(direct, found, "{text}");
+        found
+    }
+
+    fn given_up(text: &str) {
+        assert!(parse(text, None).is_none(), "the direct reader took {text}");
+        same_as_serde(text).unwrap();
+    }
+
+    #[test]
+    fn every_field_in_every_plain_shape_is_read_directly() {
+        let full = json!({
+            "id": "p1", "source": "bot", "timestamp": "2020-01-02T03:04:05Z",
+            "context": {"a": [1, {"b": null}], "c": "d"},
+            "actions": [{
+                "id": "a", "type": "tool_call", "tool": "t",
+                "parameters": {"s": "x", "n": 12, "neg": -3, "f": 1.5, "e": 1e300, "big": 123456789012345678901u128 as f64,
+                               "t": true, "no": false, "z": null, "list": [1, "2", [3]], "obj": {"k": {"k": 1}}},
+                "preconditions": [{"key": "k", "operator": "gt", "value": 1, "description": "d"},
+                                  {"key": "j", "operator": "exists"}],
+                "expected_effects": {"k": 1},
+                "state_dependencies": ["a", "b"], "dependencies": ["x"], "read_set": [], "write_set": ["w"],
+                "assumptions": [{"key": "k", "expected_value": null, "read_version": 2}],
+                "invocation_mode": "streaming", "reversibility": "compensable",
+                "compensation": {"type": "tool", "tool": "undo", "parameters": {"q": 1}},
+                "idempotent": true, "max_retries": 4294967295u64, "failure_behavior": "skip",
+                "timeout_ms": 18446744073709551615u64, "metadata": {"m": [1]}
+            }, {
+                "type": "state_write", "tool": null, "timeout_ms": null, "idempotent": false, "max_retries": 0,
+                "compensation": {"type": "action_ref", "action_id": "a"}, "parameters": {}
+            }, {"id": "r", "type": "state_read"}, {"id": "s", "type": "assertion", "parameters": {"key": "k"}}]
+        });
+        assert_eq!(taken(&full.to_string()), []);
+        assert_eq!(taken(&serde_json::to_string_pretty(&full).unwrap()), []);
+        // Escapes, in keys and values, and text outside ASCII.
+        let text = r#" { "actions" : [ { "i\u0064" : "a\"b\\c\n\u00e9" , "type" : "tool\u005fcall" , "tool" : "t\u2028" ,
+            "parameters" : { "k\ty" : "é\ud83d\ude00" , "\u006e" : 0 } } ] } "#;
+        assert_eq!(taken(text), []);
+        assert_eq!(taken(r#"{"actions":[]}"#), []);
+        assert_eq!(taken(r#"{"actions":[{"type":"assertion"}],"context":{}}"#), []);
+    }
+
+    #[test]
+    fn unknown_fields_are_reported_as_serde_reports_them() {
+        let text = r#"{"zz": {"deep": [1]}, "actions": [
+            {"type": "tool_call", "tool": "t", "dependecies": ["a"], "dependecies": 2,
+             "preconditions": [{"key": "k", "operater": "eq"}, {"key": "j", "x": 1}],
+             "assumptions": [{"key": "k", "expected": 1}],
+             "compensation": {"type": "tool", "tool": "u", "extra": 1},
+             "parameters": {"anything": 1}}],
+            "contxt": null}"#;
+        let found = taken(text);
+        let paths: Vec<&str> = found.iter().map(|u| u.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "zz",
+                "actions[0].dependecies",
+                "actions[0].dependecies",
+                "actions[0].preconditions[0].operater",
+                "actions[0].preconditions[1].x",
+                "actions[0].assumptions[0].expected",
+                "contxt"
+            ]
+        );
+    }
+
+    #[test]
+    fn it_gives_up_where_serde_decides() {
+        for text in [
+            // Repeated fields, at each level.
+            r#"{"actions":[],"actions":[]}"#,
+            r#"{"id":"a","id":"b","actions":[]}"#,
+            r#"{"actions":[{"type":"assertion","type":"assertion"}]}"#,
+            r#"{"actions":[{"type":"assertion","id":"a","id":"a"}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"k":1,"k":1}}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"k":{"j":1,"j":2}}}]}"#,
+            // Missing what serde requires, or shapes it refuses.
+            r#"{}"#,
+            r#"{"actions":[{}]}"#,
+            r#"{"actions":[{"id":"a"}]}"#,
+            r#"{"actions":[{"type":"bogus"}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":null}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":[1]}]}"#,
+            r#"{"actions":[{"type":"assertion","state_dependencies":null}]}"#,
+            r#"{"actions":[{"type":"assertion","state_dependencies":[1]}]}"#,
+            r#"{"actions":[{"type":"assertion","max_retries":4294967296}]}"#,
+            r#"{"actions":[{"type":"assertion","max_retries":-1}]}"#,
+            r#"{"actions":[{"type":"assertion","max_retries":3.0}]}"#,
+            r#"{"actions":[{"type":"assertion","timeout_ms":"1"}]}"#,
+            r#"{"actions":[{"type":"assertion","idempotent":1}]}"#,
+            r#"{"actions":[{"type":"assertion","tool":1}]}"#,
+            r#"{"actions":[{"type":"assertion","failure_behavior":"never"}]}"#,
+            r#"{"actions":[{"type":"assertion","id":"\ud800"}]}"#,
+            r#"{"actions":[{"type":"assertion","id":"tab	inside"}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"n":01}}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"n":1.}}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"n":nul}}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"n":truex}}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"n":[1}}]}"#,
+            r#"{"actions":[{"type":"assertion","parameters":{"n":1 2}}]}"#,
+            r#"{"actions":[{"type":"assertion"},]}"#,
+            r#"{"actions":[{"type":"assertion",}]}"#,
+            r#"{"actions":[],}"#,
+            r#"{"actions":[]} x"#,
+            r#"{"actions":[]"#,
+            r#"{"actions":[{"type":"assertion","zz":[}]}"#,
+            r#"{"actions":[{"type":"assertion","timestamp":1}],"timestamp":"yesterday"}"#,
+            r#"{"actions":[],"context":[]}"#,
+            r#"{"actions":[],"context":{"a":1,"a":1}}"#,
+            // A whole proposal as an array is serde's (a struct from a sequence).
+            r#"[[]]"#,
+        ] {
+            given_up(text);
+        }
+        // Read directly, refused after (a tool call names its tool).
+        assert!(parse(r#"{"actions":[{"type":"tool_call"}]}"#, None).is_some());
+        same_as_serde(r#"{"actions":[{"type":"tool_call"}]}"#).unwrap();
+        // Nesting beyond MAX_DEPTH inside a value is left to serde (and its limit).
+        for depth in [MAX_DEPTH, MAX_DEPTH + 1, 200] {
+            let deep = format!(
+                r#"{{"actions":[{{"type":"assertion","parameters":{{"k":{}1{}}}}}]}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            same_as_serde(&deep).unwrap();
+            if depth > MAX_DEPTH {
+                assert!(parse(&deep, None).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn special_bytes_finds_the_first() {
+        for at in 0..8 {
+            for b in [b'"', b'\\', 0u8, 0x1f] {
+                let mut chunk = *b"abcdefgh";
+                chunk[at] = b;
+                // Later bytes that are also special, or that borrow.
+                for later in at + 1..8 {
+                    chunk[later] = [b'"', 0x01, 0x21, 0xff][later % 4];
+                }
+                let found = special_bytes(u64::from_le_bytes(chunk));
+                assert_eq!(found.trailing_zeros() / 8, at as u32, "{chunk:?}");
+            }
+        }
+        assert_eq!(special_bytes(u64::from_le_bytes(*b" ~\x7f\x80\xff!#[")), 0);
+    }
+
+    // --- generated texts --------------------------------------------------
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            "[a-z0-9]{0,6}".prop_map(Value::String),
+            "\\PC{0,4}".prop_map(Value::String),
+            "[\"\\\\\u{0}-\u{1f}a]{0,4}".prop_map(Value::String),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(3, 12, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::vec((key(), inner), 0..3).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z_]{1,6}", "\\PC{0,3}", Just("type".to_string()), Just("id".to_string())]
+    }
+
+    fn object() -> impl Strategy<Value = Value> {
+        prop::collection::vec((key(), value()), 0..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
+    }
+
+    fn strings() -> impl Strategy<Value = Value> {
+        or_any(prop::collection::vec("[a-z]{0,4}".prop_map(Value::String), 0..3).prop_map(Value::Array))
+    }
+
+    fn word(words: &'static [&'static str]) -> impl Strategy<Value = Value> {
+        or_any(prop::sample::select(words).prop_map(Value::from))
+    }
+
+    /// Values of `s`, and now and then any value at all (mostly of the
+    /// wrong type).
+    fn or_any(s: impl Strategy<Value = Value> + 'static) -> BoxedStrategy<Value> {
+        prop_oneof![15 => s, 1 => value()].boxed()
+    }
+
+    /// An action as (field, value) pairs in a drawn order: each field
+    /// usually with a value of its type, sometimes with any value.
+    fn action() -> impl Strategy<Value = Vec<(String, Value)>> {
+        let precondition = (
+            "[a-z]{1,3}",
+            prop::sample::select(&["eq", "exists", "gt", "contains", "nope"][..]),
+            value(),
+            prop::option::of(("[a-z]{1,4}", value())),
+        )
+            .prop_map(|(k, op, v, extra)| {
+                let mut m = json!({"key": k, "operator": op, "value": v});
+                if let Some((ek, ev)) = extra {
+                    m[ek] = ev;
+                }
+                m
+            });
+        let compensation = prop_oneof![
+            (object(), "[a-z]{1,3}").prop_map(|(p, t)| json!({"type": "tool", "tool": t, "parameters": p})),
+            "[a-z]{1,3}".prop_map(|a| json!({"type": "action_ref", "action_id": a})),
+        ];
+        let compensation = or_any(compensation);
+        let fields: Vec<BoxedStrategy<(String, Value)>> = vec![
+            or_any("[a-z0-9]{1,4}".prop_map(Value::String)).prop_map(|v| ("id".into(), v)).boxed(),
+            or_any(prop_oneof![Just(Value::Null), "[a-z]{1,4}".prop_map(Value::String)])
+                .prop_map(|v| ("tool".into(), v))
+                .boxed(),
+            or_any(object()).prop_map(|v| ("parameters".into(), v)).boxed(),
+            or_any(prop::collection::vec(precondition, 0..3).prop_map(Value::Array))
+                .prop_map(|v| ("preconditions".into(), v))
+                .boxed(),
+            or_any(object()).prop_map(|v| ("expected_effects".into(), v)).boxed(),
+            strings().prop_map(|v| ("state_dependencies".into(), v)).boxed(),
+            strings().prop_map(|v| ("dependencies".into(), v)).boxed(),
+            strings().prop_map(|v| ("read_set".into(), v)).boxed(),
+            strings().prop_map(|v| ("write_set".into(), v)).boxed(),
+            word(&["one_shot", "streaming", "long_running"]).prop_map(|v| ("invocation_mode".into(), v)).boxed(),
+            word(&["reversible", "compensable", "irreversible"]).prop_map(|v| ("reversibility".into(), v)).boxed(),
+            compensation.prop_map(|v| ("compensation".into(), v)).boxed(),
+            or_any(any::<bool>().prop_map(Value::Bool)).prop_map(|v| ("idempotent".into(), v)).boxed(),
+            or_any(prop_oneof![9 => (0u64..10).prop_map(Value::from), 1 => Just(Value::from(1u64 << 32))])
+                .prop_map(|v| ("max_retries".into(), v))
+                .boxed(),
+            word(&["abort", "retry", "skip"]).prop_map(|v| ("failure_behavior".into(), v)).boxed(),
+            or_any(prop_oneof![Just(Value::Null), any::<u64>().prop_map(Value::from)])
+                .prop_map(|v| ("timeout_ms".into(), v))
+                .boxed(),
+            object().prop_map(|v| ("metadata".into(), v)).boxed(),
+            ("[a-z_]{1,12}", value()).prop_map(|(k, v)| (k, v)).boxed(),
+        ];
+        (prop::sample::subsequence((0..fields.len()).collect::<Vec<_>>(), 0..=fields.len()), any::<u64>())
+            .prop_flat_map(move |(chosen, _)| {
+                let picked: Vec<BoxedStrategy<(String, Value)>> = chosen.iter().map(|&i| fields[i].clone()).collect();
+                // `type` is nearly always there, or nothing would be read.
+                let ty =
+                    word(&["tool_call", "state_write", "state_read", "assertion"]).prop_map(|v| ("type".into(), v));
+                (picked, prop::option::weighted(0.95, ty)).prop_flat_map(|(mut fields, ty)| {
+                    fields.extend(ty);
+                    Just(fields).prop_shuffle()
+                })
+            })
+    }
+
+    /// A proposal's text: its members in a drawn order, written compact or
+    /// pretty, with a repeated member now and then.
+    fn proposal_text() -> impl Strategy<Value = String> {
+        let members = (
+            prop::option::of("[a-z0-9]{1,6}"),
+            prop::option::of(or_any(Just(json!("2020-01-02T03:04:05Z")))),
+            prop::option::of(or_any(object())),
+            prop::collection::vec(action(), 0..4),
+            prop::option::of(("[a-z_]{1,8}", value())),
+        );
+        (members, any::<bool>(), any::<prop::sample::Index>(), 0u8..8).prop_map(
+            |((id, ts, ctx, actions, extra), pretty, at, repeat)| {
+                let render = |pairs: &[(String, Value)]| {
+                    let body: Vec<String> = pairs
+                        .iter()
+                        .map(|(k, v)| {
+                            let v = if pretty { serde_json::to_string_pretty(v) } else { serde_json::to_string(v) };
+                            format!("{}:{}", Value::from(k.as_str()), v.unwrap())
+                        })
+                        .collect();
+                    format!("{{{}}}", body.join(if pretty { ",\n  " } else { "," }))
+                };
+                let mut acts: Vec<String> = actions
+                    .iter()
+                    .map(|pairs| {
+                        let mut pairs = pairs.clone();
+                        if repeat == 0 && !pairs.is_empty() {
+                            let again = pairs[at.index(pairs.len())].clone();
+                            pairs.push(again);
+                        }
+                        render(&pairs)
+                    })
+                    .collect();
+                if repeat == 1 && !acts.is_empty() {
+                    acts.push("7".into());
+                }
+                let mut top: Vec<String> = vec![format!("\"actions\":[{}]", acts.join(", "))];
+                if let Some(id) = id {
+                    top.push(format!("\"id\":{}", Value::from(id)));
+                }
+                if let Some(ts) = ts {
+                    top.push(format!("\"timestamp\":{ts}"));
+                }
+                if let Some(ctx) = ctx {
+                    top.push(format!("\"context\":{ctx}"));
+                }
+                if let Some((k, v)) = extra {
+                    top.push(format!("{}:{v}", Value::from(k)));
+                }
+                if repeat == 2 {
+                    top.push(top[at.index(top.len())].clone());
+                }
+                let n = top.len();
+                top.rotate_left(at.index(n));
+                format!("{{ {} }}", top.join(" ,\n"))
+            },
+        )
+    }
+
+    /// A small edit: delete, insert or repeat some characters.
+    fn mutate(text: &str, at: prop::sample::Index, kind: u8, len: usize) -> String {
+        let chars: Vec<char> = text.chars().collect();
+        let i = at.index(chars.len() + 1);
+        let j = (i + len).min(chars.len());
+        const INSERTS: [&str; 12] = [",", "}", "]", "{", "[", "\"", ":", " ", "\\", "0", "-", "null"];
+        let mut out: String = chars[..i].iter().collect();
+        match kind % 3 {
+            0 => {}
+            1 => {
+                out.push_str(INSERTS[len % INSERTS.len()]);
+                out.extend(&chars[i..j]);
+            }
+            _ => {
+                let piece: String = chars[i..j].iter().collect();
+                out.push_str(&piece);
+                out.push_str(&piece);
+            }
+        }
+        out.extend(&chars[j..]);
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Generated proposals, valid and not: the direct reader never
+        /// differs from serde in a result, an unknown field or an error.
+        #[test]
+        fn generated_proposals_read_as_serde_reads_them(text in proposal_text()) {
+            same_as_serde(&text)?;
+        }
+
+        /// The same after small edits anywhere in the text.
+        #[test]
+        fn edited_proposals_read_as_serde_reads_them(
+            text in proposal_text(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0usize..12), 1..3),
+        ) {
+            let mut text = text;
+            for (at, kind, len) in edits {
+                text = mutate(&text, at, kind, len);
+            }
+            same_as_serde(&text)?;
+        }
+    }
+
+    /// The generated proposals exercise the direct reader, not only its
+    /// giving up: a third or more are read by it, and it gives up on none
+    /// that serde accepts (so nothing valid pays for both).
+    #[test]
+    fn most_generated_proposals_are_read_directly() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let strategy = proposal_text();
+        let (mut read, mut total) = (0, 0);
+        for _ in 0..300 {
+            let text = strategy.new_tree(&mut runner).unwrap().current();
+            total += 1;
+            if parse(&text, None).is_some() {
+                read += 1;
+            } else {
+                // Where it gave up, serde refuses the text too.
+                assert!(parse_proposal_serde(&text).is_err(), "gave up on a valid proposal: {text}");
+            }
+        }
+        assert!(read * 3 >= total, "only {read} of {total} read directly");
+    }
+}
