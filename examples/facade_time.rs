@@ -20,7 +20,7 @@ use car_runtime::api::verify;
 /// The allocator the Python and Node extensions use, so that their cost is
 /// set against the facade's on equal terms.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: car_runtime_alloc::MiMalloc = car_runtime_alloc::MiMalloc;
 
 /// One timed facade call.
 type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);

@@ -2,7 +2,7 @@
 
 /// mimalloc: a proposal's parse makes several small allocations per action.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: car_runtime_alloc::MiMalloc = car_runtime_alloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     car_runtime::server::cli::main_with_args(std::env::args().skip(1).collect())

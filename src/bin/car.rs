@@ -11,7 +11,7 @@ mod cli;
 
 /// mimalloc: a proposal's parse makes several small allocations per action.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: car_runtime_alloc::MiMalloc = car_runtime_alloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     cli::main()

@@ -9,12 +9,12 @@
 //! It is an accelerator, never a second definition of the format:
 //! - It reads the proposal's skeleton (the top object, the `actions` list,
 //!   each action's keys) and the common fields (`id`, `type`, `tool`, the
-//!   three objects, the lists of strings, `idempotent`, `max_retries`,
-//!   `timeout_ms`) itself, and only in their plain shapes: a string with no
-//!   escape, an integer of digits, `true`, `false`, `null`.
+//!   three objects, the lists of strings, `preconditions`, `idempotent`,
+//!   `max_retries`, `timeout_ms`) itself, and only in their plain shapes: a
+//!   string with no escape, an integer of digits, `true`, `false`, `null`.
 //! - Every other value (a string with an escape, a negative or fractional
-//!   number, a nested array or object inside `parameters`, `preconditions`,
-//!   `compensation`, `timestamp`, `context`, ...) is cut out of the text
+//!   number, a nested array or object inside `parameters`, `compensation`,
+//!   `assumptions`, `timestamp`, `context`, ...) is cut out of the text
 //!   and handed to serde with that field's own `Deserialize`, so it means
 //!   exactly what it means through serde.
 //! - On anything it does not expect (a repeated field, a missing `type`,
@@ -33,6 +33,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::object::{Object, SCAN_MAX};
+use super::precondition::{Operator, Precondition};
 use super::proposal::{Action, ActionProposal, ActionType};
 use super::unknown::{Seg, segments};
 
@@ -402,6 +403,73 @@ impl<'a> Reader<'a, '_> {
         self.serde(Vec::new)
     }
 
+    /// An action's `preconditions`.
+    fn preconditions(&mut self, index: usize) -> Option<Vec<Precondition>> {
+        let at = || vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key("preconditions".into())];
+        if self.peek()? != b'[' {
+            return self.serde(at);
+        }
+        self.i += 1;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(out);
+        }
+        loop {
+            let item = out.len();
+            let at = || {
+                let mut segs = at();
+                segs.push(Seg::Index(item));
+                segs
+            };
+            out.push(if self.peek()? == b'{' { self.precondition(at)? } else { self.serde(at)? });
+            if !self.next(b']')? {
+                return Some(out);
+            }
+        }
+    }
+
+    /// One precondition's object; `at` is its path.
+    fn precondition(&mut self, at: impl Fn() -> Vec<Seg>) -> Option<Precondition> {
+        self.i += 1;
+        let (mut key, mut operator, mut value, mut description) = (None, None, None, None);
+        if self.peek()? == b'}' {
+            return None; // `key` is required
+        }
+        loop {
+            let k = self.key()?;
+            match &*k {
+                "key" if key.is_none() => key = Some(self.string()?),
+                "operator" if operator.is_none() => {
+                    operator = Some(match self.peek()? {
+                        b'"' => Operator::parse(&self.str()?),
+                        _ => self.serde(Vec::new)?,
+                    });
+                }
+                "value" if value.is_none() => value = Some(self.value()?),
+                "description" if description.is_none() => description = Some(self.string()?),
+                "key" | "operator" | "value" | "description" => return None, // repeated
+                other => {
+                    let other = other.to_string();
+                    self.unknown(|| {
+                        let mut segs = at();
+                        segs.push(Seg::Key(other));
+                        segs
+                    })?;
+                }
+            }
+            if !self.next(b'}')? {
+                break;
+            }
+        }
+        Some(Precondition {
+            key: key?,
+            operator: operator.unwrap_or_default(),
+            value: value.unwrap_or_default(),
+            description: description.unwrap_or_default(),
+        })
+    }
+
     fn proposal(&mut self) -> Option<ActionProposal> {
         self.eat(b'{')?;
         let (mut id, mut source, mut actions, mut timestamp, mut context) = (None, None, None, None, None);
@@ -515,7 +583,7 @@ impl<'a> Reader<'a, '_> {
                     }
                 }
                 3 => a.parameters = self.object()?,
-                4 => a.preconditions = self.serde(at)?,
+                4 => a.preconditions = self.preconditions(index)?,
                 5 => a.expected_effects = self.object()?,
                 6 => a.state_dependencies = self.strings()?,
                 7 => a.dependencies = self.strings()?,
@@ -674,7 +742,8 @@ mod tests {
                 "parameters": {"s": "x", "n": 12, "neg": -3, "f": 1.5, "e": 1e300, "big": 123456789012345678901u128 as f64,
                                "t": true, "no": false, "z": null, "list": [1, "2", [3]], "obj": {"k": {"k": 1}}},
                 "preconditions": [{"key": "k", "operator": "gt", "value": 1, "description": "d"},
-                                  {"key": "j", "operator": "exists"}],
+                                  {"key": "j", "operator": "exists"}, {"operator": "nope", "value": [{"a": 1}], "key": "k"},
+                                  ["k", "lte", 2, "as a list"]],
                 "expected_effects": {"k": 1},
                 "state_dependencies": ["a", "b"], "dependencies": ["x"], "read_set": [], "write_set": ["w"],
                 "assumptions": [{"key": "k", "expected_value": null, "read_version": 2}],
@@ -764,6 +833,16 @@ mod tests {
             r#"{"actions":[{"type":"assertion","zz":[}]}"#,
             r#"{"actions":[{"type":"assertion","timestamp":1}],"timestamp":"yesterday"}"#,
             r#"{"actions":[],"context":[]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"operator":"eq"}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"key":"k","key":"k"}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"key":"k","value":1,"value":1}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"key":1}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"key":"k","operator":1}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"key":"k","value":{"a":1,"a":2}}]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":{"key":"k"}}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[1]}]}"#,
+            r#"{"actions":[{"type":"assertion","preconditions":[{"key":"k","operator":null}]}]}"#,
             r#"{"actions":[],"context":{"a":1,"a":1}}"#,
             // A whole proposal as an array is serde's (a struct from a sequence).
             r#"[[]]"#,

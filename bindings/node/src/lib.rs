@@ -4,7 +4,7 @@
 /// mimalloc for every allocation of the extension (the core's parse makes
 /// several small allocations per action; see docs/performance.md).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: car_runtime_alloc::MiMalloc = car_runtime_alloc::MiMalloc;
 
 use napi::{Env, JsString};
 use napi_derive::napi;
