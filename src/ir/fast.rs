@@ -338,21 +338,23 @@ impl<'a> Reader<'a, '_> {
     /// Digits with no sign, fraction or exponent, as a `u64`; `None` for
     /// any other number (which serde reads).
     fn plain_uint(&mut self) -> Option<u64> {
-        let start = self.i;
-        let mut j = start;
-        while self.b.get(j).is_some_and(u8::is_ascii_digit) {
+        let (b, start) = (self.b, self.i);
+        let (mut j, mut n) = (start, 0u64);
+        while let Some(d) = b.get(j).map(|c| c.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+            // At most 19 digits are kept (below), which cannot overflow.
+            n = n.wrapping_mul(10).wrapping_add(u64::from(d));
             j += 1;
         }
         let digits = j - start;
         if digits == 0
             || digits > 19
-            || (digits > 1 && self.b[start] == b'0')
-            || matches!(self.b.get(j), Some(b'.' | b'e' | b'E'))
+            || (digits > 1 && b[start] == b'0')
+            || matches!(b.get(j), Some(b'.' | b'e' | b'E'))
         {
             return None;
         }
         self.i = j;
-        Some(self.s[start..j].bytes().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+        Some(n)
     }
 
     /// `true`, `false` or `null` when the text here is that word.

@@ -43,6 +43,32 @@ test('answers with non-ASCII text come back intact (ASCII answers are handed ove
   assert.equal(JSON.parse(ascii).actions[0].parameters.key, 'k');
 });
 
+test('large answers (handed to V8 in place, as external strings) are whole and outlive many calls', () => {
+  const actions = [];
+  for (let i = 0; i < 1500; i++) {
+    actions.push({ id: `a${i}`, type: 'tool_call', tool: `t${i % 7}`, parameters: { n: i, s: 'x'.repeat(i % 40) } });
+  }
+  const text = JSON.stringify({ id: 'big', timestamp: '2026-01-02T03:04:05Z', actions });
+  const first = car.optimize(text);
+  assert.ok(first.length > 64 * 1024, `answer of ${first.length} characters`);
+  const parsed = JSON.parse(first);
+  assert.equal(parsed.actions.length, 1500);
+  assert.equal(parsed.actions[1499].parameters.s, 'x'.repeat(1499 % 40));
+  // Many answers, most dropped at once: each is collected and freed on its
+  // own while the kept ones stay intact.
+  const kept = [];
+  for (let round = 0; round < 60; round++) {
+    const answer = car.optimize(text);
+    if (round % 10 === 0) kept.push(answer);
+    const verified = JSON.parse(car.verify(text));
+    assert.equal(verified.valid, true);
+  }
+  const filler = [];
+  for (let i = 0; i < 200; i++) filler.push('y'.repeat(100000) + i);
+  for (const answer of kept) assert.equal(answer, first);
+  assert.equal(filler.length, 200);
+});
+
 test('optimize, equivalent, transactionCheck', () => {
   const out = JSON.parse(car.optimize({ actions: [{ id: 'a', type: 'tool_call', tool: 'x', state_dependencies: ['nobody'] }] }));
   assert.deepEqual(out.actions[0].state_dependencies, []);
