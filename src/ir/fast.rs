@@ -72,7 +72,7 @@ const fn special_bytes(x: u64) -> u64 {
 /// Where the first quote, backslash or control byte at or after `j` is (the
 /// end of the text when there is none), eight bytes at a time.
 #[inline]
-fn scan(b: &[u8], mut j: usize) -> usize {
+pub(super) fn scan(b: &[u8], mut j: usize) -> usize {
     while let Some(chunk) = b.get(j..j + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()) {
         let special = special_bytes(u64::from_le_bytes(chunk));
         if special != 0 {

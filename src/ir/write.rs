@@ -22,8 +22,15 @@ use super::{Action, ActionProposal, Precondition, VerificationIssue, Verificatio
 /// characters below 0x20; a string containing one of those takes
 /// serde_json's own path, any other is copied whole.
 pub(crate) fn str(out: &mut String, s: &str) {
-    // No early exit, so the check compiles to a vectorised pass.
-    if s.bytes().fold(false, |acc, b| acc | (b < 0x20) | (b == b'"') | (b == b'\\')) {
+    // A short string (nearly every id, tool and key) is tested eight bytes
+    // at a time; a long one in a pass with no early exit, which compiles to
+    // a vectorised one.
+    let escapes = if s.len() <= 32 {
+        super::fast::scan(s.as_bytes(), 0) < s.len()
+    } else {
+        s.bytes().fold(false, |acc, b| acc | (b < 0x20) | (b == b'"') | (b == b'\\'))
+    };
+    if escapes {
         serde_into(out, s);
     } else {
         out.reserve(s.len() + 2);
@@ -126,7 +133,11 @@ fn serde_into<T: serde::Serialize + ?Sized>(out: &mut String, v: &T) {
 /// `serde_json::to_string(proposal)`, written directly (see the module docs);
 /// public as `api::proposal_to_json`.
 pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
-    let mut out = String::with_capacity(256 + 320 * p.actions.len());
+    // About 320 bytes an action with every default, more with
+    // preconditions and dependencies: room for 512, so that the answer is
+    // not copied to a larger buffer halfway (pages never written cost no
+    // memory).
+    let mut out = String::with_capacity(256 + 512 * p.actions.len());
     out.push_str("{\"id\":");
     str(&mut out, &p.id);
     out.push_str(",\"source\":");
@@ -163,6 +174,41 @@ fn action(out: &mut String, a: &Action) {
         out.push_str(",\"dependencies\":");
         strs(out, &a.dependencies);
     }
+    if has_default_tail(a) {
+        out.push_str(DEFAULT_TAIL);
+    } else {
+        tail(out, a);
+    }
+    if let Some(ms) = a.timeout_ms {
+        out.push_str(",\"timeout_ms\":");
+        uint(out, ms);
+    }
+    out.push_str(",\"metadata\":");
+    map(out, &a.metadata);
+    out.push('}');
+}
+
+/// The fields from `read_set` to `failure_behavior` of an action that
+/// leaves them all at their defaults, as [`tail`] writes them.
+const DEFAULT_TAIL: &str = ",\"read_set\":[],\"write_set\":[],\"assumptions\":[],\"invocation_mode\":\"one_shot\",\
+    \"reversibility\":\"irreversible\",\"idempotent\":false,\"max_retries\":3,\"failure_behavior\":\"abort\"";
+
+/// Whether [`DEFAULT_TAIL`] is `a`'s (most actions': one literal instead of
+/// nine fields).
+fn has_default_tail(a: &Action) -> bool {
+    a.read_set.is_empty()
+        && a.write_set.is_empty()
+        && a.assumptions.is_empty()
+        && a.invocation_mode == super::ToolInvocationMode::OneShot
+        && a.reversibility == super::Reversibility::Irreversible
+        && a.compensation.is_none()
+        && !a.idempotent
+        && a.max_retries == 3
+        && a.failure_behavior == super::FailureBehavior::Abort
+}
+
+/// An action's fields from `read_set` to `failure_behavior`.
+fn tail(out: &mut String, a: &Action) {
     out.push_str(",\"read_set\":");
     strs(out, &a.read_set);
     out.push_str(",\"write_set\":");
@@ -188,13 +234,6 @@ fn action(out: &mut String, a: &Action) {
     out.push_str(",\"failure_behavior\":\"");
     out.push_str(a.failure_behavior.as_str());
     out.push('"');
-    if let Some(ms) = a.timeout_ms {
-        out.push_str(",\"timeout_ms\":");
-        uint(out, ms);
-    }
-    out.push_str(",\"metadata\":");
-    map(out, &a.metadata);
-    out.push('}');
 }
 
 fn precondition(out: &mut String, pc: &Precondition) {
@@ -222,8 +261,12 @@ pub(crate) fn map_to_json(m: &Map<String, Value>) -> String {
 /// simulated state and every untested region.
 pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
     let ev = &r.evidence;
+    // Sized from what it holds (the untested regions, the issues' messages),
+    // so that the answer is not copied to a larger buffer halfway.
     let mut out = String::with_capacity(
-        1024 + 24 * (r.simulated_state.len() + r.issues.len() + ev.untested_regions.len())
+        1024 + 24 * r.simulated_state.len()
+            + r.issues.iter().map(|i| 96 + i.message.len() + i.action_id.len()).sum::<usize>()
+            + ev.untested_regions.iter().map(|s| 3 + s.len()).sum::<usize>()
             + 16 * r.execution_levels.iter().map(Vec::len).sum::<usize>(),
     );
     out.push_str(if r.valid { "{\"valid\":true,\"issues\":" } else { "{\"valid\":false,\"issues\":" });
@@ -300,6 +343,34 @@ mod tests {
         let p = ActionProposal::new(vec![a, b, Action::state_read("")]).with_source(nasty).with_context(nasty, nasty);
         same(&p);
         same(&ActionProposal::new(vec![]));
+    }
+
+    /// The literal tail of an action with default settings, and each of its
+    /// fields changed alone (which takes the field-by-field writer).
+    #[test]
+    fn the_default_tail_and_each_departure_from_it_match_serde() {
+        use crate::ir::{FailureBehavior, Reversibility, ToolInvocationMode};
+        let base = Action::tool_call("t").with_id("a").with_param("n", 1);
+        assert!(has_default_tail(&base));
+        let changes: [fn(&mut Action); 9] = [
+            |a| a.read_set.push("r".into()),
+            |a| a.write_set.push("w".into()),
+            |a| a.assumptions.push(StateAssumption::new("k")),
+            |a| a.invocation_mode = ToolInvocationMode::Streaming,
+            |a| a.reversibility = Reversibility::Reversible,
+            |a| a.compensation = Some(Compensation::ActionRef { action_id: "b".into() }),
+            |a| a.idempotent = true,
+            |a| a.max_retries = 4,
+            |a| a.failure_behavior = FailureBehavior::Skip,
+        ];
+        let mut actions = vec![base.clone(), base.clone().with_timeout_ms(5).with_metadata("m", 1)];
+        for change in changes {
+            let mut a = base.clone();
+            change(&mut a);
+            assert!(!has_default_tail(&a));
+            actions.push(a);
+        }
+        same(&ActionProposal::new(actions));
     }
 
     #[test]
