@@ -73,15 +73,39 @@ fn named(e: car_runtime::Error, args: &[(&str, Option<&str>)]) -> napi::Error<St
 /// which it copies, instead of UTF-8, which it decodes: for `verify`'s 645 KB
 /// answer on a 5,000-action proposal, 0.40 ms instead of 1.27 ms. From
 /// [`EXTERNAL_MIN`] bytes on, where Node has external strings, V8 is handed
-/// the bytes themselves and copies nothing.
+/// the bytes themselves (or, for text that is not all ASCII, its UTF-16
+/// units) and copies nothing.
 fn js_text(env: &Env, text: String) -> Result<JsString<'_>> {
-    if !text.is_ascii() {
-        return env.create_string(&text).map_err(plain_error);
+    let large = text.len() >= EXTERNAL_MIN && external_strings(env);
+    if text.is_ascii() {
+        if large {
+            return external(env, text.into_bytes(), Encoding::Latin1);
+        }
+        return env.create_string_latin1(text.as_bytes()).map_err(plain_error);
     }
-    if text.len() >= EXTERNAL_MIN && external_strings(env) {
-        return external_latin1(env, text.into_bytes());
+    if large {
+        // Mostly ASCII nearly always (`verify`'s answer has a few dashes):
+        // widened here, which is cheaper than V8 decoding the UTF-8.
+        return external(env, utf16(&text), Encoding::Utf16);
     }
-    env.create_string_latin1(text.as_bytes()).map_err(plain_error)
+    env.create_string(&text).map_err(plain_error)
+}
+
+/// `text` in UTF-16: runs of ASCII widened in one pass each, the rest
+/// encoded a character at a time.
+fn utf16(text: &str) -> Vec<u16> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let ascii = rest.bytes().position(|b| !b.is_ascii()).unwrap_or(rest.len());
+        out.extend(rest.as_bytes()[..ascii].iter().map(|&b| u16::from(b)));
+        rest = &rest[ascii..];
+        if let Some(c) = rest.chars().next() {
+            out.extend_from_slice(c.encode_utf16(&mut [0; 2]));
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
 }
 
 fn plain_error(e: napi::Error) -> napi::Error<String> {
@@ -92,7 +116,8 @@ fn plain_error(e: napi::Error) -> napi::Error<String> {
 /// Below it the copy costs less than the finalizer V8 keeps per string.
 const EXTERNAL_MIN: usize = 64 * 1024;
 
-/// Whether this Node has `node_api_create_external_string_latin1` (18.18 on
+/// Whether this Node has `node_api_create_external_string_latin1` and
+/// `_utf16` (18.18 on
 /// in 18, 20.4 on in 20, every later line). The symbol is bound when first
 /// called, so an older Node never reaches it.
 fn external_strings(env: &Env) -> bool {
@@ -107,30 +132,53 @@ fn external_strings(env: &Env) -> bool {
     })
 }
 
-/// ASCII `bytes` as a JS string that V8 reads in place; freed by
-/// [`free_external`] when V8 collects the string (at once if it copied them).
-fn external_latin1(env: &Env, bytes: Vec<u8>) -> Result<JsString<'_>> {
-    let mut bytes = std::mem::ManuallyDrop::new(bytes);
-    let (ptr, len, cap) = (bytes.as_mut_ptr(), bytes.len(), bytes.capacity());
-    let hint = Box::into_raw(Box::new((len, cap)));
+/// How an external string's units are read.
+#[derive(Clone, Copy)]
+enum Encoding {
+    /// One byte a character (only ASCII is handed over so).
+    Latin1,
+    /// UTF-16 code units.
+    Utf16,
+}
+
+/// `units` as a JS string that V8 reads in place; freed by
+/// [`free_external`] when V8 collects the string (at once if it copied
+/// them).
+fn external<T: Copy>(env: &Env, units: Vec<T>, encoding: Encoding) -> Result<JsString<'_>> {
+    let mut units = std::mem::ManuallyDrop::new(units);
+    let (ptr, len, cap) = (units.as_mut_ptr(), units.len(), units.capacity());
+    // What the finalizer needs to rebuild and drop the vector.
+    let hint = Box::into_raw(Box::new(Freed { len, cap, free: free_vec::<T> }));
     let mut value = std::ptr::null_mut();
     let mut copied = false;
-    // SAFETY: `ptr` holds `len` initialised bytes that stay valid until the
-    // finalizer runs (it owns them from here on; the length fits `isize`, as
-    // every allocation's does); `value` and `copied` are valid out-pointers.
+    // SAFETY: `ptr` holds `len` initialised units (u8 for Latin-1, u16 for
+    // UTF-16) that stay valid until the finalizer runs, which owns them from
+    // here on; the length fits `isize`, as every allocation's does; `value`
+    // and `copied` are valid out-pointers.
     let status = unsafe {
-        napi_sys::node_api_create_external_string_latin1(
-            env.raw(),
-            ptr.cast(),
-            len as isize,
-            Some(free_external),
-            hint.cast(),
-            &mut value,
-            &mut copied,
-        )
+        match encoding {
+            Encoding::Latin1 => napi_sys::node_api_create_external_string_latin1(
+                env.raw(),
+                ptr.cast(),
+                len as isize,
+                Some(free_external),
+                hint.cast(),
+                &mut value,
+                &mut copied,
+            ),
+            Encoding::Utf16 => napi_sys::node_api_create_external_string_utf16(
+                env.raw(),
+                ptr.cast(),
+                len as isize,
+                Some(free_external),
+                hint.cast(),
+                &mut value,
+                &mut copied,
+            ),
+        }
     };
     if status != napi_sys::Status::napi_ok {
-        // SAFETY: on failure the finalizer never runs, so the bytes and the
+        // SAFETY: on failure the finalizer never runs, so the units and the
         // hint are still ours, as built above.
         unsafe {
             drop(Box::from_raw(hint));
@@ -143,17 +191,34 @@ fn external_latin1(env: &Env, bytes: Vec<u8>) -> Result<JsString<'_>> {
         .map_err(plain_error)
 }
 
-/// Frees the bytes of an external string ([`external_latin1`]).
+/// An external string's vector, as [`free_external`] rebuilds it.
+struct Freed {
+    len: usize,
+    cap: usize,
+    free: unsafe fn(*mut std::ffi::c_void, usize, usize),
+}
+
+/// Drops the vector of `T` at `data` with this length and capacity.
+///
+/// # Safety
+/// `data`, `len` and `cap` are those of a `Vec<T>` given up with
+/// `ManuallyDrop`, and this runs once for it.
+unsafe fn free_vec<T>(data: *mut std::ffi::c_void, len: usize, cap: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { drop(Vec::from_raw_parts(data.cast::<T>(), len, cap)) }
+}
+
+/// Frees the units of an external string ([`external`]).
 unsafe extern "C" fn free_external(
     _env: napi_sys::node_api_basic_env,
     data: *mut std::ffi::c_void,
     hint: *mut std::ffi::c_void,
 ) {
-    // SAFETY: `hint` is the box of (length, capacity) and `data` the pointer
-    // of the vector `external_latin1` gave up; this runs once per string.
+    // SAFETY: `hint` is the box `external` made for this string's vector at
+    // `data`; V8 runs this once per string.
     unsafe {
-        let (len, cap) = *Box::from_raw(hint.cast::<(usize, usize)>());
-        drop(Vec::from_raw_parts(data.cast::<u8>(), len, cap));
+        let freed = *Box::from_raw(hint.cast::<Freed>());
+        (freed.free)(data, freed.len, freed.cap);
     }
 }
 

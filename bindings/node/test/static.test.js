@@ -63,6 +63,14 @@ test('large answers (handed to V8 in place, as external strings) are whole and o
     const verified = JSON.parse(car.verify(text));
     assert.equal(verified.valid, true);
   }
+  // Not all ASCII: handed over as UTF-16 units.
+  const wide = JSON.stringify({ id: 'w', timestamp: '2026-01-02T03:04:05Z', actions: actions.map((a, i) => ({ ...a, tool: `t${i % 7}é𝄞—` })) });
+  const answer = car.optimize(wide);
+  assert.ok(answer.length > 64 * 1024);
+  assert.equal(JSON.parse(answer).actions[1498].tool, 't0é𝄞—');
+  assert.equal(answer, car.optimize(wide));
+  const checks = JSON.parse(car.verify(text)).evidence.checks;
+  assert.ok(checks.some((c) => c.cannot_verify.includes('\u2014')), 'the em dash of a check survives');
   const filler = [];
   for (let i = 0; i < 200; i++) filler.push('y'.repeat(100000) + i);
   for (const answer of kept) assert.equal(answer, first);
