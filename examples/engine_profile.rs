@@ -14,10 +14,16 @@
 //! instructions per action in steady state (setup and the first, cold run
 //! cancel out). Workloads: `state_write`, `independent`, `chain`; with
 //! `ADMISSION=full`, every admission layer configured. With
-//! `SIZES=1` set it also prints the sizes of the event and result types (the
+//! `FACADE=1`, through the JSON facade the bindings call (text in and out);
+//! with `SIZES=1` set it also prints the sizes of the event and result types (the
 //! event log holds up to `max_events` of them).
 
 use car_runtime::engine::ExecOptions;
+
+/// The allocator of the Python and Node extensions, which run the engine
+/// users measure.
+#[global_allocator]
+static GLOBAL: car_runtime_alloc::MiMalloc = car_runtime_alloc::MiMalloc;
 use car_runtime::ir::{Action, ActionProposal};
 
 #[path = "../benches/support/engine_shapes.rs"]
@@ -38,6 +44,21 @@ fn main() {
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let iters: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
 
+    // `FACADE=1`: the path the Python and Node runtimes take, JSON text in
+    // and out through `api::runtime::CarRuntime::execute_proposal` (the
+    // parse, the front end's admission defaults, the result's JSON).
+    if std::env::var_os("FACADE").is_some() {
+        let core = car_runtime::api::runtime::CarRuntime::new();
+        let (_, ex) = engine_shapes::runtime();
+        let text = car_runtime::api::proposal_to_json(&proposal(kind, n));
+        let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for _ in 0..iters {
+            let out = tokio_rt.block_on(core.execute_proposal(&text, ex.clone(), None, None)).unwrap();
+            assert!(out.contains("\"status\":\"succeeded\""));
+        }
+        println!("{kind}: {n} actions x {iters} through the facade");
+        return;
+    }
     let (rt, ex) = engine_shapes::runtime();
     // `ADMISSION=full`: every admission layer configured (benches/engine.rs).
     if std::env::var("ADMISSION").as_deref() == Ok("full") {

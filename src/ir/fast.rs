@@ -9,9 +9,10 @@
 //! It is an accelerator, never a second definition of the format:
 //! - It reads the proposal's skeleton (the top object, the `actions` list,
 //!   each action's keys) and the common fields (`id`, `type`, `tool`, the
-//!   three objects, the lists of strings, `preconditions`, `idempotent`,
-//!   `max_retries`, `timeout_ms`) itself, in their plain shapes: a string,
-//!   an integer of digits, `true`, `false`, `null`.
+//!   three objects, the lists of strings, `preconditions`, the three
+//!   enums, `idempotent`, `max_retries`, `timeout_ms`, an empty
+//!   `assumptions`) itself, in their plain shapes: a string, an integer of
+//!   digits, `true`, `false`, `null`.
 //! - Every other value (a negative or fractional number, a nested array or
 //!   object inside `parameters`, `compensation`, `assumptions`,
 //!   `timestamp`, `context`, ...) is cut out of the text and handed to
@@ -447,6 +448,38 @@ impl<'a> Reader<'a, '_> {
         self.serde(Vec::new)
     }
 
+    /// An enum written as one of `known`'s spellings (`spelling`); serde
+    /// reads any other value, and refuses what is no variant.
+    fn spelled<T: Copy + DeserializeOwned>(
+        &mut self,
+        known: &[T],
+        spelling: fn(T) -> &'static str,
+        at: impl FnOnce() -> Vec<Seg>,
+    ) -> Option<T> {
+        let start = self.i;
+        if let Some(s) = self.plain_str()
+            && let Some(&v) = known.iter().find(|v| spelling(**v) == s)
+        {
+            return Some(v);
+        }
+        self.i = start;
+        self.serde(at)
+    }
+
+    /// `[]` here (read, `true`), or anything else (not read, `false`).
+    fn empty_list(&mut self) -> bool {
+        let start = self.i;
+        if self.peek() == Some(b'[') {
+            self.i += 1;
+            if self.peek() == Some(b']') {
+                self.i += 1;
+                return true;
+            }
+        }
+        self.i = start;
+        false
+    }
+
     /// An action's `preconditions`.
     fn preconditions(&mut self, index: usize) -> Option<Vec<Precondition>> {
         let at = || vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key("preconditions".into())];
@@ -633,9 +666,20 @@ impl<'a> Reader<'a, '_> {
                 7 => a.dependencies = self.strings()?,
                 8 => a.read_set = self.strings()?,
                 9 => a.write_set = self.strings()?,
-                10 => a.assumptions = self.serde(at)?,
-                11 => a.invocation_mode = self.serde(at)?,
-                12 => a.reversibility = self.serde(at)?,
+                10 => {
+                    a.assumptions = match self.empty_list() {
+                        true => Vec::new(),
+                        false => self.serde(at)?,
+                    }
+                }
+                11 => {
+                    use super::ToolInvocationMode as M;
+                    a.invocation_mode = self.spelled(&[M::OneShot, M::Streaming, M::LongRunning], M::as_str, at)?;
+                }
+                12 => {
+                    use super::Reversibility as R;
+                    a.reversibility = self.spelled(&[R::Irreversible, R::Reversible, R::Compensable], R::as_str, at)?;
+                }
                 13 => a.compensation = self.serde(at)?,
                 14 => {
                     a.idempotent = match self.peek()? {
@@ -645,7 +689,10 @@ impl<'a> Reader<'a, '_> {
                     }
                 }
                 15 => a.max_retries = self.uint()?,
-                16 => a.failure_behavior = self.serde(at)?,
+                16 => {
+                    use super::FailureBehavior as F;
+                    a.failure_behavior = self.spelled(&[F::Abort, F::Retry, F::Skip], F::as_str, at)?;
+                }
                 17 => {
                     a.timeout_ms = match self.peek()? {
                         b'n' if self.word("null") => None,

@@ -40,8 +40,9 @@ pub(crate) fn str(out: &mut String, s: &str) {
     }
 }
 
-/// A number as serde_json writes it: integers in plain decimal, floats
-/// through its serializer (ryu).
+/// A number as serde_json writes it: integers in plain decimal, floats as
+/// its `Display` writes them (the shortest round-trip form its serializer
+/// writes too), with no string allocated on the way.
 pub(crate) fn number(out: &mut String, n: &serde_json::Number) {
     if let Some(u) = n.as_u64() {
         uint(out, u);
@@ -49,7 +50,9 @@ pub(crate) fn number(out: &mut String, n: &serde_json::Number) {
         out.push('-');
         uint(out, i.unsigned_abs());
     } else {
-        serde_into(out, n);
+        use std::fmt::Write as _;
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{n}");
     }
 }
 
