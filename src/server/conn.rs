@@ -987,7 +987,8 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
     let c = conn.clone();
     Step::Later(
         async move {
-            let r = super::methods::run(&c, &method, params).await;
+            // Boxed where it is made (see `methods::run`).
+            let r = Box::pin(super::methods::run(&c, &method, params)).await;
             id.map(|id| match r {
                 Ok(v) => rpc::response(&id, v),
                 Err(e) => rpc::error_response(&id, &e),

@@ -43,14 +43,20 @@ pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal, supervised: b
 /// `proposal.submit` parses its params first (errors answer at once), is
 /// admitted (halt, tier, supervision), then executes under the deadline its
 /// parsed proposal derives.
+///
+/// Each handler's future is boxed where it is made: they are large (the
+/// engine's run, the dispatch over every method), and a future held inline
+/// is copied whole each time an enclosing future moves (into `guarded`, the
+/// deadline, the connection's task): in a daemon serving one client those
+/// copies were about a quarter of its instructions (callgrind, 2026-12-06).
 pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
     if method == "proposal.submit" {
         let submission = Submission::read(&params, &conn.rt)?;
-        if let Some(refused) = guarded(method, admit(conn, &submission)).await? {
+        if let Some(refused) = guarded(method, Box::pin(admit(conn, &submission))).await? {
             return Ok(refused);
         }
         let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
-        return with_deadline(method, deadline, guarded(method, execute(conn, submission))).await;
+        return with_deadline(method, deadline, guarded(method, Box::pin(execute(conn, submission)))).await;
     }
     if method == "proposal.resume" {
         let id = req_str(&params, "id")?.to_string();
@@ -67,9 +73,9 @@ pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
             return reject_all(&cp.proposal, HALTED);
         }
         let deadline = submit_deadline(&conn.config, &cp.proposal, conn.supervisors.has_subscribers());
-        return with_deadline(method, deadline, guarded(method, resume(conn, &id, session.as_deref()))).await;
+        return with_deadline(method, deadline, guarded(method, Box::pin(resume(conn, &id, session.as_deref())))).await;
     }
-    with_deadline(method, conn.config.handler_timeout, guarded(method, dispatch(conn, method, params))).await
+    with_deadline(method, conn.config.handler_timeout, guarded(method, Box::pin(dispatch(conn, method, params)))).await
 }
 
 async fn guarded<T>(
