@@ -280,7 +280,7 @@ def test_a_flooded_connection_does_not_starve_the_others():
         # (CAR_MAX_QUEUED_FRAMES, 4096), so the flooder is served in full even
         # when its reader gets no time until the sends are done. With more, a
         # starved reader saw the daemon close the connection, as it should,
-        # the faster the daemon the sooner (it failed so once on a loaded CI).
+        # the faster the daemon the sooner (it failed so once in scripts/test).
         n = 3000
         frames = [json.dumps({"jsonrpc": "2.0", "id": 10_000 + i, "method": "state.set",
                               "params": {"key": f"f{i % 50}", "value": i}}) for i in range(n)]
