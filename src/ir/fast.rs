@@ -419,6 +419,12 @@ impl<'a> Reader<'a, '_> {
         if self.peek()? != b'[' {
             return self.serde(Vec::new);
         }
+        self.items(|r, _| r.str().map(Cow::into_owned))
+    }
+
+    /// The array starting here (at its `[`), each element read by `item`,
+    /// given the element's index.
+    fn items<T>(&mut self, mut item: impl FnMut(&mut Self, usize) -> Option<T>) -> Option<Vec<T>> {
         self.i += 1;
         let mut out = Vec::new();
         if self.peek()? == b']' {
@@ -426,7 +432,8 @@ impl<'a> Reader<'a, '_> {
             return Some(out);
         }
         loop {
-            out.push(self.str()?.into_owned());
+            let v = item(self, out.len())?;
+            out.push(v);
             if !self.next(b']')? {
                 return Some(out);
             }
@@ -486,24 +493,14 @@ impl<'a> Reader<'a, '_> {
         if self.peek()? != b'[' {
             return self.serde(at);
         }
-        self.i += 1;
-        let mut out = Vec::new();
-        if self.peek()? == b']' {
-            self.i += 1;
-            return Some(out);
-        }
-        loop {
-            let item = out.len();
+        self.items(|r, item| {
             let at = || {
                 let mut segs = at();
                 segs.push(Seg::Index(item));
                 segs
             };
-            out.push(if self.peek()? == b'{' { self.precondition(at)? } else { self.serde(at)? });
-            if !self.next(b']')? {
-                return Some(out);
-            }
-        }
+            if r.peek()? == b'{' { r.precondition(at) } else { r.serde(at) }
+        })
     }
 
     /// One precondition's object; `at` is its path.
@@ -597,7 +594,7 @@ impl<'a> Reader<'a, '_> {
         }
         loop {
             // Read into its place in the list rather than moved there.
-            out.push(blank_action());
+            out.push(Action::blank(ActionType::ToolCall));
             let index = out.len() - 1;
             self.action(index, &mut out[index])?;
             if !self.next(b']')? {
@@ -606,7 +603,8 @@ impl<'a> Reader<'a, '_> {
         }
     }
 
-    /// An action's object, read into `a` (a [`blank_action`]).
+    /// An action's object, read into `a` (a blank one: `type` is required, and
+    /// `id` is drawn afterwards when the text gives none).
     fn action(&mut self, index: usize, a: &mut Action) -> Option<()> {
         self.eat(b'{')?;
         let mut seen = 0u32;
@@ -712,32 +710,6 @@ impl<'a> Reader<'a, '_> {
             a.id = super::short_id();
         }
         Some(())
-    }
-}
-
-/// An action with every field at its default but `type` (which the text
-/// must give) and `id` (given or drawn afterwards).
-fn blank_action() -> Action {
-    Action {
-        id: String::new(),
-        action_type: ActionType::ToolCall,
-        tool: None,
-        parameters: Object::new(),
-        preconditions: Vec::new(),
-        expected_effects: Object::new(),
-        state_dependencies: Vec::new(),
-        dependencies: Vec::new(),
-        read_set: Vec::new(),
-        write_set: Vec::new(),
-        assumptions: Vec::new(),
-        invocation_mode: Default::default(),
-        reversibility: Default::default(),
-        compensation: None,
-        idempotent: false,
-        max_retries: super::proposal::default_max_retries(),
-        failure_behavior: Default::default(),
-        timeout_ms: None,
-        metadata: Object::new(),
     }
 }
 
@@ -958,6 +930,20 @@ mod tests {
                 assert!(parse(&deep, None).is_none());
             }
         }
+    }
+
+    /// The fields this reader knows are the ones serde's derived readers
+    /// know, so a field added to the IR cannot be taken here for an unknown
+    /// one (its value dropped, where serde would read it).
+    #[test]
+    fn the_fields_read_are_the_structs_fields() {
+        use crate::ir::unknown::fields_of;
+        assert_eq!(ACTION_FIELDS.as_slice(), fields_of::<Action>());
+        for (i, f) in ACTION_FIELDS.iter().enumerate() {
+            assert_eq!(action_field(f), Some(i), "{f}");
+        }
+        assert_eq!(fields_of::<ActionProposal>(), ["id", "source", "actions", "timestamp", "context"]);
+        assert_eq!(fields_of::<Precondition>(), ["key", "operator", "value", "description"]);
     }
 
     #[test]

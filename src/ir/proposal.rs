@@ -327,8 +327,14 @@ pub struct Action {
 impl Action {
     /// An action of this type with every default.
     pub fn new(action_type: ActionType) -> Self {
+        Action { id: short_id(), ..Action::blank(action_type) }
+    }
+
+    /// [`Action::new`] with an empty `id` (drawing one costs a UUID, which a
+    /// parser that reads the id from the text need not pay).
+    pub(super) fn blank(action_type: ActionType) -> Self {
         Action {
-            id: short_id(),
+            id: String::new(),
             action_type,
             tool: None,
             parameters: Object::new(),

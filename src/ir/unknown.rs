@@ -194,7 +194,7 @@ fn closest(field: &str, known: &[&'static str]) -> Option<&'static str> {
 
 /// The field names a struct's `Deserialize` asks for (serde hands them to
 /// `deserialize_struct`), read by a deserializer that only records them.
-fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+pub(super) fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     use serde::de::{Error as _, Visitor};
     #[derive(Debug)]
     struct Found(&'static [&'static str]);
