@@ -387,29 +387,41 @@ impl<'a> Reader<'a, '_> {
         self.serde_with(|de| super::strict::strict_value(de))
     }
 
+    /// The members of the object starting here (at its `{`): `member` gets
+    /// each key, with the reader at its value, and reads the value.
+    fn members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            let k = self.key()?;
+            member(self, k)?;
+            if !self.next(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
     /// An object as [`Object`]'s `Deserialize` reads it.
     fn object(&mut self) -> Option<Object> {
         if self.peek()? != b'{' {
             return self.serde(Vec::new);
         }
-        self.i += 1;
-        if self.peek()? == b'}' {
-            self.i += 1;
-            return Some(Object::new());
-        }
-        // The capacity a first push would give, without its slow path.
-        let mut entries: Vec<(String, Value)> = Vec::with_capacity(4);
-        loop {
-            let k = self.key()?;
+        let mut entries: Vec<(String, Value)> = Vec::new();
+        self.members(|r, k| {
             if entries.len() < SCAN_MAX && entries.iter().any(|(e, _)| e == k) {
                 return None;
             }
-            let v = self.value()?;
-            entries.push((k.to_string(), v));
-            if !self.next(b'}')? {
-                break;
+            if entries.capacity() == 0 {
+                // The capacity a first push would give, without its slow path.
+                entries.reserve_exact(4);
             }
-        }
+            let v = r.value()?;
+            entries.push((k.to_string(), v));
+            Some(())
+        })?;
         let o = Object::from_unique_entries(entries);
         (o.len() <= SCAN_MAX || o.first_repeat().is_none()).then_some(o)
     }
@@ -505,39 +517,32 @@ impl<'a> Reader<'a, '_> {
 
     /// One precondition's object; `at` is its path.
     fn precondition(&mut self, at: impl Fn() -> Vec<Seg>) -> Option<Precondition> {
-        self.i += 1;
         let (mut key, mut operator, mut value, mut description) = (None, None, None, None);
-        if self.peek()? == b'}' {
-            return None; // `key` is required
-        }
-        loop {
-            let k = self.key()?;
+        self.members(|r, k| {
             match k {
-                "key" if key.is_none() => key = Some(self.string()?),
+                "key" if key.is_none() => key = Some(r.string()?),
                 "operator" if operator.is_none() => {
-                    operator = Some(match self.peek()? {
-                        b'"' => Operator::parse(&self.str()?),
-                        _ => self.serde(Vec::new)?,
+                    operator = Some(match r.peek()? {
+                        b'"' => Operator::parse(&r.str()?),
+                        _ => r.serde(Vec::new)?,
                     });
                 }
-                "value" if value.is_none() => value = Some(self.value()?),
-                "description" if description.is_none() => description = Some(self.string()?),
+                "value" if value.is_none() => value = Some(r.value()?),
+                "description" if description.is_none() => description = Some(r.string()?),
                 "key" | "operator" | "value" | "description" => return None, // repeated
                 other => {
                     let other = other.to_string();
-                    self.unknown(|| {
+                    r.unknown(|| {
                         let mut segs = at();
                         segs.push(Seg::Key(other));
                         segs
                     })?;
                 }
             }
-            if !self.next(b'}')? {
-                break;
-            }
-        }
+            Some(())
+        })?;
         Some(Precondition {
-            key: key?,
+            key: key?, // required
             operator: operator.unwrap_or_default(),
             value: value.unwrap_or_default(),
             description: description.unwrap_or_default(),
@@ -545,37 +550,30 @@ impl<'a> Reader<'a, '_> {
     }
 
     fn proposal(&mut self) -> Option<ActionProposal> {
-        self.eat(b'{')?;
         let (mut id, mut source, mut actions, mut timestamp, mut context) = (None, None, None, None, None);
-        if self.peek()? == b'}' {
-            return None; // `actions` is required
-        }
-        loop {
-            let k = self.key()?;
+        self.members(|r, k| {
             match k {
-                "id" if id.is_none() => id = Some(self.string()?),
-                "source" if source.is_none() => source = Some(self.string()?),
-                "actions" if actions.is_none() => actions = Some(self.actions()?),
+                "id" if id.is_none() => id = Some(r.string()?),
+                "source" if source.is_none() => source = Some(r.string()?),
+                "actions" if actions.is_none() => actions = Some(r.actions()?),
                 "timestamp" if timestamp.is_none() => {
-                    timestamp = Some(self.serde_with(|de| chrono::DateTime::<chrono::Utc>::deserialize(de))?);
+                    timestamp = Some(r.serde_with(|de| chrono::DateTime::<chrono::Utc>::deserialize(de))?);
                 }
                 "context" if context.is_none() => {
-                    context = Some(self.serde_with(|de| super::strict::strict_map(de))?);
+                    context = Some(r.serde_with(|de| super::strict::strict_map(de))?);
                 }
                 "id" | "source" | "actions" | "timestamp" | "context" => return None, // repeated
                 other => {
                     let other = other.to_string();
-                    self.unknown(|| vec![Seg::Key(other)])?;
+                    r.unknown(|| vec![Seg::Key(other)])?;
                 }
             }
-            if !self.next(b'}')? {
-                break;
-            }
-        }
+            Some(())
+        })?;
         Some(ActionProposal {
             id: id.unwrap_or_else(super::short_id),
             source: source.unwrap_or_else(super::proposal::default_source),
-            actions: actions?,
+            actions: actions?, // required
             timestamp: timestamp.unwrap_or_else(chrono::Utc::now),
             context: context.unwrap_or_else(Map::new),
         })
@@ -606,108 +604,86 @@ impl<'a> Reader<'a, '_> {
     /// An action's object, read into `a` (a blank one: `type` is required, and
     /// `id` is drawn afterwards when the text gives none).
     fn action(&mut self, index: usize, a: &mut Action) -> Option<()> {
-        self.eat(b'{')?;
         let mut seen = 0u32;
-        if self.peek()? == b'}' {
-            return None; // `type` is required
-        }
-        loop {
-            let k = self.key()?;
+        self.members(|r, k| {
             let Some(field) = action_field(k) else {
                 let k = k.to_string();
-                self.unknown(|| vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key(k)])?;
-                if !self.next(b'}')? {
-                    break;
-                }
-                continue;
+                return r.unknown(|| vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key(k)]);
             };
             if seen & (1 << field) != 0 {
                 return None; // serde: duplicate field
             }
             seen |= 1 << field;
-            let at = || vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key(ACTION_FIELDS[field].into())];
-            match field {
-                0 => a.id = self.string()?,
-                1 => {
-                    let t = match self.peek()? {
-                        b'"' => {
-                            let at = self.i;
-                            match &*self.str()? {
-                                "tool_call" => Some(ActionType::ToolCall),
-                                "state_write" => Some(ActionType::StateWrite),
-                                "state_read" => Some(ActionType::StateRead),
-                                "assertion" => Some(ActionType::Assertion),
-                                _ => {
-                                    self.i = at;
-                                    None
-                                }
-                            }
-                        }
-                        _ => None,
-                    };
-                    a.action_type = match t {
-                        Some(t) => t,
-                        None => self.serde(at)?,
-                    };
-                }
-                2 => {
-                    a.tool = match self.peek()? {
-                        b'"' => Some(self.str()?.into_owned()),
-                        b'n' if self.word("null") => None,
-                        _ => self.serde(at)?,
-                    }
-                }
-                3 => a.parameters = self.object()?,
-                4 => a.preconditions = self.preconditions(index)?,
-                5 => a.expected_effects = self.object()?,
-                6 => a.state_dependencies = self.strings()?,
-                7 => a.dependencies = self.strings()?,
-                8 => a.read_set = self.strings()?,
-                9 => a.write_set = self.strings()?,
-                10 => {
-                    a.assumptions = match self.empty_list() {
-                        true => Vec::new(),
-                        false => self.serde(at)?,
-                    }
-                }
-                11 => {
-                    use super::ToolInvocationMode as M;
-                    a.invocation_mode = self.spelled(&[M::OneShot, M::Streaming, M::LongRunning], M::as_str, at)?;
-                }
-                12 => {
-                    use super::Reversibility as R;
-                    a.reversibility = self.spelled(&[R::Irreversible, R::Reversible, R::Compensable], R::as_str, at)?;
-                }
-                13 => a.compensation = self.serde(at)?,
-                14 => {
-                    a.idempotent = match self.peek()? {
-                        b't' if self.word("true") => true,
-                        b'f' if self.word("false") => false,
-                        _ => self.serde(at)?,
-                    }
-                }
-                15 => a.max_retries = self.uint()?,
-                16 => {
-                    use super::FailureBehavior as F;
-                    a.failure_behavior = self.spelled(&[F::Abort, F::Retry, F::Skip], F::as_str, at)?;
-                }
-                17 => {
-                    a.timeout_ms = match self.peek()? {
-                        b'n' if self.word("null") => None,
-                        _ => Some(self.uint()?),
-                    }
-                }
-                _ => a.metadata = self.object()?,
-            }
-            if !self.next(b'}')? {
-                break;
-            }
-        }
+            r.action_member(index, field, a)
+        })?;
         if seen & 0b10 == 0 {
             return None; // `type` is required
         }
         if seen & 1 == 0 {
             a.id = super::short_id();
+        }
+        Some(())
+    }
+
+    /// The value of field `field` (its place in [`ACTION_FIELDS`]) of action
+    /// `index`, read into `a`.
+    fn action_member(&mut self, index: usize, field: usize, a: &mut Action) -> Option<()> {
+        let at = || vec![Seg::Key("actions".into()), Seg::Index(index), Seg::Key(ACTION_FIELDS[field].into())];
+        match field {
+            0 => a.id = self.string()?,
+            1 => {
+                use ActionType as T;
+                a.action_type =
+                    self.spelled(&[T::ToolCall, T::StateWrite, T::StateRead, T::Assertion], T::as_str, at)?;
+            }
+            2 => {
+                a.tool = match self.peek()? {
+                    b'"' => Some(self.str()?.into_owned()),
+                    b'n' if self.word("null") => None,
+                    _ => self.serde(at)?,
+                }
+            }
+            3 => a.parameters = self.object()?,
+            4 => a.preconditions = self.preconditions(index)?,
+            5 => a.expected_effects = self.object()?,
+            6 => a.state_dependencies = self.strings()?,
+            7 => a.dependencies = self.strings()?,
+            8 => a.read_set = self.strings()?,
+            9 => a.write_set = self.strings()?,
+            10 => {
+                a.assumptions = match self.empty_list() {
+                    true => Vec::new(),
+                    false => self.serde(at)?,
+                }
+            }
+            11 => {
+                use super::ToolInvocationMode as M;
+                a.invocation_mode = self.spelled(&[M::OneShot, M::Streaming, M::LongRunning], M::as_str, at)?;
+            }
+            12 => {
+                use super::Reversibility as R;
+                a.reversibility = self.spelled(&[R::Irreversible, R::Reversible, R::Compensable], R::as_str, at)?;
+            }
+            13 => a.compensation = self.serde(at)?,
+            14 => {
+                a.idempotent = match self.peek()? {
+                    b't' if self.word("true") => true,
+                    b'f' if self.word("false") => false,
+                    _ => self.serde(at)?,
+                }
+            }
+            15 => a.max_retries = self.uint()?,
+            16 => {
+                use super::FailureBehavior as F;
+                a.failure_behavior = self.spelled(&[F::Abort, F::Retry, F::Skip], F::as_str, at)?;
+            }
+            17 => {
+                a.timeout_ms = match self.peek()? {
+                    b'n' if self.word("null") => None,
+                    _ => Some(self.uint()?),
+                }
+            }
+            _ => a.metadata = self.object()?,
         }
         Some(())
     }
