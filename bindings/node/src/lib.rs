@@ -91,19 +91,27 @@ fn js_text(env: &Env, text: String) -> Result<JsString<'_>> {
     env.create_string(&text).map_err(plain_error)
 }
 
-/// `text` in UTF-16: runs of ASCII widened in one pass each, the rest
-/// encoded a character at a time.
+/// `text` in UTF-16. Runs of ASCII are widened 32 bytes at a time (a loop
+/// the compiler vectorises); from a chunk holding a non-ASCII byte on, one
+/// character at a time until the next chunk is all ASCII.
 fn utf16(text: &str) -> Vec<u16> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        let ascii = rest.bytes().position(|b| !b.is_ascii()).unwrap_or(rest.len());
-        out.extend(rest.as_bytes()[..ascii].iter().map(|&b| u16::from(b)));
-        rest = &rest[ascii..];
-        if let Some(c) = rest.chars().next() {
-            out.extend_from_slice(c.encode_utf16(&mut [0; 2]));
-            rest = &rest[c.len_utf8()..];
+    const CHUNK: usize = 32;
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    loop {
+        while let Some(chunk) = b.get(i..i + CHUNK).and_then(|c| <&[u8; CHUNK]>::try_from(c).ok()) {
+            if chunk.iter().fold(0u8, |acc, &c| acc | c) >= 0x80 {
+                break;
+            }
+            out.extend_from_slice(&chunk.map(u16::from));
+            i += CHUNK;
         }
+        // `i` is at a character's start: only whole chunks of ASCII and
+        // whole characters have been passed.
+        let Some(c) = text[i..].chars().next() else { break };
+        out.extend_from_slice(c.encode_utf16(&mut [0; 2]));
+        i += c.len_utf8();
     }
     out
 }
@@ -230,17 +238,79 @@ fn text_arg(v: Value) -> String {
     }
 }
 
+/// A `*Json` argument as text, for the pure functions that take a whole
+/// proposal: a JS string is read in one pass (its UTF-16 length, which V8
+/// knows, bounds its UTF-8 length, so V8 writes it once instead of first
+/// measuring it), and any other value is serialised as `text_arg` does.
+pub struct JsonText(String);
+
+impl napi::bindgen_prelude::TypeName for JsonText {
+    fn type_name() -> &'static str {
+        "string | object"
+    }
+    fn value_type() -> napi::ValueType {
+        napi::ValueType::Unknown
+    }
+}
+
+impl napi::bindgen_prelude::ValidateNapiValue for JsonText {}
+
+impl napi::bindgen_prelude::FromNapiValue for JsonText {
+    unsafe fn from_napi_value(env: napi_sys::napi_env, value: napi_sys::napi_value) -> napi::Result<Self> {
+        let mut kind = 0;
+        // SAFETY: `env` and `value` are the call's own, as napi hands them.
+        let status = unsafe { napi_sys::napi_typeof(env, value, &mut kind) };
+        if status == napi_sys::Status::napi_ok && kind == napi_sys::ValueType::napi_string {
+            // SAFETY: as above; `value` is a string.
+            return unsafe { read_string(env, value) }.map(JsonText);
+        }
+        // SAFETY: as above.
+        unsafe { <Value as napi::bindgen_prelude::FromNapiValue>::from_napi_value(env, value) }
+            .map(|v| JsonText(text_arg(v)))
+    }
+}
+
+/// The JS string `value` as UTF-8 (a lone surrogate becomes U+FFFD, as
+/// napi's own conversion makes it).
+///
+/// # Safety
+/// `env` is a live env and `value` a string value of it.
+unsafe fn read_string(env: napi_sys::napi_env, value: napi_sys::napi_value) -> napi::Result<String> {
+    let failed = |what: &str| napi::Error::new(napi::Status::StringExpected, format!("cannot read the string: {what}"));
+    let mut units = 0usize;
+    // SAFETY: the caller's contract; a null buffer asks for the length only.
+    let status = unsafe { napi_sys::napi_get_value_string_utf16(env, value, std::ptr::null_mut(), 0, &mut units) };
+    if status != napi_sys::Status::napi_ok {
+        return Err(failed("no length"));
+    }
+    // A UTF-16 unit is at most 3 bytes of UTF-8 (a pair of them, 4); one
+    // more for the terminating NUL napi writes.
+    let cap = units.checked_mul(3).and_then(|n| n.checked_add(1)).ok_or_else(|| failed("too long"))?;
+    let mut buf: Vec<u8> = Vec::with_capacity(cap);
+    let mut written = 0usize;
+    // SAFETY: `buf` has room for `cap` bytes; napi writes at most `cap`
+    // (the NUL included) and says how many before the NUL.
+    let status =
+        unsafe { napi_sys::napi_get_value_string_utf8(env, value, buf.as_mut_ptr().cast(), cap, &mut written) };
+    if status != napi_sys::Status::napi_ok || written >= cap {
+        return Err(failed("not written"));
+    }
+    // SAFETY: napi initialised the first `written` bytes (checked `< cap`).
+    unsafe { buf.set_len(written) };
+    String::from_utf8(buf).map_err(|_| failed("not UTF-8"))
+}
+
 /// Static verification of a proposal; returns the verification result as JSON text.
 #[napi]
 pub fn verify<'e>(
     env: &'e Env,
-    proposal_json: Value,
+    #[napi(ts_arg_type = "any")] proposal_json: JsonText,
     initial_state_json: Option<Value>,
     tool_names: Option<Vec<String>>,
     max_actions: Option<u32>,
     tool_schemas_json: Option<Value>,
 ) -> Result<JsString<'e>> {
-    let p = text_arg(proposal_json);
+    let p = proposal_json.0;
     let state = initial_state_json.map(text_arg);
     let schemas = tool_schemas_json.map(text_arg);
     let text = car_runtime::api::verify::verify(
@@ -265,8 +335,12 @@ pub fn verify<'e>(
 
 /// The state a proposal leaves behind, as JSON text.
 #[napi]
-pub fn simulate(env: &Env, proposal_json: Value, initial_state_json: Option<Value>) -> Result<JsString<'_>> {
-    let p = text_arg(proposal_json);
+pub fn simulate(
+    env: &Env,
+    #[napi(ts_arg_type = "any")] proposal_json: JsonText,
+    initial_state_json: Option<Value>,
+) -> Result<JsString<'_>> {
+    let p = proposal_json.0;
     let state = initial_state_json.map(text_arg);
     let text = car_runtime::api::verify::simulate(&p, state.as_deref())
         .map_err(|e| named(e, &[("proposalJson", Some(&p)), ("initialStateJson", state.as_deref())]))?;
@@ -275,8 +349,8 @@ pub fn simulate(env: &Env, proposal_json: Value, initial_state_json: Option<Valu
 
 /// The proposal with phantom state dependencies pruned, as JSON text.
 #[napi]
-pub fn optimize(env: &Env, proposal_json: Value) -> Result<JsString<'_>> {
-    let p = text_arg(proposal_json);
+pub fn optimize(env: &Env, #[napi(ts_arg_type = "any")] proposal_json: JsonText) -> Result<JsString<'_>> {
+    let p = proposal_json.0;
     let text = car_runtime::api::verify::optimize(&p).map_err(|e| named(e, &[("proposalJson", Some(&p))]))?;
     js_text(env, text)
 }
@@ -294,11 +368,11 @@ pub fn equivalent(p1_json: Value, p2_json: Value, test_states_json: Option<Value
 #[napi]
 pub fn transaction_check(
     env: &Env,
-    proposal_json: Value,
+    #[napi(ts_arg_type = "any")] proposal_json: JsonText,
     versions_json: Option<Value>,
     state_json: Option<Value>,
 ) -> Result<JsString<'_>> {
-    let p = text_arg(proposal_json);
+    let p = proposal_json.0;
     let versions = versions_json.map(text_arg);
     let state = state_json.map(text_arg);
     let text = car_runtime::api::verify::transaction_check(&p, versions.as_deref(), state.as_deref()).map_err(|e| {

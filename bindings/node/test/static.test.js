@@ -43,6 +43,30 @@ test('answers with non-ASCII text come back intact (ASCII answers are handed ove
   assert.equal(JSON.parse(ascii).actions[0].parameters.key, 'k');
 });
 
+test('a proposal given as text is read whole, whatever its characters', () => {
+  // Text is read in one pass sized from its UTF-16 length: every width of
+  // UTF-8 (1 to 4 bytes), at every position, long and short.
+  const chars = ['a', 'é', '—', '𝄞', '\u0001', '"'];
+  for (const n of [1, 7, 33, 5000]) {
+    for (const c of chars) {
+      const key = `k${c.repeat(n)}`;
+      const text = JSON.stringify({ id: 't', actions: [{ id: 'w', type: 'state_write', parameters: { key, value: c } }] });
+      assert.deepEqual(JSON.parse(car.simulate(text)), { [key]: c });
+      assert.deepEqual(JSON.parse(car.verify(text)).simulated_state, { [key]: c });
+      assert.equal(JSON.parse(car.optimize(text)).actions[0].parameters.key, key);
+      assert.equal(JSON.parse(car.transactionCheck(text)).consistent, true);
+    }
+  }
+  // A lone surrogate in the text becomes U+FFFD, as in every other string
+  // argument.
+  const lone = `{"actions":[{"id":"w","type":"state_write","parameters":{"key":"k","value":"a\ud800b"}}]}`;
+  assert.deepEqual(JSON.parse(car.simulate(lone)), { k: 'a\ufffdb' });
+  assert.equal(JSON.parse(car.normalizeProposal(lone)).actions[0].parameters.value, 'a\ufffdb');
+  // Not text: serialised, as before.
+  assert.throws(() => car.simulate(undefined), /cannot be represented/);
+  assert.deepEqual(JSON.parse(car.simulate({ actions: [] })), {});
+});
+
 test('large answers (handed to V8 in place, as external strings) are whole and outlive many calls', () => {
   const actions = [];
   for (let i = 0; i < 1500; i++) {
@@ -67,7 +91,12 @@ test('large answers (handed to V8 in place, as external strings) are whole and o
   const wide = JSON.stringify({ id: 'w', timestamp: '2026-01-02T03:04:05Z', actions: actions.map((a, i) => ({ ...a, tool: `t${i % 7}é𝄞—` })) });
   const answer = car.optimize(wide);
   assert.ok(answer.length > 64 * 1024);
-  assert.equal(JSON.parse(answer).actions[1498].tool, 't0é𝄞—');
+  // Every action whole, wherever its non-ASCII characters fall against
+  // the 32-byte chunks the widening runs in.
+  JSON.parse(answer).actions.forEach((a, i) => {
+    assert.equal(a.tool, `t${i % 7}é𝄞—`);
+    assert.equal(a.parameters.s, 'x'.repeat(i % 40));
+  });
   assert.equal(answer, car.optimize(wide));
   const checks = JSON.parse(car.verify(text)).evidence.checks;
   assert.ok(checks.some((c) => c.cannot_verify.includes('\u2014')), 'the em dash of a check survives');
