@@ -150,7 +150,12 @@ fn action_field(key: &str) -> Option<usize> {
 impl<'a> Reader<'a, '_> {
     #[inline]
     fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
+        // Every byte above the space is not whitespace: one comparison for
+        // the common case (the next token follows at once).
+        while let Some(&c) = self.b.get(self.i)
+            && c <= b' '
+            && matches!(c, b' ' | b'\n' | b'\r' | b'\t')
+        {
             self.i += 1;
         }
     }
@@ -415,8 +420,9 @@ impl<'a> Reader<'a, '_> {
                 return None;
             }
             if entries.capacity() == 0 {
-                // The capacity a first push would give, without its slow path.
-                entries.reserve_exact(4);
+                // The capacity a first push would give, without its slow
+                // path (growing an empty vector costs twice a fresh one).
+                entries = Vec::with_capacity(4);
             }
             let v = r.value()?;
             entries.push((k.to_string(), v));
@@ -438,11 +444,12 @@ impl<'a> Reader<'a, '_> {
     /// given the element's index.
     fn items<T>(&mut self, mut item: impl FnMut(&mut Self, usize) -> Option<T>) -> Option<Vec<T>> {
         self.i += 1;
-        let mut out = Vec::new();
         if self.peek()? == b']' {
             self.i += 1;
-            return Some(out);
+            return Some(Vec::new());
         }
+        // The capacity a first push would give, without its slow path.
+        let mut out = Vec::with_capacity(4);
         loop {
             let v = item(self, out.len())?;
             out.push(v);
