@@ -283,8 +283,10 @@ unsafe fn read_string(env: napi_sys::napi_env, value: napi_sys::napi_value) -> n
     if status != napi_sys::Status::napi_ok {
         return Err(failed("no length"));
     }
-    // A UTF-16 unit is at most 3 bytes of UTF-8 (a pair of them, 4); one
-    // more for the terminating NUL napi writes.
+    // UTF-8 takes at most 3 bytes a UTF-16 unit (a surrogate pair, 4 for
+    // its two; a lone surrogate becomes U+FFFD, 3), so `cap - 1` bytes hold
+    // the whole string and napi never cuts it short; one more for the NUL
+    // it writes.
     let cap = units.checked_mul(3).and_then(|n| n.checked_add(1)).ok_or_else(|| failed("too long"))?;
     let mut buf: Vec<u8> = Vec::with_capacity(cap);
     let mut written = 0usize;
@@ -293,9 +295,10 @@ unsafe fn read_string(env: napi_sys::napi_env, value: napi_sys::napi_value) -> n
     let status =
         unsafe { napi_sys::napi_get_value_string_utf8(env, value, buf.as_mut_ptr().cast(), cap, &mut written) };
     if status != napi_sys::Status::napi_ok || written >= cap {
+        // (`written < cap` holds whenever napi keeps its contract.)
         return Err(failed("not written"));
     }
-    // SAFETY: napi initialised the first `written` bytes (checked `< cap`).
+    // SAFETY: napi initialised the first `written` bytes (`written < cap`).
     unsafe { buf.set_len(written) };
     String::from_utf8(buf).map_err(|_| failed("not UTF-8"))
 }
