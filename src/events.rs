@@ -805,8 +805,9 @@ impl EventLog {
     /// Resolves once every event recorded so far is durable in the
     /// attached sink (at once without one, or when the sink writes through).
     pub async fn sink_durable(&self) {
-        let ticket = self.inner.lock().ok().and_then(|l| l.sink.as_ref().and_then(|s| s.durable()));
-        if let Some(rx) = ticket {
+        // Not under the log's lock: the sink may write and sync right here.
+        let sink = self.inner.lock().ok().and_then(|l| l.sink.clone());
+        if let Some(rx) = sink.and_then(|s| s.durable()) {
             let _ = rx.await;
         }
     }

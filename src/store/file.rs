@@ -17,11 +17,15 @@
 //!   `flock`, one `write` a batch) when a durability ticket asks or within
 //!   10 ms, and synced by group commit (one `fsync` for every durability ticket waiting); the engine
 //!   takes a ticket at the end of every proposal, so a proposal answers only
-//!   after its events are durable.
+//!   after its events are durable. Where a sync is measured to be quick
+//!   (under [`INLINE_SYNC`]) and no batch is being written, the ticket's
+//!   caller writes and syncs the batch itself instead of waking the thread.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
@@ -177,6 +181,19 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 /// Records queued without a ticket that wake the writer at once.
 const WAKE_AT: usize = 1024;
 
+/// A sync measured to take less than this is made by the ticket's caller
+/// (when no batch is being written) rather than by the writer thread: on a
+/// file system that syncs this quickly (tmpfs, a disk with a write cache)
+/// waking the thread and being woken by it costs more than the write and
+/// the sync themselves (about 40 µs a proposal through the daemon,
+/// `docs/performance.md`), and a caller on an async worker is held no
+/// longer than this. A slower sync sends the next tickets to the thread
+/// again, which goes on measuring.
+pub const INLINE_SYNC: Duration = Duration::from_micros(100);
+
+/// No sync measured yet.
+const UNMEASURED: u64 = u64::MAX;
+
 /// An append-only, hash-chained audit file shared by event logs.
 ///
 /// [`AuditFile::record`] only queues the event (a clone: its payload is
@@ -189,7 +206,10 @@ const WAKE_AT: usize = 1024;
 /// result is returned only once its events are on disk; concurrent
 /// proposals share the batch. The writer wakes for a ticket (or for
 /// [`WAKE_AT`] records queued), not for each record: a record no ticket
-/// asks for is written, unsynced, within [`LINGER`] (10 ms).
+/// asks for is written, unsynced, within [`LINGER`] (10 ms). Where the
+/// file's last sync took under [`INLINE_SYNC`], a ticket's caller that finds
+/// no batch being written writes and syncs everything queued itself, and
+/// its ticket is resolved when `durable` returns.
 pub struct AuditFile {
     path: PathBuf,
     shared: Arc<Shared>,
@@ -207,6 +227,12 @@ struct Shared {
     writer: Mutex<Writer>,
     queue: Mutex<Queue>,
     wake: std::sync::Condvar,
+    /// How long the last sync took, in nanoseconds ([`UNMEASURED`] before
+    /// the first).
+    last_sync_ns: AtomicU64,
+    /// Syncs quicker than this are made inline ([`INLINE_SYNC`]; the tests
+    /// set both ends).
+    inline_below: Duration,
 }
 
 /// The events and tickets waiting for the next batch.
@@ -280,7 +306,7 @@ impl Shared {
             }
             // The sync holds no lock: the next batch queues meanwhile.
             drop(w);
-            if let Err(e) = self.sync_file.sync_data() {
+            if let Err(e) = self.sync() {
                 eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
             }
             for t in tickets.drain(..) {
@@ -291,17 +317,38 @@ impl Shared {
 
     /// Writes everything queued and syncs, on the caller's thread.
     fn flush(&self) -> std::io::Result<()> {
-        let mut w = lock(&self.writer);
+        self.flush_locked(lock(&self.writer))
+    }
+
+    /// [`Shared::flush`] with the writer already held; the sync is made
+    /// without it, as the writer thread's.
+    fn flush_locked(&self, mut w: std::sync::MutexGuard<'_, Writer>) -> std::io::Result<()> {
         let (events, tickets) = {
             let mut q = lock(&self.queue);
             (std::mem::take(&mut q.events), std::mem::take(&mut q.tickets))
         };
         self.write_batch(&mut w, &events);
-        let synced = w.file.sync_data();
+        drop(w);
+        let synced = self.sync();
         for t in tickets {
             let _ = t.send(());
         }
         synced
+    }
+
+    /// Syncs the file's data, recording how long it took.
+    fn sync(&self) -> std::io::Result<()> {
+        let start = Instant::now();
+        let synced = self.sync_file.sync_data();
+        let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(UNMEASURED - 1);
+        self.last_sync_ns.store(took, Ordering::Relaxed);
+        synced
+    }
+
+    /// True when the last sync was quick enough to make the next inline.
+    fn inline_syncs(&self) -> bool {
+        let last = self.last_sync_ns.load(Ordering::Relaxed);
+        last != UNMEASURED && u128::from(last) < self.inline_below.as_nanos()
     }
 
     /// Appends `events` as the file's next records, under one `flock`, with
@@ -460,6 +507,8 @@ impl AuditFile {
             writer: Mutex::new(writer),
             queue: Mutex::new(Queue::default()),
             wake: std::sync::Condvar::new(),
+            last_sync_ns: AtomicU64::new(UNMEASURED),
+            inline_below: INLINE_SYNC,
         });
         Ok((AuditFile { path, shared }, report))
     }
@@ -514,9 +563,23 @@ impl AuditFile {
 
     /// A ticket resolving once every record queued so far is on disk: the
     /// file's writer thread writes them and makes one `fsync` for all the
-    /// tickets waiting.
+    /// tickets waiting. When the last sync took under [`INLINE_SYNC`] and no
+    /// batch is being written, this call writes and syncs everything queued
+    /// itself (resolving the other tickets waiting too) and returns its
+    /// ticket resolved.
     pub fn durable(&self) -> tokio::sync::oneshot::Receiver<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.shared.inline_syncs()
+            && let Ok(w) = self.shared.writer.try_lock()
+        {
+            let mut q = lock(&self.shared.queue);
+            q.tickets.push(tx);
+            drop(q);
+            if let Err(e) = self.shared.flush_locked(w) {
+                eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
+            }
+            return rx;
+        }
         let mut q = lock(&self.shared.queue);
         q.tickets.push(tx);
         self.wake_writer(q, true);
@@ -646,6 +709,72 @@ mod tests {
             check(&e, None).unwrap();
             check(&e, Some("00ff")).unwrap();
         }
+    }
+
+    /// A file under a fresh directory of the system's temporary one, its
+    /// inline threshold set to `inline_below`.
+    fn open_temp(name: &str, inline_below: Duration) -> (AuditFile, PathBuf) {
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let dir = std::env::temp_dir().join(format!("car-file-{name}-{}-{stamp}", std::process::id()));
+        let (mut file, _) = AuditFile::open(dir.join(EVENTS_FILE)).unwrap();
+        Arc::get_mut(&mut file.shared).expect("the only handle").inline_below = inline_below;
+        (file, dir)
+    }
+
+    #[test]
+    fn a_sync_is_made_inline_only_once_one_was_measured_quicker_than_the_threshold() {
+        let (file, dir) = open_temp("decide", Duration::from_micros(100));
+        let s = &file.shared;
+        // Nothing measured yet: the thread syncs (and measures).
+        assert!(!s.inline_syncs());
+        for (ns, inline) in [(0, true), (99_999, true), (100_000, false), (5_000_000, false), (UNMEASURED - 1, false)] {
+            s.last_sync_ns.store(ns, Ordering::Relaxed);
+            assert_eq!(s.inline_syncs(), inline, "last sync {ns} ns");
+        }
+        drop(file);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn after_a_quick_sync_the_caller_writes_and_syncs_and_its_ticket_is_resolved_on_return() {
+        let (file, dir) = open_temp("inline", Duration::MAX);
+        let path = dir.join(EVENTS_FILE);
+        // The first ticket goes to the thread, which measures its sync.
+        file.record(&event(serde_json::json!({"n": 0}), Some("p"), None));
+        file.durable().blocking_recv().unwrap();
+        assert!(file.shared.inline_syncs());
+        for n in 1..=20 {
+            file.record(&event(serde_json::json!({"n": n}), Some("p"), Some("a")));
+            file.record(&event(serde_json::json!({"n": n, "second": true}), Some("p"), Some("a")));
+            let mut ticket = file.durable();
+            // Resolved before `durable` returned, and its records are in the
+            // file, chained.
+            assert_eq!(ticket.try_recv(), Ok(()), "ticket {n}");
+            let r = verify_file(&path).unwrap();
+            assert!(r.intact(), "{r:?}");
+            assert_eq!(r.records, 1 + 2 * n);
+        }
+        drop(file);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_caller_finding_a_batch_being_written_leaves_its_ticket_to_the_thread() {
+        let (file, dir) = open_temp("busy", Duration::MAX);
+        file.shared.last_sync_ns.store(0, Ordering::Relaxed);
+        file.record(&event(serde_json::json!({"n": 1}), None, None));
+        let ticket = {
+            let _writing = lock(&file.shared.writer);
+            let mut t = file.durable();
+            // Not written inline: the writer was held.
+            assert_eq!(t.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty));
+            t
+        };
+        ticket.blocking_recv().unwrap();
+        let r = verify_file(&dir.join(EVENTS_FILE)).unwrap();
+        assert!(r.intact() && r.records == 1, "{r:?}");
+        drop(file);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     proptest::proptest! {
