@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use car_runtime::engine::{ExecOptions, ROLLBACK_WARNING, Runtime, RuntimeOptions, ToolCall, ToolExecutor};
-use car_runtime::ir::{ActionStatus, CostBudget, ProposalResult, ToolFailure, ToolSchema, parse_proposal};
+use car_runtime::ir::{
+    ActionStatus, CostBudget, ProposalResult, StateMutation, ToolFailure, ToolSchema, parse_proposal,
+};
 use car_runtime::policy::deny_tool;
 use car_runtime::state::Scope;
 use serde_json::{Value, json};
@@ -84,13 +86,13 @@ async fn state_actions_and_outputs() {
     .await;
     let w = result(&r, "w");
     assert_eq!(w.output, Some(json!("written: n")));
-    assert_eq!(w.state_changes["n"], json!({"op": "set", "value": null}));
+    assert_eq!(w.state_changes["n"].to_value(), json!({"op": "set", "value": null}));
     assert_eq!(result(&r, "r").output, Some(Value::Null));
     assert_eq!(result(&r, "missing").output, Some(Value::Null));
     assert_eq!(result(&r, "as").output, Some(json!({"asserted": "k", "value": 5})));
     assert_eq!(status(&r, "gt"), ActionStatus::Succeeded);
     assert_eq!(result(&r, "absent").output, Some(json!({"asserted": "nokey", "value": null})));
-    assert_eq!(result(&r, "del").state_changes["k2"], json!({"op": "delete"}));
+    assert_eq!(result(&r, "del").state_changes["k2"], StateMutation::Delete);
     assert!(rt.state().exists(&Scope::global(), "n"));
     assert_eq!(r.cost.actions_executed, 7);
     assert_eq!(r.cost.tool_calls, 0);

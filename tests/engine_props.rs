@@ -93,15 +93,15 @@ proptest! {
             prop_assert!(r.results.iter().all(|x| !x.rolled_back));
             let after = rt.state().snapshot(&g);
             for (k, v) in &after {
-                let written: Vec<&Value> = r.results.iter()
+                let written: Vec<Value> = r.results.iter()
                     .filter(|x| x.status == ActionStatus::Succeeded)
                     .filter_map(|x| x.state_changes.get(k))
-                    .map(|m| &m["value"])
+                    .map(|m| m.to_value()["value"].clone())
                     .collect();
                 if written.is_empty() {
                     prop_assert_eq!(Some(v), before.get(k));
                 } else {
-                    prop_assert!(written.contains(&v));
+                    prop_assert!(written.contains(v));
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
@@ -23,7 +23,7 @@ use crate::dag::Dag;
 use crate::events::{ActionEvent, ActionPhase, EventData, EventKind};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
-    Operator, Precondition, ProposalResult, Reversibility, ToolFailure, json_eq,
+    Operator, Precondition, ProposalResult, Reversibility, StateChanges, StateMutation, ToolFailure, json_eq,
 };
 use crate::permission::Verdict;
 use crate::state::{CasOutcome, Expect, Scope, Transaction};
@@ -78,7 +78,7 @@ impl Fail {
 
 struct Done {
     output: Option<Value>,
-    changes: Map<String, Value>,
+    changes: StateChanges,
     cached: Option<&'static str>,
 }
 
@@ -1730,32 +1730,6 @@ fn backoff(base_ms: u64, attempt: u32) -> Duration {
     Duration::from_millis(exp / 2 + exp / 2 * jitter / 1023)
 }
 
-/// `{"op": "set", "value": v}` or `{"op": "delete"}`, cloned from prebuilt
-/// maps: a clone copies the member table instead of hashing each member again.
-fn mutation_wire(value: Option<&Value>) -> Map<String, Value> {
-    static SET: LazyLock<Map<String, Value>> = LazyLock::new(|| {
-        let mut m = Map::with_capacity(2);
-        m.insert("op".into(), Value::String("set".into()));
-        m.insert("value".into(), Value::Null);
-        m
-    });
-    static DELETE: LazyLock<Map<String, Value>> = LazyLock::new(|| {
-        let mut m = Map::with_capacity(1);
-        m.insert("op".into(), Value::String("delete".into()));
-        m
-    });
-    match value {
-        Some(v) => {
-            let mut m = SET.clone();
-            if let Some(slot) = m.values_mut().nth(1) {
-                *slot = v.clone();
-            }
-            m
-        }
-        None => DELETE.clone(),
-    }
-}
-
 /// Writes one key through the proposal's transaction (when given), logs it
 /// and records the mutation.
 #[allow(clippy::too_many_arguments)]
@@ -1767,13 +1741,16 @@ fn write_state(
     key: &str,
     value: Option<Value>,
     tx: Option<&Transaction>,
-    changes: &mut Map<String, Value>,
+    changes: &mut StateChanges,
     remote: Option<u64>,
 ) -> Result<(), Fail> {
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
     })?;
-    let wire = Value::Object(mutation_wire(value.as_ref()));
+    let change = match &value {
+        Some(v) => StateMutation::Set { value: v.clone() },
+        None => StateMutation::Delete,
+    };
     let state = &ctx.rt.inner.state;
     let read = a.assumptions.iter().find(|s| s.key == key).and_then(|s| s.read_version);
     let version = match (remote, read) {
@@ -1801,7 +1778,7 @@ fn write_state(
         version,
     };
     ctx.rt.inner.events.append(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data);
-    changes.insert(key.to_string(), wire);
+    changes.push_new(key.to_string(), change);
     Ok(())
 }
 
@@ -1816,7 +1793,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
             } else {
                 Some(a.param("value").cloned().unwrap_or(Value::Null))
             };
-            let mut changes = Map::with_capacity(1);
+            let mut changes = StateChanges::with_capacity(1);
             let remote = match shared_write(ctx, a, key, &value) {
                 Some(w) => Some(w.await?),
                 None => None,
@@ -1833,7 +1810,7 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 .and_then(Value::as_str)
                 .ok_or_else(|| Fail::new("state_read requires 'key' parameter", ErrorClass::Unknown))?;
             let v = ctx.scope.physical(key).and_then(|p| ctx.rt.inner.state.get_physical(&p));
-            Ok(Done { output: Some(v.unwrap_or(Value::Null)), changes: Map::new(), cached: None })
+            Ok(Done { output: Some(v.unwrap_or(Value::Null)), changes: StateChanges::new(), cached: None })
         }
         ActionType::Assertion => {
             let key = a
@@ -1852,7 +1829,11 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Precondition::new(key, op.clone(), expected.clone()).evaluate_value(current.as_ref())
             };
             if holds {
-                Ok(Done { output: Some(json!({"asserted": key, "value": current})), changes: Map::new(), cached: None })
+                Ok(Done {
+                    output: Some(json!({"asserted": key, "value": current})),
+                    changes: StateChanges::new(),
+                    cached: None,
+                })
             } else {
                 let shown = current.map_or_else(|| "absent".to_string(), |v| v.to_string());
                 let msg = if op == Operator::Eq {
@@ -2005,7 +1986,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
         }
     };
 
-    let mut changes = Map::with_capacity(a.expected_effects.len());
+    let mut changes = StateChanges::with_capacity(a.expected_effects.len());
     for (e, (k, v)) in a.expected_effects.iter().enumerate() {
         let value = Some(v.clone());
         let remote = match shared_write(ctx, a, k, &value) {
@@ -2072,7 +2053,11 @@ async fn start_detached(ctx: &Ctx, i: usize, tool: &RegisteredTool, a: &Action, 
         json!({"tool": name, "handle": handle.id, "invocation_mode": a.invocation_mode}),
     );
     handle_rt.spawn(detached::drain(inner.detached.clone(), handle.clone(), stream, cancel));
-    Ok(Done { output: Some(json!({"tool_handle": handle.id, "status": "running"})), changes: Map::new(), cached: None })
+    Ok(Done {
+        output: Some(json!({"tool_handle": handle.id, "status": "running"})),
+        changes: StateChanges::new(),
+        cached: None,
+    })
 }
 
 /// Runs one compensation once; its state writes are not transactional. A

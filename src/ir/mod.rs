@@ -24,8 +24,8 @@ pub use precondition::{Operator, Precondition, json_eq};
 pub use proposal::{Action, ActionProposal, ActionType, FailureBehavior, StateAssumption, short_id};
 pub(crate) use result::push_decimal;
 pub use result::{
-    ActionResult, ActionStatus, CostBudget, CostSummary, CostTarget, ProposalResult, StateMutation, ToolFailure,
-    ToolFailureClassification,
+    ActionResult, ActionStatus, CostBudget, CostSummary, CostTarget, ProposalResult, StateChanges, StateMutation,
+    ToolFailure, ToolFailureClassification,
 };
 pub use reversibility::{Compensation, Reversibility};
 pub use stream::{

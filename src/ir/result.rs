@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Where an action is in its lifecycle.
 ///
@@ -131,7 +131,7 @@ pub(crate) use write::uint as push_decimal;
 /// machinery (keys are literals, strings that need no escape are copied).
 mod write {
     // The JSON primitives, shared with the IR's other direct writers.
-    pub(crate) use super::super::write::{f64, list, map, str, uint, value};
+    pub(crate) use super::super::write::{f64, list, str, uint, value};
 
     /// Result timestamps as [`super::timestamp_text`] writes them; actions
     /// finishing within the same second share the date-and-time part, so it
@@ -196,9 +196,10 @@ pub struct ActionResult {
     /// The error or warning, when any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Key → `StateMutation` wire value (`{"op":"set","value":…}` / `{"op":"delete"}`).
+    /// Key → the change the action made to it, in the order made; on the
+    /// wire an object of `{"op":"set","value":…}` / `{"op":"delete"}`.
     #[serde(default)]
-    pub state_changes: Map<String, Value>,
+    pub state_changes: StateChanges,
     /// Wall time spent, when the action ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<f64>,
@@ -227,7 +228,7 @@ impl ActionResult {
             status,
             output: None,
             error: None,
-            state_changes: Map::new(),
+            state_changes: StateChanges::new(),
             duration_ms: None,
             timestamp: crate::events::wall_now(),
             rolled_back: false,
@@ -262,6 +263,185 @@ impl StateMutation {
             StateMutation::Set { value } => serde_json::json!({"op": "set", "value": value}),
             StateMutation::Delete => serde_json::json!({"op": "delete"}),
         }
+    }
+
+    /// The wire value, written as serde_json writes it.
+    fn write(&self, out: &mut String) {
+        match self {
+            StateMutation::Set { value } => {
+                out.push_str("{\"op\":\"set\",\"value\":");
+                write::value(out, value);
+                out.push('}');
+            }
+            StateMutation::Delete => out.push_str("{\"op\":\"delete\"}"),
+        }
+    }
+}
+
+/// The state changes of one action ([`ActionResult::state_changes`]): key →
+/// [`StateMutation`], in the order they were made, each key once.
+///
+/// A vector of entries rather than a hash map: an action changes one key
+/// (a `state_write`) or its few expected effects, and a result is made for
+/// every action, so a hash table and a JSON object per change cost more
+/// than the changes themselves. Looking a key up scans the entries.
+/// Serialises as the JSON object `{key: {"op": "set", "value": …} |
+/// {"op": "delete"}}`; compares equal to another with the same entries in
+/// any order.
+#[derive(Clone, Default)]
+pub struct StateChanges {
+    entries: Vec<(String, StateMutation)>,
+}
+
+impl StateChanges {
+    /// No changes (allocates nothing).
+    pub const fn new() -> Self {
+        StateChanges { entries: Vec::new() }
+    }
+
+    /// No changes, with room for `n`.
+    pub fn with_capacity(n: usize) -> Self {
+        StateChanges { entries: Vec::with_capacity(n) }
+    }
+
+    /// The number of keys changed.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no key changed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The change made to `key`.
+    pub fn get(&self, key: &str) -> Option<&StateMutation> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, m)| m)
+    }
+
+    /// True when `key` changed.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Records `change` to `key`, replacing an earlier change to it in
+    /// place; returns the earlier one.
+    pub fn insert(&mut self, key: impl Into<String>, change: StateMutation) -> Option<StateMutation> {
+        let key = key.into();
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, m)) => Some(std::mem::replace(m, change)),
+            None => {
+                self.entries.push((key, change));
+                None
+            }
+        }
+    }
+
+    /// Appends a change to a key the caller knows is not there yet (one
+    /// write per key of an action: its `state_write` key or its expected
+    /// effects, whose keys are unique).
+    pub(crate) fn push_new(&mut self, key: String, change: StateMutation) {
+        debug_assert!(!self.contains_key(&key), "state change to `{key}` recorded twice");
+        self.entries.push((key, change));
+    }
+
+    /// Forgets every change.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// The changes, in the order made.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&String, &StateMutation)> {
+        self.entries.iter().map(|(k, m)| (k, m))
+    }
+
+    /// The keys changed, in the order made.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &String> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    /// The changes as the wire's JSON object.
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.entries.iter().map(|(k, m)| (k.clone(), m.to_value())).collect())
+    }
+
+    /// Writes the wire's JSON object, as serde_json writes it.
+    fn write(&self, out: &mut String) {
+        out.push('{');
+        for (n, (k, m)) in self.entries.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            write::str(out, k);
+            out.push(':');
+            m.write(out);
+        }
+        out.push('}');
+    }
+}
+
+impl std::ops::Index<&str> for StateChanges {
+    type Output = StateMutation;
+
+    /// The change made to `key`; panics when there is none (as a map's index).
+    fn index(&self, key: &str) -> &StateMutation {
+        self.get(key).unwrap_or_else(|| panic!("no state change to key `{key}`"))
+    }
+}
+
+impl PartialEq for StateChanges {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.entries.iter().all(|(k, m)| other.get(k) == Some(m))
+    }
+}
+
+impl std::fmt::Debug for StateChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.entries.iter().map(|(k, m)| (k, m))).finish()
+    }
+}
+
+impl FromIterator<(String, StateMutation)> for StateChanges {
+    /// Later changes to a key replace earlier ones (in the earlier's place).
+    fn from_iter<I: IntoIterator<Item = (String, StateMutation)>>(iter: I) -> Self {
+        let mut out = StateChanges::new();
+        for (k, m) in iter {
+            out.insert(k, m);
+        }
+        out
+    }
+}
+
+impl Serialize for StateChanges {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.entries.len()))?;
+        for (k, m) in &self.entries {
+            map.serialize_entry(k, m)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for StateChanges {
+    /// A JSON object of wire changes; a repeated key keeps the last (as a
+    /// map does).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Changes;
+        impl<'de> serde::de::Visitor<'de> for Changes {
+            type Value = StateChanges;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of state changes ({\"op\": \"set\", \"value\": …} or {\"op\": \"delete\"})")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<StateChanges, A::Error> {
+                let mut out = StateChanges::with_capacity(access.size_hint().unwrap_or(0).min(64));
+                while let Some((k, m)) = access.next_entry::<String, StateMutation>()? {
+                    out.insert(k, m);
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_map(Changes)
     }
 }
 
@@ -480,7 +660,7 @@ impl ActionResult {
             write::str(out, e);
         }
         out.push_str(",\"state_changes\":");
-        write::map(out, &self.state_changes);
+        self.state_changes.write(out);
         if let Some(d) = self.duration_ms {
             out.push_str(",\"duration_ms\":");
             write::f64(out, d);
@@ -704,6 +884,45 @@ mod tests {
     }
 
     #[test]
+    fn state_changes_read_and_write_the_wire_objects() {
+        let text = r#"{"b":{"op":"set","value":[1,{"x":null}]},"a":{"op":"delete"},"n":{"op":"set","value":null}}"#;
+        let c: StateChanges = serde_json::from_str(text).unwrap();
+        assert_eq!(c.keys().collect::<Vec<_>>(), ["b", "a", "n"]);
+        assert_eq!(c["a"], StateMutation::Delete);
+        assert_eq!(c.get("n"), Some(&StateMutation::Set { value: Value::Null }));
+        assert_eq!(c.get("z"), None);
+        // Written back as it was read, by serde and by the direct writer.
+        assert_eq!(serde_json::to_string(&c).unwrap(), text);
+        let mut direct = String::new();
+        c.write(&mut direct);
+        assert_eq!(direct, text);
+        assert_eq!(c.to_value(), serde_json::from_str::<Value>(text).unwrap());
+        // A change to a key already changed replaces it in its place.
+        let mut d = c.clone();
+        assert_eq!(d.insert("b", StateMutation::Delete), Some(c["b"].clone()));
+        assert_eq!(d.keys().collect::<Vec<_>>(), ["b", "a", "n"]);
+        assert_eq!(d.len(), 3);
+        // Equal whatever the order; not equal with a change differing.
+        let reordered: StateChanges = [("n", &c["n"]), ("a", &c["a"]), ("b", &c["b"])]
+            .into_iter()
+            .map(|(k, m)| (k.to_string(), m.clone()))
+            .collect();
+        assert_eq!(reordered, c);
+        assert_ne!(d, c);
+        // A repeated key keeps the last (as a map read does); a change that
+        // is not one is refused.
+        let twice: StateChanges = serde_json::from_str(r#"{"k":{"op":"delete"},"k":{"op":"set","value":2}}"#).unwrap();
+        assert_eq!(twice.len(), 1);
+        assert_eq!(twice["k"], StateMutation::Set { value: serde_json::json!(2) });
+        for bad in [r#"{"k":{"op":"rename"}}"#, r#"{"k":1}"#, "[]"] {
+            assert!(serde_json::from_str::<StateChanges>(bad).is_err(), "{bad}");
+        }
+        let mut e = c;
+        e.clear();
+        assert!(e.is_empty() && serde_json::to_string(&e).unwrap() == "{}");
+    }
+
+    #[test]
     fn to_json_string_writes_exactly_what_serde_json_writes() {
         let odd = "quote \" backslash \\ newline \n tab \t nul \u{0} bell \u{7} del \u{7f} é 😀 </script>";
         let mut results =
@@ -714,8 +933,10 @@ mod tests {
             "z": 0.1, "s": odd, odd: [1, [2, {}], [], "x"], "e": {}
         }));
         full.error = Some(odd.to_string());
-        full.state_changes.insert("k0".into(), StateMutation::Set { value: serde_json::json!(0) }.to_value());
-        full.state_changes.insert(odd.into(), StateMutation::Delete.to_value());
+        full.state_changes.insert("k0", StateMutation::Set { value: serde_json::json!(0) });
+        full.state_changes.insert(odd, StateMutation::Delete);
+        full.state_changes
+            .insert("obj", StateMutation::Set { value: serde_json::json!({"b": [1, {"a": null}], "a": odd}) });
         full.duration_ms = Some(0.010285);
         full.rolled_back = true;
         full.terminal = true;
