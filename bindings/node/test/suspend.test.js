@@ -44,7 +44,7 @@ test('suspend, then resume in a new runtime: each action runs once', async () =>
   assert.deepEqual((await rt.suspendedProposalsObj()).suspended.map((s) => s.id), [id]);
   const again = await rt.resumeProposalObj(id, tool);
   assert.equal(again.status, 'suspended');
-  rt.approvalResolve(pending[0].approval_key, 'allow', 'reviewed');
+  await rt.approvalResolve(pending[0].approval_key, 'allow', 'reviewed');
   const done = await rt.resumeProposalObj(id, tool);
   assert.equal(done.status, undefined);
   assert.deepEqual(statuses(done), { build: 'succeeded', gate: 'succeeded', notify: 'succeeded' });
