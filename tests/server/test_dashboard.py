@@ -47,7 +47,9 @@ def dashboard_url(d):
 
 @pytest.fixture(scope="module")
 def daemon():
-    d = Daemon(env={"CAR_AUTH_TOKEN": OP})
+    # A port of its own (`--dashboard 0`): the default, the WebSocket port
+    # + 1 of a daemon on an ephemeral port, may be another socket's.
+    d = Daemon("--dashboard", "0", env={"CAR_AUTH_TOKEN": OP})
     try:
         d.dash = dashboard_url(d)
         yield d
