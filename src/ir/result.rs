@@ -1,9 +1,12 @@
 //! Results of execution: ActionResult, ProposalResult, cost accounting.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::object::SCAN_MAX;
 
 /// Where an action is in its lifecycle.
 ///
@@ -131,7 +134,7 @@ pub(crate) use write::uint as push_decimal;
 /// machinery (keys are literals, strings that need no escape are copied).
 mod write {
     // The JSON primitives, shared with the IR's other direct writers.
-    pub(crate) use super::super::write::{f64, list, str, uint, value};
+    pub(crate) use super::super::write::{f64, list, object, str, uint, value};
 
     /// Result timestamps as [`super::timestamp_text`] writes them; actions
     /// finishing within the same second share the date-and-time part, so it
@@ -367,16 +370,35 @@ impl StateChanges {
 
     /// Writes the wire's JSON object, as serde_json writes it.
     fn write(&self, out: &mut String) {
-        out.push('{');
-        for (n, (k, m)) in self.entries.iter().enumerate() {
-            if n > 0 {
-                out.push(',');
+        write::object(out, self.iter(), |out, m| m.write(out));
+    }
+
+    /// These changes in order, a later change to a key replacing the
+    /// earlier in its place: scanning while few (as [`Self::insert`]),
+    /// through an index of the keys above [`SCAN_MAX`] so a long list is
+    /// not read in quadratic time.
+    fn from_pairs(pairs: impl IntoIterator<Item = (String, StateMutation)>) -> Self {
+        let pairs = pairs.into_iter();
+        let mut out = StateChanges::with_capacity(pairs.size_hint().0.min(SCAN_MAX));
+        let mut at: Option<HashMap<String, usize>> = None;
+        for (k, m) in pairs {
+            if at.is_none() && out.len() >= SCAN_MAX {
+                at = Some(out.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect());
             }
-            write::str(out, k);
-            out.push(':');
-            m.write(out);
+            match at.as_mut() {
+                None => {
+                    out.insert(k, m);
+                }
+                Some(at) => match at.get(&k) {
+                    Some(&i) => out.entries[i].1 = m,
+                    None => {
+                        at.insert(k.clone(), out.entries.len());
+                        out.entries.push((k, m));
+                    }
+                },
+            }
         }
-        out.push('}');
+        out
     }
 }
 
@@ -404,11 +426,7 @@ impl std::fmt::Debug for StateChanges {
 impl FromIterator<(String, StateMutation)> for StateChanges {
     /// Later changes to a key replace earlier ones (in the earlier's place).
     fn from_iter<I: IntoIterator<Item = (String, StateMutation)>>(iter: I) -> Self {
-        let mut out = StateChanges::new();
-        for (k, m) in iter {
-            out.insert(k, m);
-        }
-        out
+        StateChanges::from_pairs(iter)
     }
 }
 
@@ -434,11 +452,11 @@ impl<'de> Deserialize<'de> for StateChanges {
                 f.write_str("an object of state changes ({\"op\": \"set\", \"value\": …} or {\"op\": \"delete\"})")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<StateChanges, A::Error> {
-                let mut out = StateChanges::with_capacity(access.size_hint().unwrap_or(0).min(64));
-                while let Some((k, m)) = access.next_entry::<String, StateMutation>()? {
-                    out.insert(k, m);
+                let mut pairs = Vec::with_capacity(access.size_hint().unwrap_or(0).min(SCAN_MAX));
+                while let Some(pair) = access.next_entry::<String, StateMutation>()? {
+                    pairs.push(pair);
                 }
-                Ok(out)
+                Ok(StateChanges::from_pairs(pairs))
             }
         }
         deserializer.deserialize_map(Changes)
@@ -916,6 +934,23 @@ mod tests {
         assert_eq!(twice["k"], StateMutation::Set { value: serde_json::json!(2) });
         for bad in [r#"{"k":{"op":"rename"}}"#, r#"{"k":1}"#, "[]"] {
             assert!(serde_json::from_str::<StateChanges>(bad).is_err(), "{bad}");
+        }
+        // Past the scanned few, through an index: the same outcome, read
+        // from pairs or from JSON text with repeated keys.
+        let many: Vec<(String, StateMutation)> =
+            (0..80).map(|n| (format!("k{}", n % 30), StateMutation::Set { value: Value::from(n) })).collect();
+        let mut scanned = StateChanges::new();
+        for (k, m) in many.clone() {
+            scanned.insert(k, m);
+        }
+        let text = format!(
+            "{{{}}}",
+            many.iter().map(|(k, m)| format!("\"{k}\":{}", m.to_value())).collect::<Vec<_>>().join(",")
+        );
+        for indexed in [StateChanges::from_pairs(many), serde_json::from_str(&text).unwrap()] {
+            assert_eq!(indexed.len(), 30);
+            assert_eq!(indexed.iter().collect::<Vec<_>>(), scanned.iter().collect::<Vec<_>>());
+            assert_eq!(indexed["k5"], StateMutation::Set { value: Value::from(65) });
         }
         let mut e = c;
         e.clear();

@@ -110,14 +110,23 @@ pub(crate) fn map<'a, M>(out: &mut String, m: &'a M)
 where
     &'a M: IntoIterator<Item = (&'a String, &'a Value)>,
 {
+    object(out, m, value);
+}
+
+/// A JSON object of `entries` in order, each value written by `each`.
+pub(crate) fn object<'a, V: 'a>(
+    out: &mut String,
+    entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+    mut each: impl FnMut(&mut String, &'a V),
+) {
     out.push('{');
-    for (i, (k, v)) in m.into_iter().enumerate() {
+    for (i, (k, v)) in entries.into_iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         str(out, k);
         out.push(':');
-        value(out, v);
+        each(out, v);
     }
     out.push('}');
 }
