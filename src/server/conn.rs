@@ -3,16 +3,18 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
@@ -67,63 +69,148 @@ pub(crate) struct Identity {
 /// frames and `Config::max_queued_bytes` bytes wait for the writer. A frame
 /// that does not fit means the peer is not reading: the queue is marked
 /// overflowed and the connection is closed.
-#[derive(Clone)]
+///
+/// The writer is the connection's own task ([`serve_connection`]), which
+/// also reads the frames and runs their handlers: a frame queued while that
+/// task runs (a handler's answer, a tool callback) is written before the
+/// task sleeps, without waking anything; a frame queued from elsewhere (a
+/// notification of another connection's doing) wakes it.
 pub(crate) struct Outbox {
-    tx: mpsc::Sender<Message>,
-    bytes: Arc<AtomicUsize>,
+    shared: Arc<OutboxShared>,
+}
+
+struct OutboxShared {
+    queue: Mutex<std::collections::VecDeque<Message>>,
+    max_frames: usize,
+    bytes: AtomicUsize,
     max_bytes: usize,
-    overflowed: Arc<AtomicBool>,
-    overflow: Arc<Notify>,
+    overflowed: AtomicBool,
+    /// The receiver is gone: sends fail.
+    closed: AtomicBool,
+    /// The live [`Outbox`] handles (the receiver reads `None` at zero).
+    senders: AtomicUsize,
+    /// The receiver's.
+    waker: futures::task::AtomicWaker,
+}
+
+/// The receiving end of an [`Outbox`] (the connection's writer).
+pub(crate) struct OutboxReceiver {
+    shared: Arc<OutboxShared>,
+}
+
+impl Clone for Outbox {
+    fn clone(&self) -> Outbox {
+        self.shared.senders.fetch_add(1, Ordering::SeqCst);
+        Outbox { shared: self.shared.clone() }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        if self.shared.senders.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.shared.waker.wake();
+        }
+    }
 }
 
 impl Outbox {
-    pub(crate) fn new(config: &Config) -> (Outbox, mpsc::Receiver<Message>) {
-        let (tx, rx) = mpsc::channel(config.max_queued_frames.max(1));
-        let o = Outbox {
-            tx,
-            bytes: Arc::new(AtomicUsize::new(0)),
+    pub(crate) fn new(config: &Config) -> (Outbox, OutboxReceiver) {
+        let shared = Arc::new(OutboxShared {
+            queue: Mutex::new(std::collections::VecDeque::new()),
+            max_frames: config.max_queued_frames.max(1),
+            bytes: AtomicUsize::new(0),
             max_bytes: config.max_queued_bytes.max(1),
-            overflowed: Arc::new(AtomicBool::new(false)),
-            overflow: Arc::new(Notify::new()),
-        };
-        (o, rx)
+            overflowed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            senders: AtomicUsize::new(1),
+            waker: futures::task::AtomicWaker::new(),
+        });
+        (Outbox { shared: shared.clone() }, OutboxReceiver { shared })
     }
 
     /// Queues a frame; false once the connection is gone or overflowed.
     pub(crate) fn send(&self, m: Message) -> bool {
-        if self.overflowed.load(Ordering::SeqCst) {
+        let s = &*self.shared;
+        if s.overflowed.load(Ordering::SeqCst) || s.closed.load(Ordering::SeqCst) {
             return false;
         }
         let len = m.len();
-        let before = self.bytes.fetch_add(len, Ordering::SeqCst);
-        if before.saturating_add(len) > self.max_bytes && before > 0 {
-            self.bytes.fetch_sub(len, Ordering::SeqCst);
+        let before = s.bytes.fetch_add(len, Ordering::SeqCst);
+        if before.saturating_add(len) > s.max_bytes && before > 0 {
+            s.bytes.fetch_sub(len, Ordering::SeqCst);
             self.overflowed();
             return false;
         }
-        match self.tx.try_send(m) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.bytes.fetch_sub(len, Ordering::SeqCst);
+        {
+            let Ok(mut q) = s.queue.lock() else {
+                s.bytes.fetch_sub(len, Ordering::SeqCst);
+                return false;
+            };
+            if q.len() >= s.max_frames {
+                drop(q);
+                s.bytes.fetch_sub(len, Ordering::SeqCst);
                 self.overflowed();
-                false
+                return false;
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.bytes.fetch_sub(len, Ordering::SeqCst);
-                false
-            }
+            q.push_back(m);
         }
+        s.waker.wake();
+        true
     }
 
     fn overflowed(&self) {
-        if !self.overflowed.swap(true, Ordering::SeqCst) {
-            self.overflow.notify_one();
+        if !self.shared.overflowed.swap(true, Ordering::SeqCst) {
+            self.shared.waker.wake();
         }
     }
 
-    /// The writer took a frame of `len` bytes off the queue.
-    fn sent(&self, len: usize) {
-        self.bytes.fetch_sub(len, Ordering::SeqCst);
+    /// Whether a frame did not fit (the peer does not read).
+    fn is_overflowed(&self) -> bool {
+        self.shared.overflowed.load(Ordering::SeqCst)
+    }
+}
+
+impl OutboxReceiver {
+    /// The next queued frame, if any (the writer's byte count is released).
+    pub(crate) fn try_recv(&mut self) -> Option<Message> {
+        let m = self.shared.queue.lock().ok()?.pop_front()?;
+        self.shared.bytes.fetch_sub(m.len(), Ordering::SeqCst);
+        Some(m)
+    }
+
+    /// Wakes `cx`'s task at the next frame queued (or overflow).
+    fn register(&self, cx: &std::task::Context<'_>) {
+        self.shared.waker.register(cx.waker());
+    }
+
+    /// The next frame; `None` once the queue is empty and every sender gone.
+    pub(crate) fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Message>> {
+        if let Some(m) = self.try_recv() {
+            return std::task::Poll::Ready(Some(m));
+        }
+        self.shared.waker.register(cx.waker());
+        if let Some(m) = self.try_recv() {
+            return std::task::Poll::Ready(Some(m));
+        }
+        if self.shared.senders.load(Ordering::SeqCst) == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        std::task::Poll::Pending
+    }
+
+    /// The next frame (see [`OutboxReceiver::poll_recv`]).
+    #[cfg(test)]
+    pub(crate) async fn recv(&mut self) -> Option<Message> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+}
+
+impl Drop for OutboxReceiver {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.clear();
+        }
     }
 }
 
@@ -565,144 +652,41 @@ pub(crate) async fn serve_connection(
             return;
         }
     };
-    let (mut sink, mut source) = ws.split();
-    let (out, mut outbox) = Outbox::new(&config);
-    let writer_out = out.clone();
-    let mut writer = tokio::spawn(async move {
-        // Everything already queued goes out under one flush (one write
-        // syscall under load instead of one per frame); a lone frame is
-        // flushed at once, so nothing waits for company.
-        'write: while let Some(m) = outbox.recv().await {
-            let mut next = Some(m);
-            while let Some(m) = next.take() {
-                let closing = matches!(m, Message::Close(_));
-                writer_out.sent(m.len());
-                if sink.feed(m).await.is_err() {
-                    break 'write;
-                }
-                if closing {
-                    let _ = sink.flush().await;
-                    break 'write;
-                }
-                next = outbox.try_recv().ok();
-            }
-            if sink.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = sink.close().await;
-    });
-
+    let (out, outbox) = Outbox::new(&config);
     let conn = match Conn::new(config.clone(), &daemon, peer, out.clone(), slot) {
         Ok(c) => Arc::new(c),
         Err(msg) => {
             eprintln!("car-server: {peer}: {msg}");
             out.send(Message::text(rpc::error_response(&Value::Null, &RpcError::internal(msg.clone())).to_string()));
             out.send(close_frame(CloseCode::Error, &msg));
-            drop(out);
-            finish_writer(&mut writer).await;
+            drain_and_close(ws, outbox).await;
             return;
         }
     };
-    let overflow = out.overflow.clone();
 
-    let mut tasks: JoinSet<()> = JoinSet::new();
     let mut ping = tokio::time::interval(config.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
-    let mut last_seen = Instant::now();
-    let mut last_tick = Instant::now();
-    let mut close_reason: Option<(CloseCode, String)> = None;
-    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-
-    loop {
-        let auth_deadline = conn.auth_deadline();
-        tokio::select! {
-            biased;
-            () = overflow.notified() => {
-                eprintln!(
-                    "car-server: {peer}: closing a peer that does not read its replies (more than {} frames or {} bytes queued)",
-                    config.max_queued_frames, config.max_queued_bytes
-                );
-                break;
-            }
-            () = tokio::time::sleep_until(auth_deadline.unwrap_or(far).into()), if auth_deadline.is_some() => {
-                let secs = config.auth_timeout.as_secs_f64();
-                eprintln!("car-server: {peer}: closing a connection not authenticated within {secs}s");
-                close_reason = Some((CloseCode::Policy, format!("not authenticated within {secs}s")));
-                break;
-            }
-            msg = source.next() => {
-                let msg = match msg {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => {
-                        use tokio_tungstenite::tungstenite::Error as WsError;
-                        close_reason = match e {
-                            WsError::Capacity(c) => Some((CloseCode::Size, format!("frame too large: {c}"))),
-                            WsError::Utf8(_) => Some((CloseCode::Invalid, "text frame is not valid UTF-8".into())),
-                            WsError::Protocol(p) => Some((CloseCode::Protocol, p.to_string())),
-                            _ => None,
-                        };
-                        break;
-                    }
-                    None => break,
-                };
-                last_seen = Instant::now();
-                match msg {
-                    Message::Text(text) => {
-                        if text.len() > config.max_frame_bytes {
-                            let e = RpcError::invalid_request(format!(
-                                "frame of {} bytes exceeds the {}-byte cap",
-                                text.len(),
-                                config.max_frame_bytes
-                            ));
-                            conn.send(&rpc::error_response(&Value::Null, &e));
-                            continue;
-                        }
-                        if let Some(reason) = on_text(&conn, text.as_str(), &mut tasks) {
-                            close_reason = Some((CloseCode::Policy, reason));
-                            break;
-                        }
-                    }
-                    Message::Binary(b) => {
-                        let e = RpcError::invalid_request(format!(
-                            "binary frames are not supported ({} bytes); send JSON-RPC as text frames",
-                            b.len()
-                        ));
-                        conn.send(&rpc::error_response(&Value::Null, &e));
-                    }
-                    Message::Close(_) => break,
-                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
-                }
-            }
-            _ = ping.tick() => {
-                let now = Instant::now();
-                // An overdue tick means this loop itself stalled: do not
-                // charge the stall to the peer.
-                if now.duration_since(last_tick) > config.ping_interval * 2 {
-                    last_seen = now;
-                }
-                last_tick = now;
-                if now.duration_since(last_seen) >= config.idle_timeout {
-                    let secs = config.idle_timeout.as_secs_f64();
-                    eprintln!("car-server: {peer}: closing a peer silent for {secs}s");
-                    close_reason = Some((CloseCode::Away, format!("peer silent for {secs}s")));
-                    break;
-                }
-                if !out.send(Message::Ping(Vec::new().into())) {
-                    break;
-                }
-            }
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-        }
-    }
+    let mut session = Session {
+        conn: conn.clone(),
+        ws,
+        outbox,
+        handlers: FuturesUnordered::new(),
+        ping,
+        auth_sleep: None,
+        last_seen: Instant::now(),
+        last_tick: Instant::now(),
+        unflushed: false,
+        gate: Arc::new(Gate::default()),
+    };
+    let close_reason = std::future::poll_fn(|cx| session.poll(cx)).await;
+    let Session { ws, outbox, handlers, .. } = session;
 
     // Teardown: abandon every handler (their callbacks are cancelled),
     // drop every pending callback waiter, release the session.
     let callbacks = conn.pending.lock().map(|p| p.len()).unwrap_or(0);
-    let handlers = tasks.len();
-    tasks.abort_all();
-    while tasks.join_next().await.is_some() {}
+    let in_flight = handlers.len();
+    drop(handlers);
     conn.supervisors.unsubscribe(&conn.session_id);
     conn.unsubscribe_approver();
     conn.daemon.activity.close(&conn.session_id);
@@ -726,30 +710,269 @@ pub(crate) async fn serve_connection(
     if let Ok(mut c) = conn.calls.lock() {
         c.clear();
     }
-    if handlers > 0 || callbacks > 0 {
+    if in_flight > 0 || callbacks > 0 {
         eprintln!(
-            "car-server: {peer}: connection ended with {handlers} handler(s) in flight; abandoned them and cancelled {callbacks} tool callback(s)"
+            "car-server: {peer}: connection ended with {in_flight} handler(s) in flight; abandoned them and cancelled {callbacks} tool callback(s)"
         );
     }
-    if out.overflowed.load(Ordering::SeqCst) {
+    match close_reason {
         // Its queue is full and its socket does not drain: drop it.
-        writer.abort();
-    } else if let Some((code, reason)) = close_reason {
-        out.send(close_frame(code, &reason));
-    } else {
-        out.send(Message::Close(None));
+        Ended::Overflowed => return,
+        Ended::Broken => return,
+        Ended::Close(Some((code, reason))) => {
+            out.send(close_frame(code, &reason));
+        }
+        Ended::Close(None) => {
+            out.send(Message::Close(None));
+        }
     }
     drop(out);
     drop(conn);
-    finish_writer(&mut writer).await;
+    drain_and_close(ws, outbox).await;
 }
 
 /// How long teardown waits for the writer to drain before dropping the socket.
 const WRITER_DRAIN: Duration = Duration::from_secs(5);
 
-async fn finish_writer(writer: &mut tokio::task::JoinHandle<()>) {
-    if tokio::time::timeout(WRITER_DRAIN, &mut *writer).await.is_err() {
-        writer.abort();
+/// Writes what is queued up to and including a close frame, then closes the
+/// socket; gives up after [`WRITER_DRAIN`].
+async fn drain_and_close(mut ws: WebSocket, mut outbox: OutboxReceiver) {
+    let drain = async {
+        while let Some(m) = outbox.try_recv() {
+            let closing = matches!(m, Message::Close(_));
+            if ws.feed(m).await.is_err() {
+                return;
+            }
+            if closing {
+                break;
+            }
+        }
+        let _ = ws.flush().await;
+        let _ = ws.close(None).await;
+    };
+    let _ = tokio::time::timeout(WRITER_DRAIN, drain).await;
+}
+
+type WebSocket = tokio_tungstenite::WebSocketStream<TcpStream>;
+
+/// The running handlers of one connection, polled by its task.
+type Handlers = FuturesUnordered<BoxFuture<'static, ()>>;
+
+/// How a connection's loop ended.
+enum Ended {
+    /// Send a close frame (with this code and reason) and close.
+    Close(Option<(CloseCode, String)>),
+    /// The peer does not read its replies: drop the socket.
+    Overflowed,
+    /// The socket failed: nothing more can be written.
+    Broken,
+}
+
+/// The waker a connection's task polls everything it drives with (the
+/// socket, its handlers, its timers, its outbox). A wake while the task is
+/// running (a handler's answer queued, a tool's result routed to the handler
+/// waiting for it) only marks it: the task looks again before it sleeps. A
+/// wake while it sleeps wakes it. Without this, every such wake would
+/// reschedule the running task, and a multi-threaded runtime answers a
+/// rescheduled task by waking another worker to look for work.
+#[derive(Default)]
+struct Gate {
+    /// The task is polling (it re-checks everything before it sleeps).
+    running: AtomicBool,
+    /// Something woke since the task last looked.
+    woken: AtomicBool,
+    task: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.running.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
+/// Rounds of one poll of a connection's loop before it yields to the
+/// runtime: a resource out of its cooperative budget answers "not ready"
+/// and wakes at once, which would otherwise keep the loop going forever.
+const ROUNDS_PER_POLL: usize = 32;
+
+/// Frames one round of a connection's loop reads at most.
+const FRAMES_PER_ROUND: usize = 64;
+
+/// One connection's task: it reads the frames, runs their handlers and
+/// writes every frame queued for the peer, all on one task, so answering a
+/// frame wakes no other task.
+struct Session {
+    conn: Arc<Conn>,
+    ws: WebSocket,
+    outbox: OutboxReceiver,
+    handlers: Handlers,
+    ping: tokio::time::Interval,
+    /// The unauthenticated connection's deadline and its timer.
+    auth_sleep: Option<(Instant, Pin<Box<tokio::time::Sleep>>)>,
+    last_seen: Instant,
+    last_tick: Instant,
+    /// Frames were handed to the socket and not flushed yet.
+    unflushed: bool,
+    gate: Arc<Gate>,
+}
+
+impl Session {
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Ended> {
+        self.gate.task.register(cx.waker());
+        self.gate.running.store(true, Ordering::SeqCst);
+        let waker = std::task::Waker::from(self.gate.clone());
+        let mut inner = std::task::Context::from_waker(&waker);
+        for _ in 0..ROUNDS_PER_POLL {
+            self.gate.woken.store(false, Ordering::SeqCst);
+            if let Some(end) = self.round(&mut inner) {
+                self.gate.running.store(false, Ordering::SeqCst);
+                return Poll::Ready(end);
+            }
+            if self.gate.woken.load(Ordering::SeqCst) {
+                continue;
+            }
+            self.gate.running.store(false, Ordering::SeqCst);
+            // A wake between the last look and now found the task running:
+            // look again rather than sleep on it.
+            if !self.gate.woken.swap(false, Ordering::SeqCst) {
+                return Poll::Pending;
+            }
+            self.gate.running.store(true, Ordering::SeqCst);
+        }
+        // Out of rounds: yield, and be polled again.
+        self.gate.running.store(false, Ordering::SeqCst);
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// One look at everything; `Some` when the connection ends.
+    fn round(&mut self, cx: &mut std::task::Context<'_>) -> Option<Ended> {
+        let config = self.conn.config.clone();
+        let peer = self.conn.peer;
+        // A frame queued (or a queue overflowing) while the socket is full
+        // must wake this task too, not only one queued while it can write.
+        self.outbox.register(cx);
+        if self.conn.out.is_overflowed() {
+            eprintln!(
+                "car-server: {peer}: closing a peer that does not read its replies (more than {} frames or {} bytes queued)",
+                config.max_queued_frames, config.max_queued_bytes
+            );
+            return Some(Ended::Overflowed);
+        }
+        match self.conn.auth_deadline() {
+            None => self.auth_sleep = None,
+            Some(at) => {
+                if self.auth_sleep.as_ref().is_none_or(|(d, _)| *d != at) {
+                    self.auth_sleep = Some((at, Box::pin(tokio::time::sleep_until(at.into()))));
+                }
+                if let Some((_, sleep)) = &mut self.auth_sleep
+                    && sleep.as_mut().poll(cx).is_ready()
+                {
+                    let secs = config.auth_timeout.as_secs_f64();
+                    eprintln!("car-server: {peer}: closing a connection not authenticated within {secs}s");
+                    return Some(Ended::Close(Some((CloseCode::Policy, format!("not authenticated within {secs}s")))));
+                }
+            }
+        }
+        // The frames that arrived, a bounded number a round, so that a
+        // flood of them cannot hold off the handlers and the writes.
+        let mut read = 0;
+        while let Poll::Ready(msg) = self.ws.poll_next_unpin(cx) {
+            let msg = match msg {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => {
+                    use tokio_tungstenite::tungstenite::Error as WsError;
+                    return Some(Ended::Close(match e {
+                        WsError::Capacity(c) => Some((CloseCode::Size, format!("frame too large: {c}"))),
+                        WsError::Utf8(_) => Some((CloseCode::Invalid, "text frame is not valid UTF-8".into())),
+                        WsError::Protocol(p) => Some((CloseCode::Protocol, p.to_string())),
+                        _ => None,
+                    }));
+                }
+                None => return Some(Ended::Close(None)),
+            };
+            self.last_seen = Instant::now();
+            match msg {
+                Message::Text(text) => {
+                    if text.len() > config.max_frame_bytes {
+                        let e = RpcError::invalid_request(format!(
+                            "frame of {} bytes exceeds the {}-byte cap",
+                            text.len(),
+                            config.max_frame_bytes
+                        ));
+                        self.conn.send(&rpc::error_response(&Value::Null, &e));
+                        continue;
+                    }
+                    if let Some(reason) = on_text(&self.conn, text.as_str(), &mut self.handlers) {
+                        // The answer already queued goes out before the close.
+                        return Some(Ended::Close(Some((CloseCode::Policy, reason))));
+                    }
+                }
+                Message::Binary(b) => {
+                    let e = RpcError::invalid_request(format!(
+                        "binary frames are not supported ({} bytes); send JSON-RPC as text frames",
+                        b.len()
+                    ));
+                    self.conn.send(&rpc::error_response(&Value::Null, &e));
+                }
+                Message::Close(_) => return Some(Ended::Close(None)),
+                Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            }
+            read += 1;
+            if read == FRAMES_PER_ROUND {
+                // More may be buffered already, with no wake to come for
+                // them: look again.
+                self.gate.woken.store(true, Ordering::SeqCst);
+                break;
+            }
+        }
+        // The handlers, until none is ready.
+        while let Poll::Ready(Some(())) = self.handlers.poll_next_unpin(cx) {}
+        if self.ping.poll_tick(cx).is_ready() {
+            let now = Instant::now();
+            // An overdue tick means this loop itself stalled: do not
+            // charge the stall to the peer.
+            if now.duration_since(self.last_tick) > config.ping_interval * 2 {
+                self.last_seen = now;
+            }
+            self.last_tick = now;
+            if now.duration_since(self.last_seen) >= config.idle_timeout {
+                let secs = config.idle_timeout.as_secs_f64();
+                eprintln!("car-server: {peer}: closing a peer silent for {secs}s");
+                return Some(Ended::Close(Some((CloseCode::Away, format!("peer silent for {secs}s")))));
+            }
+            self.conn.out.send(Message::Ping(Vec::new().into()));
+        }
+        // Everything queued goes out under one flush (one write syscall for
+        // the frames of one look); a full socket wakes this task when it
+        // drains.
+        loop {
+            match self.ws.poll_ready_unpin(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Some(Ended::Broken),
+                Poll::Pending => break,
+            }
+            let Poll::Ready(Some(m)) = self.outbox.poll_recv(cx) else { break };
+            if self.ws.start_send_unpin(m).is_err() {
+                return Some(Ended::Broken);
+            }
+            self.unflushed = true;
+        }
+        if self.unflushed {
+            match self.ws.poll_flush_unpin(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(_)) => return Some(Ended::Broken),
+                Poll::Pending => {}
+            }
+        }
+        None
     }
 }
 
@@ -848,11 +1071,10 @@ fn close_frame(code: CloseCode, reason: &str) -> Message {
 }
 
 /// Handles one text frame. Returns a close reason when the connection must close.
-fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<String> {
-    // Reap the handlers that finished (the read loop reaps only when no frame
-    // is waiting), so only the running ones count against the bound.
-    while tasks.try_join_next().is_some() {}
-    let in_flight = tasks.len();
+fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<String> {
+    // The connection's loop polls its handlers before it reads more frames,
+    // so only the running ones count against the bound.
+    let in_flight = handlers.len();
     match rpc::classify(text) {
         Frame::Batch(items) => {
             let mut now: Vec<Value> = Vec::new();
@@ -875,13 +1097,16 @@ fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<Stri
                 }
             } else {
                 let c = conn.clone();
-                tasks.spawn(async move {
-                    let done = futures::future::join_all(later).await;
-                    now.extend(done.into_iter().flatten());
-                    if !now.is_empty() {
-                        c.send(&Value::Array(now));
+                handlers.push(
+                    async move {
+                        let done = futures::future::join_all(later).await;
+                        now.extend(done.into_iter().flatten());
+                        if !now.is_empty() {
+                            c.send(&Value::Array(now));
+                        }
                     }
-                });
+                    .boxed(),
+                );
             }
             close
         }
@@ -894,11 +1119,14 @@ fn on_text(conn: &Arc<Conn>, text: &str, tasks: &mut JoinSet<()>) -> Option<Stri
             }
             Step::Later(f) => {
                 let c = conn.clone();
-                tasks.spawn(async move {
-                    if let Some(v) = f.await {
-                        c.send(&v);
+                handlers.push(
+                    async move {
+                        if let Some(v) = f.await {
+                            c.send(&v);
+                        }
                     }
-                });
+                    .boxed(),
+                );
                 None
             }
             Step::Close(v, reason) => {
@@ -987,8 +1215,10 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
     let c = conn.clone();
     Step::Later(
         async move {
-            // Boxed where it is made (see `methods::run`).
-            let r = Box::pin(super::methods::run(&c, &method, params)).await;
+            // Boxed where it is made (see `methods::run`). A panic anywhere
+            // in it fails this call only: the connection's task runs every
+            // handler, so it must not unwind through it.
+            let r = super::methods::guarded(&method, Box::pin(super::methods::run(&c, &method, params))).await;
             id.map(|id| match r {
                 Ok(v) => rpc::response(&id, v),
                 Err(e) => rpc::error_response(&id, &e),
@@ -1130,7 +1360,7 @@ pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Durati
     };
     conn.set_identity(Some(Identity { role: Role::Operator, agent_id: None }));
     conn.negotiated.store(true, Ordering::SeqCst);
-    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut handlers: Handlers = FuturesUnordered::new();
     let mut sent: Vec<Value> = Vec::new();
     let collect = |m: Message, conn: &Conn, sent: &mut Vec<Value>| {
         let Message::Text(t) = m else { return };
@@ -1146,25 +1376,24 @@ pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Durati
         sent.push(v);
     };
     for f in frames {
-        if on_text(&conn, f, &mut tasks).is_some() {
+        if on_text(&conn, f, &mut handlers).is_some() {
             break;
         }
-        while let Ok(m) = rx.try_recv() {
+        while let Some(m) = rx.try_recv() {
             collect(m, &conn, &mut sent);
         }
     }
     let deadline = tokio::time::sleep(budget);
     tokio::pin!(deadline);
-    while !tasks.is_empty() {
+    while !handlers.is_empty() {
         tokio::select! {
-            Some(m) = rx.recv() => collect(m, &conn, &mut sent),
-            Some(_) = tasks.join_next() => {}
+            Some(m) = std::future::poll_fn(|cx| rx.poll_recv(cx)) => collect(m, &conn, &mut sent),
+            Some(()) = handlers.next() => {}
             () = &mut deadline => break,
         }
     }
-    tasks.abort_all();
-    while tasks.join_next().await.is_some() {}
-    while let Ok(m) = rx.try_recv() {
+    drop(handlers);
+    while let Some(m) = rx.try_recv() {
         collect(m, &conn, &mut sent);
     }
     conn.supervisors.unsubscribe(&conn.session_id);
@@ -1213,15 +1442,108 @@ mod tests {
         assert!(out.send(Message::text("a")));
         assert!(out.send(Message::text("b")));
         assert!(!out.send(Message::text("c")), "a third frame does not fit");
-        assert!(out.overflowed.load(Ordering::SeqCst));
+        assert!(out.is_overflowed());
         assert!(!out.send(Message::text("d")), "overflowed stays overflowed");
-        let first = rx.try_recv().unwrap();
-        out.sent(first.len());
-        assert_eq!(out.bytes.load(Ordering::SeqCst), 1);
+        rx.try_recv().unwrap();
+        assert_eq!(out.shared.bytes.load(Ordering::SeqCst), 1);
         // The byte bound: one frame may exceed it alone, not on top of others.
         let (out, _rx) = Outbox::new(&config);
         assert!(out.send(Message::text("x".repeat(2000))));
         assert!(!out.send(Message::text("y")));
+    }
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_gate_wakes_a_sleeping_task_and_only_marks_a_running_one() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let task = std::task::Waker::from(count.clone());
+        let gate = Arc::new(Gate::default());
+        gate.task.register(&task);
+        let inner = std::task::Waker::from(gate.clone());
+        gate.running.store(true, Ordering::SeqCst);
+        inner.wake_by_ref();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "a running task is not rescheduled");
+        assert!(gate.woken.load(Ordering::SeqCst), "but it sees the wake before it sleeps");
+        gate.running.store(false, Ordering::SeqCst);
+        inner.wake_by_ref();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "a sleeping task is woken");
+    }
+
+    #[test]
+    fn the_outbox_wakes_its_reader_and_ends_with_its_senders() {
+        let (out, mut rx) = Outbox::new(&Config::default());
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(count.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(rx.poll_recv(&mut cx).is_pending());
+        let other = out.clone();
+        assert!(other.send(Message::text("a")));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "a queued frame wakes the reader");
+        assert!(matches!(rx.poll_recv(&mut cx), Poll::Ready(Some(Message::Text(t))) if t.as_str() == "a"));
+        assert!(rx.poll_recv(&mut cx).is_pending());
+        drop(out);
+        assert!(rx.poll_recv(&mut cx).is_pending(), "a sender is left");
+        drop(other);
+        assert_eq!(count.0.load(Ordering::SeqCst), 2, "the last sender gone wakes the reader");
+        assert!(matches!(rx.poll_recv(&mut cx), Poll::Ready(None)));
+        // A queue whose reader is gone takes nothing.
+        let (out, rx) = Outbox::new(&Config::default());
+        drop(rx);
+        assert!(!out.send(Message::text("b")));
+    }
+
+    /// A connection's one task answers a frame in the poll that read it:
+    /// the answer of a call that does not wait is written before the task
+    /// sleeps, and a tool callback's result reaches the handler waiting for
+    /// it without a wake of its own (see `Gate`).
+    #[tokio::test]
+    async fn a_connection_answers_on_its_own_task() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = Arc::new(Config { token: None, ..Config::default() });
+        let daemon = Arc::new(Daemon::new(&config));
+        let server = tokio::spawn(async move {
+            let (stream, peer) = listener.accept().await.unwrap();
+            serve_connection(stream, peer, config, daemon, UnauthSlot::none()).await;
+        });
+        let socket = TcpStream::connect(addr).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), socket).await.unwrap();
+        let call = |id: i64, method: &str, params: Value| {
+            Message::text(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string())
+        };
+        ws.send(call(1, "tools.register", json!([{"name": "echo"}]))).await.unwrap();
+        ws.send(call(
+            2,
+            "proposal.submit",
+            json!({"proposal": {"id": "p", "actions": [{"id": "a", "type": "tool_call", "tool": "echo", "parameters": {"x": 1}}]}}),
+        ))
+        .await
+        .unwrap();
+        let mut answers = Vec::new();
+        while answers.len() < 2 {
+            let Message::Text(t) = ws.next().await.unwrap().unwrap() else { continue };
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["method"] == "tools.execute" {
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"echoed": v["params"]["parameters"]}});
+                ws.send(Message::text(reply.to_string())).await.unwrap();
+                continue;
+            }
+            answers.push(v);
+        }
+        assert_eq!(answers[0]["id"], 1);
+        assert_eq!(answers[1]["id"], 2);
+        assert_eq!(answers[1]["result"]["results"][0]["status"], "succeeded", "{}", answers[1]);
+        assert_eq!(answers[1]["result"]["results"][0]["output"]["echoed"]["x"], 1);
+        ws.close(None).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap();
     }
 
     #[test]

@@ -78,7 +78,8 @@ pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
     with_deadline(method, conn.config.handler_timeout, guarded(method, Box::pin(dispatch(conn, method, params)))).await
 }
 
-async fn guarded<T>(
+/// Runs a handler, turning a panic in it into an internal error for its call.
+pub(crate) async fn guarded<T>(
     method: &str,
     handler: impl std::future::Future<Output = Result<T, RpcError>>,
 ) -> Result<T, RpcError> {
