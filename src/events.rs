@@ -572,9 +572,66 @@ pub fn verify_chain(events: &[Event]) -> ChainVerification {
     ChainVerification::Verified(n)
 }
 
+/// Events a chunk of the in-memory log holds (about 56 KiB of them).
+const CHUNK: usize = 256;
+
+/// The log's events, oldest first, in chunks of [`CHUNK`] that are never
+/// moved once allocated: a growing log allocates one more chunk where one
+/// contiguous buffer would, at each doubling, copy every event it holds
+/// (tens of megabytes, in the middle of some action, for a runtime that has
+/// recorded a few hundred thousand events).
+#[derive(Debug, Default)]
+struct Chunks {
+    chunks: VecDeque<VecDeque<Event>>,
+    len: usize,
+}
+
+impl Chunks {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push_back(&mut self, e: Event) {
+        match self.chunks.back_mut() {
+            Some(last) if last.len() < CHUNK => last.push_back(e),
+            _ => {
+                let mut chunk = VecDeque::with_capacity(CHUNK);
+                chunk.push_back(e);
+                self.chunks.push_back(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn front(&self) -> Option<&Event> {
+        self.chunks.front().and_then(VecDeque::front)
+    }
+
+    fn pop_front(&mut self) -> Option<Event> {
+        let first = self.chunks.front_mut()?;
+        let e = first.pop_front();
+        if first.is_empty() {
+            self.chunks.pop_front();
+        }
+        if e.is_some() {
+            self.len -= 1;
+        }
+        e
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Event> {
+        self.chunks.iter().flat_map(VecDeque::iter)
+    }
+
+    fn clear(&mut self) {
+        self.chunks.clear();
+        self.len = 0;
+    }
+}
+
 #[derive(Debug, Default)]
 struct LogInner {
-    events: VecDeque<Event>,
+    events: Chunks,
     next_id: u64,
     retention: RetentionPolicy,
     chaining: bool,
@@ -706,7 +763,14 @@ impl EventLog {
 
     /// A copy of every event held, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.inner.lock().map(|l| l.events.iter().cloned().collect()).unwrap_or_default()
+        self.inner
+            .lock()
+            .map(|l| {
+                let mut v = Vec::with_capacity(l.events.len());
+                v.extend(l.events.iter().cloned());
+                v
+            })
+            .unwrap_or_default()
     }
 
     /// Events matching the query, newest first.
@@ -847,6 +911,36 @@ mod tests {
         }
         let (a, b, c) = (Utc::now(), wall_now(), Utc::now());
         assert!(a <= b && b <= c);
+    }
+
+    #[test]
+    fn the_log_keeps_order_and_retention_across_its_chunks() {
+        let log = EventLog::new();
+        let n = CHUNK * 3 + 7;
+        for i in 0..n {
+            log.record(EventKind::StateChanged, None, None, json!({"i": i}));
+        }
+        let ids = |log: &EventLog| log.events().iter().map(|e| e.id).collect::<Vec<_>>();
+        assert_eq!(log.count(), n);
+        assert_eq!(ids(&log), (1..=n as u64).collect::<Vec<_>>());
+        // Newest first, across chunk boundaries.
+        let q = EventQuery { limit: CHUNK + 2, ..EventQuery::default() };
+        let newest: Vec<u64> = log.query(&q).unwrap().iter().map(|e| e.id).collect();
+        assert_eq!(newest, (n as u64 - CHUNK as u64 - 1..=n as u64).rev().collect::<Vec<_>>());
+        // Retention drops from the front, through whole chunks and into one.
+        let keep = CHUNK + 3;
+        assert_eq!(log.set_retention(RetentionPolicy { max_events: Some(keep), max_age_secs: None }), n - keep);
+        assert_eq!(log.count(), keep);
+        assert_eq!(ids(&log), ((n - keep + 1) as u64..=n as u64).collect::<Vec<_>>());
+        // Appends go on after a trimmed front.
+        log.record(EventKind::StateChanged, None, None, json!({}));
+        assert_eq!(log.count(), keep);
+        assert_eq!(log.events().last().map(|e| e.id), Some(n as u64 + 1));
+        assert_eq!(log.stats()["StateChanged"], json!(keep));
+        let (cleared, _) = log.clear();
+        assert_eq!((cleared, log.count(), log.events().len()), (keep, 0, 0));
+        log.record(EventKind::StateChanged, None, None, json!({}));
+        assert_eq!(log.count(), 1);
     }
 
     #[test]
