@@ -595,7 +595,10 @@ impl Chunks {
         match self.chunks.back_mut() {
             Some(last) if last.len() < CHUNK => last.push_back(e),
             _ => {
-                let mut chunk = VecDeque::with_capacity(CHUNK);
+                // The first chunk grows as it fills (a runtime that records
+                // a few events does not hold a whole chunk); later ones
+                // are made whole.
+                let mut chunk = VecDeque::with_capacity(if self.chunks.is_empty() { 0 } else { CHUNK });
                 chunk.push_back(e);
                 self.chunks.push_back(chunk);
             }
