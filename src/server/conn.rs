@@ -1500,22 +1500,54 @@ mod tests {
         assert!(!out.send(Message::text("b")));
     }
 
-    /// A connection's one task answers a frame in the poll that read it:
-    /// the answer of a call that does not wait is written before the task
-    /// sleeps, and a tool callback's result reaches the handler waiting for
-    /// it without a wake of its own (see `Gate`).
-    #[tokio::test]
-    async fn a_connection_answers_on_its_own_task() {
+    /// A daemon connection (no auth) over a loopback socket, and its task.
+    async fn one_connection(
+        config: Config,
+    ) -> (tokio_tungstenite::WebSocketStream<TcpStream>, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let config = Arc::new(Config { token: None, ..Config::default() });
+        let config = Arc::new(config);
         let daemon = Arc::new(Daemon::new(&config));
         let server = tokio::spawn(async move {
             let (stream, peer) = listener.accept().await.unwrap();
             serve_connection(stream, peer, config, daemon, UnauthSlot::none()).await;
         });
         let socket = TcpStream::connect(addr).await.unwrap();
-        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), socket).await.unwrap();
+        let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), socket).await.unwrap();
+        (ws, server)
+    }
+
+    /// Frames that arrive together, more than one round of the loop reads
+    /// (`FRAMES_PER_ROUND`), are all read: the rest of a burst, already in
+    /// the socket's buffer or the reader's, has no wake of its own to come.
+    /// Notifications first (they answer nothing, so no answer wakes the
+    /// loop either), then one call.
+    #[tokio::test]
+    async fn a_burst_of_frames_is_read_whole() {
+        let (mut ws, server) = one_connection(Config { token: None, ..Config::default() }).await;
+        let n = FRAMES_PER_ROUND * 5 + 3;
+        for _ in 0..n {
+            let note = json!({"jsonrpc": "2.0", "method": "no.such.notification"});
+            ws.feed(Message::text(note.to_string())).await.unwrap();
+        }
+        let last = json!({"jsonrpc": "2.0", "id": n, "method": "state.exists", "params": {"key": "k"}});
+        ws.feed(Message::text(last.to_string())).await.unwrap();
+        ws.flush().await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(10), ws.next()).await;
+        let Ok(Some(Ok(Message::Text(t)))) = next else { panic!("the call after the burst is not answered: {next:?}") };
+        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        assert_eq!((v["id"].clone(), v["result"].clone()), (json!(n), json!(false)), "{v}");
+        ws.close(None).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap();
+    }
+
+    /// A connection's one task answers a frame in the poll that read it:
+    /// the answer of a call that does not wait is written before the task
+    /// sleeps, and a tool callback's result reaches the handler waiting for
+    /// it without a wake of its own (see `Gate`).
+    #[tokio::test]
+    async fn a_connection_answers_on_its_own_task() {
+        let (mut ws, server) = one_connection(Config { token: None, ..Config::default() }).await;
         let call = |id: i64, method: &str, params: Value| {
             Message::text(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string())
         };
