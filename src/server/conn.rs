@@ -899,6 +899,12 @@ impl Session {
                 None => return Some(Ended::Close(None)),
             };
             self.last_seen = Instant::now();
+            read += 1;
+            if read == FRAMES_PER_ROUND {
+                // More may be buffered already, with no wake to come for
+                // them: look again after this one.
+                self.gate.woken.store(true, Ordering::SeqCst);
+            }
             match msg {
                 Message::Text(text) => {
                     if text.len() > config.max_frame_bytes {
@@ -908,9 +914,7 @@ impl Session {
                             config.max_frame_bytes
                         ));
                         self.conn.send(&rpc::error_response(&Value::Null, &e));
-                        continue;
-                    }
-                    if let Some(reason) = on_text(&self.conn, text.as_str(), &mut self.handlers) {
+                    } else if let Some(reason) = on_text(&self.conn, text.as_str(), &mut self.handlers) {
                         // The answer already queued goes out before the close.
                         return Some(Ended::Close(Some((CloseCode::Policy, reason))));
                     }
@@ -925,11 +929,7 @@ impl Session {
                 Message::Close(_) => return Some(Ended::Close(None)),
                 Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
             }
-            read += 1;
             if read == FRAMES_PER_ROUND {
-                // More may be buffered already, with no wake to come for
-                // them: look again.
-                self.gate.woken.store(true, Ordering::SeqCst);
                 break;
             }
         }
