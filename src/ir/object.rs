@@ -142,40 +142,67 @@ impl Object {
 
     /// The first key that repeats an earlier one, in order.
     pub(super) fn first_repeat(&self) -> Option<&str> {
-        let e = &self.entries;
-        if e.len() <= SCAN_MAX {
-            (1..e.len()).find(|&j| e[..j].iter().any(|(k, _)| *k == e[j].0)).map(|j| e[j].0.as_str())
-        } else {
-            let mut seen = HashSet::with_capacity(e.len());
-            e.iter().map(|(k, _)| k.as_str()).find(|k| !seen.insert(*k))
-        }
+        first_repeat(&self.entries)
     }
 
     /// Builds from entries that may repeat a key, the way `Map` does: a
     /// repeat replaces the earlier value in the earlier place.
     fn from_entries(entries: Vec<(String, Value)>) -> Self {
-        let o = Object { entries };
-        if o.first_repeat().is_none() {
-            return o;
-        }
-        let mut out = Object::with_capacity(o.len());
-        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::with_capacity(o.len());
-        for (k, v) in o.entries {
-            match at.get(&k) {
-                Some(&i) => out.entries[i].1 = v,
-                None => {
-                    at.insert(k.clone(), out.entries.len());
-                    out.entries.push((k, v));
-                }
-            }
-        }
-        out
+        Object { entries: fold_repeats(entries) }
     }
 }
 
 /// The entries of an [`Object`], in order.
 #[derive(Clone)]
 pub struct Iter<'a>(std::slice::Iter<'a, (String, Value)>);
+
+/// The first key of `entries` that repeats an earlier one, in order: by
+/// comparing pairs up to [`SCAN_MAX`] entries, else through a hash set.
+fn first_repeat<V>(entries: &[(String, V)]) -> Option<&str> {
+    if entries.len() <= SCAN_MAX {
+        (1..entries.len())
+            .find(|&j| entries[..j].iter().any(|(k, _)| *k == entries[j].0))
+            .map(|j| entries[j].0.as_str())
+    } else {
+        let mut seen = HashSet::with_capacity(entries.len());
+        entries.iter().map(|(k, _)| k.as_str()).find(|k| !seen.insert(*k))
+    }
+}
+
+/// `entries` with each repeated key folded the way `Map` reads them: the
+/// later value replaces the earlier in the earlier's place. (Shared by
+/// [`Object`] and [`super::StateChanges`], both vectors of entries.)
+pub(super) fn fold_repeats<V>(entries: Vec<(String, V)>) -> Vec<(String, V)> {
+    if first_repeat(&entries).is_none() {
+        return entries;
+    }
+    let mut out: Vec<(String, V)> = Vec::with_capacity(entries.len());
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::with_capacity(entries.len());
+    for (k, v) in entries {
+        match at.get(&k) {
+            Some(&i) => out[i].1 = v,
+            None => {
+                at.insert(k.clone(), out.len());
+                out.push((k, v));
+            }
+        }
+    }
+    out
+}
+
+/// Whether two vectors of entries, each without a repeated key, hold the
+/// same keys with equal values in any order: by scanning up to
+/// [`SCAN_MAX`] entries, else through a hash map of `b`'s.
+pub(super) fn same_entries<V: PartialEq>(a: &[(String, V)], b: &[(String, V)]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() <= SCAN_MAX {
+        return a.iter().all(|(k, v)| b.iter().any(|(bk, bv)| bk == k && bv == v));
+    }
+    let theirs: std::collections::HashMap<&str, &V> = b.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    a.iter().all(|(k, v)| theirs.get(k.as_str()) == Some(&v))
+}
 
 impl<'a> Iterator for Iter<'a> {
     type Item = (&'a String, &'a Value);
@@ -269,14 +296,7 @@ impl PartialEq for Object {
     /// The same keys with equal values, in any order (keys are unique on
     /// both sides, so equal sizes and every entry found is the same set).
     fn eq(&self, other: &Object) -> bool {
-        if self.len() != other.len() {
-            return false;
-        }
-        if self.len() <= SCAN_MAX {
-            return self.iter().all(|(k, v)| other.get(k) == Some(v));
-        }
-        let theirs: std::collections::HashMap<&str, &Value> = other.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        self.iter().all(|(k, v)| theirs.get(k.as_str()) == Some(&v))
+        same_entries(&self.entries, &other.entries)
     }
 }
 

@@ -1,6 +1,5 @@
 //! Results of execution: ActionResult, ProposalResult, cost accounting.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -374,31 +373,9 @@ impl StateChanges {
     }
 
     /// These changes in order, a later change to a key replacing the
-    /// earlier in its place: scanning while few (as [`Self::insert`]),
-    /// through an index of the keys above [`SCAN_MAX`] so a long list is
-    /// not read in quadratic time.
+    /// earlier in its place (as [`Self::insert`] and a JSON object read).
     fn from_pairs(pairs: impl IntoIterator<Item = (String, StateMutation)>) -> Self {
-        let pairs = pairs.into_iter();
-        let mut out = StateChanges::with_capacity(pairs.size_hint().0.min(SCAN_MAX));
-        let mut at: Option<HashMap<String, usize>> = None;
-        for (k, m) in pairs {
-            if at.is_none() && out.len() >= SCAN_MAX {
-                at = Some(out.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect());
-            }
-            match at.as_mut() {
-                None => {
-                    out.insert(k, m);
-                }
-                Some(at) => match at.get(&k) {
-                    Some(&i) => out.entries[i].1 = m,
-                    None => {
-                        at.insert(k.clone(), out.entries.len());
-                        out.entries.push((k, m));
-                    }
-                },
-            }
-        }
-        out
+        StateChanges { entries: super::object::fold_repeats(pairs.into_iter().collect()) }
     }
 }
 
@@ -413,7 +390,7 @@ impl std::ops::Index<&str> for StateChanges {
 
 impl PartialEq for StateChanges {
     fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.entries.iter().all(|(k, m)| other.get(k) == Some(m))
+        super::object::same_entries(&self.entries, &other.entries)
     }
 }
 
