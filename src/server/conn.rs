@@ -667,6 +667,7 @@ pub(crate) async fn serve_connection(
     let mut ping = tokio::time::interval(config.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
+    let gate = Arc::new(Gate::default());
     let mut session = Session {
         conn: conn.clone(),
         ws,
@@ -677,9 +678,11 @@ pub(crate) async fn serve_connection(
         last_seen: Instant::now(),
         last_tick: Instant::now(),
         unflushed: false,
-        gate: Arc::new(Gate::default()),
+        gate: gate.clone(),
     };
-    let close_reason = std::future::poll_fn(|cx| session.poll(cx)).await;
+    // What everything the task drives is polled with: made once.
+    let inner = std::task::Waker::from(gate);
+    let close_reason = std::future::poll_fn(|cx| session.poll(cx, &inner)).await;
     let Session { ws, outbox, handlers, .. } = session;
 
     // Teardown: abandon every handler (their callbacks are cancelled),
@@ -824,11 +827,11 @@ struct Session {
 }
 
 impl Session {
-    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Ended> {
+    /// `waker` is the one made from this session's [`Gate`].
+    fn poll(&mut self, cx: &mut std::task::Context<'_>, waker: &std::task::Waker) -> Poll<Ended> {
         self.gate.task.register(cx.waker());
         self.gate.running.store(true, Ordering::SeqCst);
-        let waker = std::task::Waker::from(self.gate.clone());
-        let mut inner = std::task::Context::from_waker(&waker);
+        let mut inner = std::task::Context::from_waker(waker);
         for _ in 0..ROUNDS_PER_POLL {
             self.gate.woken.store(false, Ordering::SeqCst);
             if let Some(end) = self.round(&mut inner) {
@@ -854,7 +857,7 @@ impl Session {
 
     /// One look at everything; `Some` when the connection ends.
     fn round(&mut self, cx: &mut std::task::Context<'_>) -> Option<Ended> {
-        let config = self.conn.config.clone();
+        let config = &*self.conn.config;
         let peer = self.conn.peer;
         // A frame queued (or a queue overflowing) while the socket is full
         // must wake this task too, not only one queued while it can write.
