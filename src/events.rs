@@ -673,6 +673,11 @@ pub trait EventSink: Send + Sync + std::fmt::Debug {
     fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
         None
     }
+    /// Writes what it holds queued, without waiting for durability, when
+    /// that takes no wait (called by a front end with nothing else to do,
+    /// so that a later [`EventSink::durable`] finds less left). Nothing by
+    /// default.
+    fn write_behind(&self) {}
 }
 
 impl EventSink for crate::store::file::AuditFile {
@@ -681,6 +686,9 @@ impl EventSink for crate::store::file::AuditFile {
     }
     fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
         Some(crate::store::file::AuditFile::durable(self))
+    }
+    fn write_behind(&self) {
+        crate::store::file::AuditFile::write_behind(self);
     }
 }
 

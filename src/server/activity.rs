@@ -26,7 +26,62 @@ pub(crate) struct Session {
 #[derive(Default)]
 pub(crate) struct Activity {
     sessions: Mutex<HashMap<String, Session>>,
-    submissions: Mutex<VecDeque<Value>>,
+    submissions: Mutex<VecDeque<Submitted>>,
+}
+
+/// What a submission is listed with, taken from its proposal before it runs
+/// (the proposal itself moves into the engine).
+pub(crate) struct Submission {
+    proposal_id: String,
+    source: String,
+    /// Each action's id and tool (its type when it names no tool).
+    tools: Vec<(String, String)>,
+    started: DateTime<Utc>,
+}
+
+impl Submission {
+    pub(crate) fn of(proposal: &crate::ir::ActionProposal) -> Submission {
+        Submission {
+            proposal_id: proposal.id.clone(),
+            source: proposal.source.clone(),
+            tools: proposal
+                .actions
+                .iter()
+                .map(|a| (a.id.clone(), a.tool.clone().unwrap_or_else(|| a.action_type.as_str().to_string())))
+                .collect(),
+            started: Utc::now(),
+        }
+    }
+}
+
+/// A finished submission as kept: rendered as JSON only when the dashboard
+/// reads it.
+struct Submitted {
+    submission: Submission,
+    session_id: String,
+    principal: String,
+    finished_at: DateTime<Utc>,
+    /// Each result's action id, status and error.
+    actions: Vec<(String, crate::ir::ActionStatus, Option<String>)>,
+    error: Option<String>,
+    approvals: Vec<String>,
+}
+
+impl Submitted {
+    fn to_json(&self) -> Value {
+        let s = &self.submission;
+        let tool = |id: &str| s.tools.iter().find(|(a, _)| a == id).map(|(_, t)| t.as_str());
+        let actions: Vec<Value> = self
+            .actions
+            .iter()
+            .map(|(id, status, error)| json!({"action_id": id, "tool": tool(id), "status": status, "error": error}))
+            .collect();
+        json!({
+            "proposal_id": s.proposal_id, "source": s.source, "session_id": self.session_id,
+            "principal": self.principal, "submitted_at": s.started, "finished_at": self.finished_at,
+            "actions": actions, "error": self.error, "approvals": self.approvals,
+        })
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -75,35 +130,24 @@ impl Activity {
     pub(crate) fn submitted(
         &self,
         session_id: &str,
-        principal: &str,
-        proposal: &crate::ir::ActionProposal,
-        started: DateTime<Utc>,
+        principal: String,
+        submission: Submission,
         result: Result<&crate::ir::ProposalResult, String>,
-        approvals: &[String],
+        approvals: Vec<String>,
     ) {
-        let tools: HashMap<&str, &str> = proposal
-            .actions
-            .iter()
-            .map(|a| (a.id.as_str(), a.tool.as_deref().unwrap_or(a.action_type.as_str())))
-            .collect();
         let (actions, error) = match result {
-            Ok(r) => (
-                r.results
-                    .iter()
-                    .map(|a| {
-                        json!({"action_id": a.action_id, "tool": tools.get(a.action_id.as_str()),
-                               "status": a.status, "error": a.error})
-                    })
-                    .collect::<Vec<_>>(),
-                None,
-            ),
+            Ok(r) => (r.results.iter().map(|a| (a.action_id.clone(), a.status, a.error.clone())).collect(), None),
             Err(e) => (Vec::new(), Some(e)),
         };
-        let doc = json!({
-            "proposal_id": proposal.id, "source": proposal.source, "session_id": session_id,
-            "principal": principal, "submitted_at": started, "finished_at": Utc::now(),
-            "actions": actions, "error": error, "approvals": approvals,
-        });
+        let doc = Submitted {
+            submission,
+            session_id: session_id.to_string(),
+            principal,
+            finished_at: Utc::now(),
+            actions,
+            error,
+            approvals,
+        };
         let mut s = lock(&self.submissions);
         s.push_back(doc);
         while s.len() > KEPT {
@@ -113,6 +157,87 @@ impl Activity {
 
     /// The recent submissions, newest first.
     pub(crate) fn submissions(&self, limit: usize) -> Value {
-        Value::Array(lock(&self.submissions).iter().rev().take(limit).cloned().collect())
+        Value::Array(lock(&self.submissions).iter().rev().take(limit).map(Submitted::to_json).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{ActionResult, ActionStatus, ProposalResult};
+
+    fn proposal(id: &str) -> crate::ir::ActionProposal {
+        crate::api::parse_proposal(&format!(
+            r#"{{"id": "{id}", "source": "agent-7", "actions": [
+                {{"id": "a", "type": "tool_call", "tool": "echo", "parameters": {{"secret": "never listed"}}}},
+                {{"id": "b", "type": "state_write", "parameters": {{"key": "k", "value": 1}}}}]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_submission_is_listed_with_its_tools_statuses_and_outcome_never_its_parameters() {
+        let activity = Activity::default();
+        let p = proposal("p-1");
+        let listed = Submission::of(&p);
+        let mut failed = ActionResult::new("b", ActionStatus::Failed);
+        failed.error = Some("boom".into());
+        let result = ProposalResult {
+            proposal_id: "p-1".into(),
+            results: vec![
+                ActionResult::new("a", ActionStatus::Succeeded),
+                failed,
+                ActionResult::new("zz", ActionStatus::Skipped),
+            ],
+            cost: Default::default(),
+            artifacts: Vec::new(),
+            status: None,
+            suspension: None,
+        };
+        activity.submitted("s-1", "agent:x".into(), listed, Ok(&result), vec!["ap-1".into()]);
+        activity.submitted(
+            "s-1",
+            "agent:x".into(),
+            Submission::of(&proposal("p-2")),
+            Err("refused".into()),
+            Vec::new(),
+        );
+        let list = activity.submissions(10);
+        let list = list.as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        // Newest first.
+        assert_eq!(list[1]["proposal_id"], "p-1");
+        let first = &list[1];
+        assert_eq!(first["source"], "agent-7");
+        assert_eq!(first["session_id"], "s-1");
+        assert_eq!(first["principal"], "agent:x");
+        assert_eq!(first["approvals"], serde_json::json!(["ap-1"]));
+        assert!(first["error"].is_null());
+        assert_eq!(
+            first["actions"],
+            serde_json::json!([
+                {"action_id": "a", "tool": "echo", "status": "succeeded", "error": null},
+                {"action_id": "b", "tool": "state_write", "status": "failed", "error": "boom"},
+                {"action_id": "zz", "tool": null, "status": "skipped", "error": null},
+            ])
+        );
+        assert!(first["submitted_at"].as_str().unwrap() <= first["finished_at"].as_str().unwrap());
+        assert!(!list.iter().any(|s| s.to_string().contains("never listed")));
+        assert_eq!(list[0]["proposal_id"], "p-2");
+        assert_eq!(list[0]["error"], "refused");
+        assert_eq!(list[0]["actions"], serde_json::json!([]));
+        // Bounded: the oldest go first.
+        for n in 0..KEPT {
+            activity.submitted(
+                "s",
+                "p".into(),
+                Submission::of(&proposal(&format!("q-{n}"))),
+                Err("x".into()),
+                Vec::new(),
+            );
+        }
+        let all = activity.submissions(usize::MAX);
+        assert_eq!(all.as_array().unwrap().len(), KEPT);
+        assert_eq!(all[KEPT - 1]["proposal_id"], "q-0");
     }
 }

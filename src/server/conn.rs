@@ -279,6 +279,12 @@ impl crate::events::EventSink for RunsTap {
     fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
         self.audit.as_ref().and_then(|a| a.durable())
     }
+
+    fn write_behind(&self) {
+        if let Some(a) = &self.audit {
+            a.write_behind();
+        }
+    }
 }
 
 /// A session's runtime as the daemon configures it for every client (a
@@ -845,6 +851,12 @@ impl Session {
             // A wake between the last look and now found the task running:
             // look again rather than sleep on it.
             if !self.gate.woken.swap(false, Ordering::SeqCst) {
+                // Nothing to do until the peer answers (a tool call out,
+                // say): write the audit records queued meanwhile, so that
+                // the proposal's durable point finds less left to write.
+                if let Some(audit) = &self.conn.config.event_log {
+                    audit.write_behind();
+                }
                 return Poll::Pending;
             }
             self.gate.running.store(true, Ordering::SeqCst);

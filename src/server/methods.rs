@@ -823,22 +823,15 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
         None => Vec::new(),
     };
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
-    let started = chrono::Utc::now();
-    let summary = (conn.daemon().activity.clone(), proposal.clone());
+    let listed = super::activity::Submission::of(&proposal);
     let owner = conn.principal();
     let out = conn.rt.execute_parsed_as(proposal, executor, session, scope.as_deref(), Some(&owner)).await;
-    summary.0.submitted(
-        &conn.session_id,
-        &conn.principal(),
-        &summary.1,
-        started,
-        out.as_ref().map_err(|e| e.to_string()),
-        &expected.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-    );
+    let asked: Vec<String> = expected.iter().map(|(k, _)| k.clone()).collect();
     let refused = approval_refusals(conn, &expected, out.as_ref().ok());
     if let Some(a) = &conn.approvals {
-        a.done(&expected.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), &conn.session_id);
+        a.done(&asked, &conn.session_id);
     }
+    conn.daemon().activity.submitted(&conn.session_id, owner, listed, out.as_ref().map_err(|e| e.to_string()), asked);
     let out = out.map_err(in_param("proposal"))?;
     if out.results.iter().any(|r| r.terminal) {
         conn.halted.store(true, Ordering::SeqCst);

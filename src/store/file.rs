@@ -586,6 +586,27 @@ impl AuditFile {
         rx
     }
 
+    /// Writes the records queued so far on the caller's thread, without
+    /// syncing them, when no batch is being written (else nothing: that
+    /// writer takes them). For a caller with nothing else to do, such as
+    /// the daemon's connection while its client runs a tool: the proposal's
+    /// [`AuditFile::durable`] then finds less to write. Returns whether it
+    /// wrote.
+    pub fn write_behind(&self) -> bool {
+        let Ok(mut w) = self.shared.writer.try_lock() else { return false };
+        let events = {
+            let mut q = lock(&self.shared.queue);
+            if q.events.is_empty() {
+                return false;
+            }
+            std::mem::take(&mut q.events)
+        };
+        // Under the writer, as every batch: the queue's order is the file's,
+        // and a ticket queued meanwhile is synced after this write.
+        self.shared.write_batch(&mut w, &events);
+        true
+    }
+
     /// Starts the writer, or wakes it (`now`) when it waits.
     fn wake_writer(&self, mut q: std::sync::MutexGuard<'_, Queue>, now: bool) {
         if q.running {
@@ -786,6 +807,40 @@ mod tests {
         ticket.blocking_recv().unwrap();
         let r = verify_file(&dir.join(EVENTS_FILE)).unwrap();
         assert!(r.intact() && r.records == 1, "{r:?}");
+        drop(file);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn written_behind_records_are_in_the_file_before_their_ticket_and_the_chain_continues() {
+        let (file, dir) = open_temp("behind", Duration::MAX);
+        let path = dir.join(EVENTS_FILE);
+        file.shared.last_sync_ns.store(0, Ordering::Relaxed);
+        // No writer thread takes a batch here (as above).
+        lock(&file.shared.queue).running = true;
+        // Nothing queued: nothing written.
+        assert!(!file.write_behind());
+        for n in 1..=5 {
+            file.record(&event(serde_json::json!({"n": n}), Some("p"), Some("a")));
+            file.record(&event(serde_json::json!({"n": n, "second": true}), Some("p"), Some("a")));
+            assert!(file.write_behind(), "round {n}");
+            // On file (unsynced), chained, and the queue is empty.
+            let r = verify_file(&path).unwrap();
+            assert!(r.intact() && r.records == 4 * n - 2, "{r:?}");
+            assert!(lock(&file.shared.queue).events.is_empty());
+            // A batch being written takes the queue: write-behind leaves it.
+            file.record(&event(serde_json::json!({"n": n, "third": true}), Some("p"), None));
+            {
+                let _writing = lock(&file.shared.writer);
+                assert!(!file.write_behind());
+            }
+            // The proposal's durable point writes what is left and syncs.
+            file.record(&event(serde_json::json!({"n": n, "last": true}), Some("p"), None));
+            assert_eq!(file.durable().try_recv(), Ok(()));
+            let r = verify_file(&path).unwrap();
+            assert!(r.intact() && r.records == 4 * n, "{r:?}");
+        }
+        lock(&file.shared.queue).running = false;
         drop(file);
         let _ = std::fs::remove_dir_all(dir);
     }
