@@ -60,6 +60,106 @@ pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 
 const MAX_EXACT_INT: u64 = 1 << 53;
 
+/// Appends the RFC 8785 text of a string (JSON's own escaping).
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    // A string always serialises.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Whether the canonical text of `v` reads back as `v` itself: every number
+/// an integer of magnitude at most 2^53 or a float that is not integral
+/// below 1e21 (RFC 8785 writes a larger integer as the nearest double, and
+/// an integral float such as `2.0` or `-0.0` as an integer).
+pub(crate) fn reads_back(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.unsigned_abs() <= MAX_EXACT_INT
+            } else if let Some(u) = n.as_u64() {
+                u <= MAX_EXACT_INT
+            } else {
+                n.as_f64().is_some_and(|f| f.fract() != 0.0 || f.abs() >= 1e21)
+            }
+        }
+        Value::Array(items) => items.iter().all(reads_back),
+        Value::Object(m) => m.values().all(reads_back),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
+}
+
+/// An object written member by member in RFC 8785 form, for a writer that
+/// knows its keys: they must come in code-unit order (checked in debug
+/// builds). Tracks whether every value written reads back as itself
+/// ([`reads_back`]).
+pub(crate) struct Members<'a> {
+    out: &'a mut Vec<u8>,
+    last: Option<&'static str>,
+    /// Every value so far reads back exactly.
+    pub(crate) exact: bool,
+}
+
+impl<'a> Members<'a> {
+    pub(crate) fn new(out: &'a mut Vec<u8>) -> Members<'a> {
+        Members { out, last: None, exact: true }
+    }
+
+    fn key(&mut self, key: &'static str) -> &mut Vec<u8> {
+        debug_assert!(self.last.is_none_or(|l| l < key), "members out of order: `{key}` after {:?}", self.last);
+        self.out.push(if self.last.is_none() { b'{' } else { b',' });
+        self.last = Some(key);
+        write_str(self.out, key);
+        self.out.push(b':');
+        self.out
+    }
+
+    /// A string member.
+    pub(crate) fn str(&mut self, key: &'static str, v: &str) {
+        let out = self.key(key);
+        write_str(out, v);
+    }
+
+    /// A string member, `null` when absent.
+    pub(crate) fn opt_str(&mut self, key: &'static str, v: Option<&str>) {
+        let out = self.key(key);
+        match v {
+            Some(v) => write_str(out, v),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+
+    /// A boolean member.
+    pub(crate) fn bool(&mut self, key: &'static str, v: bool) {
+        let out = self.key(key);
+        out.extend_from_slice(if v { b"true" } else { b"false" });
+    }
+
+    /// Any value.
+    pub(crate) fn value(&mut self, key: &'static str, v: &Value) {
+        self.exact &= reads_back(v);
+        let out = self.key(key);
+        write_canonical(v, out);
+    }
+
+    /// An object of these members (in any order).
+    pub(crate) fn object<'m, M>(&mut self, key: &'static str, m: &'m M)
+    where
+        M: serde::Serialize + ?Sized,
+        &'m M: IntoIterator<Item = (&'m String, &'m Value)>,
+    {
+        self.exact &= m.into_iter().all(|(_, v)| reads_back(v));
+        let text = canonical_object(m);
+        self.key(key).extend_from_slice(&text);
+    }
+
+    /// Closes the object.
+    pub(crate) fn end(self) {
+        if self.last.is_none() {
+            self.out.push(b'{');
+        }
+        self.out.push(b'}');
+    }
+}
+
 fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
     match v {
         Value::Null => out.extend_from_slice(b"null"),

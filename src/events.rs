@@ -173,6 +173,47 @@ pub struct ActionEvent {
 }
 
 impl ActionEvent {
+    /// [`ActionEvent::to_value`]'s RFC 8785 text, written straight from the
+    /// record; `false` when it would not read back exactly.
+    fn write_canonical(&self, out: &mut Vec<u8>) -> bool {
+        let Some(a) = self.proposal.actions.get(self.index) else {
+            out.extend_from_slice(b"null");
+            return true;
+        };
+        let ended = matches!(self.phase, ActionPhase::Succeeded | ActionPhase::Failed);
+        let mut m = crate::canonical::Members::new(out);
+        if self.phase != ActionPhase::Retrying {
+            m.str("action_type", a.action_type.as_str());
+        }
+        m.value("attempt", &Value::from(self.attempt));
+        if let Some(c) = self.cached {
+            m.str("cached", c);
+        }
+        if let Some(d) = self.duration_ms {
+            m.value("duration_ms", &json!(d));
+        }
+        if self.phase == ActionPhase::Failed {
+            m.opt_str("error", self.error.as_deref());
+        }
+        if matches!(self.phase, ActionPhase::Failed | ActionPhase::Retrying) {
+            m.opt_str("error_class", self.error_class);
+        }
+        if ended {
+            m.object("expected_effects", &a.expected_effects);
+            m.str("params_digest", &params_digest(&a.parameters));
+        }
+        if self.phase == ActionPhase::Retrying {
+            m.opt_str("previous_error", self.error.as_deref());
+        }
+        if self.phase == ActionPhase::Failed {
+            m.bool("terminal", self.terminal);
+        }
+        m.opt_str("tool", a.tool.as_deref());
+        let exact = m.exact;
+        m.end();
+        exact
+    }
+
     fn to_value(&self) -> Value {
         let Some(a) = self.proposal.actions.get(self.index) else { return Value::Null };
         let mut m = Map::new();
@@ -271,6 +312,32 @@ pub struct AdmissionData {
 }
 
 impl AdmissionData {
+    /// [`AdmissionData::to_value`]'s RFC 8785 text, written straight from
+    /// the record; `false` when it would not read back exactly.
+    fn write_canonical(&self, out: &mut Vec<u8>) -> bool {
+        let mut m = crate::canonical::Members::new(out);
+        if self.downgraded_from_ask {
+            m.bool("downgraded_from_ask", true);
+        }
+        if let Some(t) = self.granted_tier {
+            m.str("granted_tier", t);
+        }
+        m.str("layer", self.layer);
+        m.str("reason", &self.reason);
+        if let Some(t) = self.required_tier {
+            m.str("required_tier", t);
+        }
+        if let Some(r) = &self.rule {
+            m.value("rule", r);
+        }
+        m.str("stage", self.stage);
+        m.opt_str("tool", self.tool.as_deref());
+        m.str("verdict", self.verdict);
+        let exact = m.exact;
+        m.end();
+        exact
+    }
+
     fn to_value(&self) -> Value {
         let mut m = Map::with_capacity(8);
         let s = |x: &'static str| Value::String(x.into());
@@ -293,6 +360,22 @@ impl AdmissionData {
         }
         Value::Object(m)
     }
+}
+
+/// A state record `{key, op, tenant, value?, version}` in RFC 8785 form;
+/// `false` when it would not read back exactly.
+fn write_state(out: &mut Vec<u8>, key: &str, tenant: Option<&str>, version: u64, value: Option<&Value>) -> bool {
+    let mut m = crate::canonical::Members::new(out);
+    m.str("key", key);
+    m.str("op", if value.is_some() { "set" } else { "delete" });
+    m.opt_str("tenant", tenant);
+    if let Some(v) = value {
+        m.value("value", v);
+    }
+    m.value("version", &Value::from(version));
+    let exact = m.exact;
+    m.end();
+    exact
 }
 
 impl EventData {
@@ -335,6 +418,48 @@ impl EventData {
                 Value::Object(m)
             }
         }
+    }
+
+    /// Appends the RFC 8785 text of [`EventData::to_value`] to `out`, the
+    /// per-action, admission and state records straight from the record.
+    /// Returns the payload as a value when that text would not read back as
+    /// it (a number the canonical form changes, see
+    /// [`crate::canonical::reads_back`]), for a writer that keeps it exact.
+    pub(crate) fn write_canonical(&self, out: &mut Vec<u8>) -> Option<Value> {
+        let exact = match self {
+            EventData::Action(a) => a.write_canonical(out),
+            EventData::Admission(a) => a.write_canonical(out),
+            EventData::State { key, tenant, version, value } => {
+                write_state(out, key, tenant.as_deref(), *version, value.as_ref())
+            }
+            EventData::ActionState { proposal, index, effect, tenant, version } => {
+                static NULL: Value = Value::Null;
+                let Some(a) = proposal.actions.get(*index) else {
+                    out.extend_from_slice(b"null");
+                    return None;
+                };
+                let (key, value) = match effect {
+                    Some(e) => match a.expected_effects.iter().nth(*e) {
+                        Some((k, v)) => (k.as_str(), Some(v)),
+                        None => {
+                            out.extend_from_slice(b"null");
+                            return None;
+                        }
+                    },
+                    None => {
+                        let delete = a.param("delete").and_then(Value::as_bool) == Some(true);
+                        (a.state_write_key().unwrap_or_default(), (!delete).then(|| a.param("value").unwrap_or(&NULL)))
+                    }
+                };
+                write_state(out, key, tenant.as_deref(), *version, value)
+            }
+            EventData::Value(_) | EventData::Proposal(_) => {
+                let v = self.to_value();
+                crate::canonical::write_canonical(&v, out);
+                return (!crate::canonical::reads_back(&v)).then_some(v);
+            }
+        };
+        (!exact).then(|| self.to_value())
     }
 
     fn field(&self, key: &str) -> Option<Value> {
@@ -400,9 +525,10 @@ impl Event {
         BUF.with(|b| {
             let mut b = b.borrow_mut();
             b.clear();
-            let data = self.data.to_value();
+            let mut data = Vec::with_capacity(256);
+            self.data.write_canonical(&mut data);
             let mut ts = Vec::with_capacity(40);
-            let _ = serde_json::to_writer(&mut ts, &self.timestamp);
+            write_timestamp(&mut ts, &self.timestamp);
             self.write_canonical(self.id, self.prev_hash.as_deref(), &data, &ts, &mut b);
             crate::canonical::sha256_hex(&b)
         })
@@ -411,22 +537,20 @@ impl Event {
     /// Appends the RFC 8785 form of the content `{action_id, data, id, kind,
     /// prev_hash?, proposal_id, timestamp}` (members in code-unit order) of
     /// this event as record `id` linked to `prev`, with its `data` already
-    /// rendered and its timestamp as JSON text: byte for byte the
-    /// canonicalisation of [`Event::to_json`] without `hash`.
-    pub(crate) fn write_canonical(&self, id: u64, prev: Option<&str>, data: &Value, timestamp: &[u8], c: &mut Vec<u8>) {
+    /// in RFC 8785 form ([`EventData::write_canonical`]) and its timestamp
+    /// as JSON text: byte for byte the canonicalisation of [`Event::to_json`]
+    /// without `hash`.
+    pub(crate) fn write_canonical(&self, id: u64, prev: Option<&str>, data: &[u8], timestamp: &[u8], c: &mut Vec<u8>) {
         fn string(out: &mut Vec<u8>, v: Option<&str>) {
             match v {
-                // A string always serialises.
-                Some(v) => {
-                    let _ = serde_json::to_writer(&mut *out, v);
-                }
+                Some(v) => crate::canonical::write_str(out, v),
                 None => out.extend_from_slice(b"null"),
             }
         }
         c.extend_from_slice(br#"{"action_id":"#);
         string(c, self.action_id.as_deref());
         c.extend_from_slice(br#","data":"#);
-        crate::canonical::write_canonical(data, c);
+        c.extend_from_slice(data);
         c.extend_from_slice(br#","id":"#);
         // As a JSON number is canonicalised (past 2^53, the nearest double).
         crate::canonical::write_canonical(&Value::from(id), c);
@@ -442,6 +566,51 @@ impl Event {
         c.extend_from_slice(timestamp);
         c.push(b'}');
     }
+}
+
+/// Appends `t` as JSON text, exactly as its `Serialize` writes it (RFC 3339,
+/// `Z`, the fraction in 0, 3, 6 or 9 digits as needed), without the
+/// formatting machinery for the years 0 to 9999; any other (and a leap
+/// second) through `Serialize`.
+pub(crate) fn write_timestamp(out: &mut Vec<u8>, t: &DateTime<Utc>) {
+    use chrono::{Datelike, Timelike};
+    let (year, nanos) = (t.year(), t.nanosecond());
+    let Ok(year) = u32::try_from(year) else {
+        let _ = serde_json::to_writer(&mut *out, t);
+        return;
+    };
+    if year > 9999 || nanos >= 1_000_000_000 {
+        let _ = serde_json::to_writer(&mut *out, t);
+        return;
+    }
+    fn digits(out: &mut Vec<u8>, v: u32, n: u32) {
+        for i in (0..n).rev() {
+            out.push(b'0' + ((v / 10u32.pow(i)) % 10) as u8);
+        }
+    }
+    out.push(b'"');
+    digits(out, year, 4);
+    out.push(b'-');
+    digits(out, t.month(), 2);
+    out.push(b'-');
+    digits(out, t.day(), 2);
+    out.push(b'T');
+    digits(out, t.hour(), 2);
+    out.push(b':');
+    digits(out, t.minute(), 2);
+    out.push(b':');
+    digits(out, t.second(), 2);
+    if nanos != 0 {
+        out.push(b'.');
+        if nanos % 1_000_000 == 0 {
+            digits(out, nanos / 1_000_000, 3);
+        } else if nanos % 1_000 == 0 {
+            digits(out, nanos / 1_000, 6);
+        } else {
+            digits(out, nanos, 9);
+        }
+    }
+    out.extend_from_slice(b"Z\"");
 }
 
 /// The current UTC time, as `Utc::now()`, for the log's hot path: the
@@ -909,6 +1078,7 @@ fn stats_of<'a>(events: impl Iterator<Item = &'a Event>) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn fast_clock_matches_chrono() {
@@ -998,6 +1168,139 @@ mod tests {
             };
             let expected = crate::canonical::sha256_hex(&crate::canonical::canonical_object(&e.content()));
             proptest::prop_assert_eq!(e.compute_hash(), expected);
+        }
+
+        /// Every typed record written straight to its RFC 8785 text is the
+        /// canonical text of its value, and says rightly whether that text
+        /// reads back as the value.
+        #[test]
+        fn typed_records_write_the_canonical_text_of_their_value(
+            effects in proptest::collection::vec(("[a-z\u{e000}😀]{0,4}", crate::canonical::tests::any_json()), 0..4),
+            params in crate::canonical::tests::any_json(),
+            value in crate::canonical::tests::any_json(),
+            text in proptest::option::of("\\PC{0,6}"),
+            attempt in 0u32..u32::MAX,
+            duration in proptest::option::of(proptest::prop_oneof![proptest::num::f64::ANY, proptest::strategy::Just(2.0), proptest::strategy::Just(-0.0)]),
+            flags in 0u8..=255,
+            version in proptest::prop_oneof![0u64..10, proptest::num::u64::ANY],
+            state_write in proptest::bool::ANY,
+        ) {
+            let effects: serde_json::Map<String, Value> = effects.into_iter().collect();
+            let mut action = json!({"id": "a", "type": "tool_call", "tool": text.clone().unwrap_or_else(|| "t".into()),
+                                    "expected_effects": effects});
+            if state_write {
+                action = json!({"id": "a", "type": "state_write",
+                                "parameters": {"key": text.clone().unwrap_or_default(), "value": value.clone(), "delete": flags & 64 != 0}});
+            } else if let Value::Object(p) = &params {
+                action["parameters"] = Value::Object(p.clone());
+            }
+            let proposal = Arc::new(crate::api::parse_proposal(&json!({"id": "p", "actions": [action]}).to_string()).unwrap());
+            let phases = [ActionPhase::Executing, ActionPhase::Succeeded, ActionPhase::Failed, ActionPhase::Retrying];
+            let mut datas: Vec<EventData> = phases
+                .iter()
+                .map(|&phase| EventData::Action(ActionEvent {
+                    phase,
+                    proposal: proposal.clone(),
+                    index: usize::from(flags & 1),
+                    attempt,
+                    duration_ms: duration,
+                    error: text.clone(),
+                    error_class: (flags & 2 != 0).then_some("timeout"),
+                    terminal: flags & 4 != 0,
+                    cached: (flags & 8 != 0).then_some("ttl"),
+                }))
+                .collect();
+            datas.push(EventData::Admission(Box::new(AdmissionData {
+                verdict: "ask",
+                layer: "tier",
+                rule: (flags & 16 != 0).then(|| value.clone()),
+                reason: text.clone().unwrap_or_default(),
+                required_tier: (flags & 32 != 0).then_some("full_access"),
+                granted_tier: (flags & 64 != 0).then_some("read_only"),
+                tool: text.clone(),
+                stage: "admission",
+                downgraded_from_ask: flags & 128 != 0,
+            })));
+            datas.push(EventData::State { key: text.clone().unwrap_or_default(), tenant: text.as_deref().map(Arc::from), version,
+                                          value: (flags & 2 != 0).then(|| value.clone()) });
+            for effect in [None, Some(0), Some(7)] {
+                datas.push(EventData::ActionState { proposal: proposal.clone(), index: usize::from(flags & 1), effect,
+                                                    tenant: None, version });
+            }
+            datas.push(EventData::Value(value.clone()));
+            for d in datas {
+                let v = d.to_value();
+                let mut out = Vec::new();
+                let plain = d.write_canonical(&mut out);
+                proptest::prop_assert_eq!(std::str::from_utf8(&out).unwrap(), crate::canonical::canonical_string(&v));
+                let back: Value = serde_json::from_slice(&out).unwrap();
+                // Told exact, it is; else the value comes back for the writer.
+                match plain {
+                    None => proptest::prop_assert_eq!(back, v),
+                    Some(p) => proptest::prop_assert_eq!(p, v),
+                }
+            }
+        }
+
+        /// A timestamp written directly is what its `Serialize` writes.
+        #[test]
+        fn timestamps_are_written_as_serde_writes_them(
+            secs in -62_167_219_200i64..253_402_300_800,
+            nanos in proptest::prop_oneof![0u32..1_000_000_000, (0u32..1000).prop_map(|n| n * 1_000_000), (0u32..1_000_000).prop_map(|n| n * 1000)],
+        ) {
+            let t = DateTime::from_timestamp(secs, nanos).unwrap();
+            let mut out = Vec::new();
+            write_timestamp(&mut out, &t);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&t).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_plain_record_is_written_once_as_its_exact_canonical_text() {
+        let p = Arc::new(
+            crate::api::parse_proposal(
+                r#"{"id": "p", "actions": [{"id": "a", "type": "tool_call", "tool": "t", "parameters": {"n": 1.5},
+                    "expected_effects": {"k": [1, "x"]}}]}"#,
+            )
+            .unwrap(),
+        );
+        let mut e = ActionEvent {
+            phase: ActionPhase::Succeeded,
+            proposal: p,
+            index: 0,
+            attempt: 1,
+            duration_ms: Some(0.25),
+            error: None,
+            error_class: None,
+            terminal: false,
+            cached: None,
+        };
+        let mut out = Vec::new();
+        assert_eq!(EventData::Action(e.clone()).write_canonical(&mut out), None);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with(r#"{"action_type":"tool_call","attempt":1,"duration_ms":0.25,"expected_effects":{"k":[1,"x"]},"params_digest":""#), "{text}");
+        // A duration the canonical form would turn into an integer: the
+        // value comes back for the line.
+        e.duration_ms = Some(3.0);
+        let d = EventData::Action(e);
+        assert_eq!(d.write_canonical(&mut Vec::new()), Some(d.to_value()));
+    }
+
+    #[test]
+    fn timestamps_outside_four_digit_years_and_leap_seconds_are_written_as_serde_writes_them() {
+        let leap =
+            chrono::NaiveDate::from_ymd_opt(2016, 12, 31).unwrap().and_hms_nano_opt(23, 59, 59, 1_500_000_000).unwrap();
+        for t in [
+            leap.and_utc(),
+            DateTime::from_timestamp(-62_167_219_201, 5).unwrap(),
+            DateTime::from_timestamp(253_402_300_800, 120_000_000).unwrap(),
+            DateTime::<Utc>::MIN_UTC,
+            DateTime::<Utc>::MAX_UTC,
+            DateTime::from_timestamp(0, 0).unwrap(),
+        ] {
+            let mut out = Vec::new();
+            write_timestamp(&mut out, &t);
+            assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&t).unwrap());
         }
     }
 }

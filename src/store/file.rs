@@ -420,6 +420,7 @@ impl Shared {
 #[derive(Default)]
 struct Scratch {
     canonical: Vec<u8>,
+    data: Vec<u8>,
     timestamp: Vec<u8>,
 }
 
@@ -427,42 +428,45 @@ struct Scratch {
 /// line: `{id, kind, timestamp, proposal_id, action_id, data, prev_hash?,
 /// hash}`); returns its hash, the SHA-256 of the JCS form of the record
 /// without `hash` ([`record_hash`] of the line read back). Both forms are
-/// written straight from the event: only its `data` is rendered, once.
+/// written straight from the event: its `data` is rendered once, in RFC
+/// 8785 form, and the line holds that text too unless it would not read
+/// back as the data (a number the canonical form changes), when the line
+/// has the data as serde writes it.
 fn write_record(buf: &mut Vec<u8>, s: &mut Scratch, e: &Event, id: u64, prev: Option<&str>) -> std::io::Result<String> {
-    fn string(out: &mut Vec<u8>, v: Option<&str>) -> std::io::Result<()> {
+    fn string(out: &mut Vec<u8>, v: Option<&str>) {
         match v {
-            Some(v) => serde_json::to_writer(&mut *out, v).map_err(std::io::Error::other),
-            None => {
-                out.extend_from_slice(b"null");
-                Ok(())
-            }
+            Some(v) => crate::canonical::write_str(out, v),
+            None => out.extend_from_slice(b"null"),
         }
     }
-    let data = e.data.to_value();
+    s.data.clear();
+    let exact_data = e.data.write_canonical(&mut s.data);
     s.timestamp.clear();
-    serde_json::to_writer(&mut s.timestamp, &e.timestamp).map_err(std::io::Error::other)?;
+    crate::events::write_timestamp(&mut s.timestamp, &e.timestamp);
     // The canonical form: members in code-unit order.
     let c = &mut s.canonical;
     c.clear();
-    e.write_canonical(id, prev, &data, &s.timestamp, c);
-    let id = id.to_string();
+    e.write_canonical(id, prev, &s.data, &s.timestamp, c);
     let hash = crate::canonical::sha256_hex(c);
     // The line, in the record's own order.
     buf.extend_from_slice(br#"{"id":"#);
-    buf.extend_from_slice(id.as_bytes());
+    write!(buf, "{id}")?;
     buf.extend_from_slice(br#","kind":"#);
-    string(buf, Some(e.kind.as_str()))?;
+    string(buf, Some(e.kind.as_str()));
     buf.extend_from_slice(br#","timestamp":"#);
     buf.extend_from_slice(&s.timestamp);
     buf.extend_from_slice(br#","proposal_id":"#);
-    string(buf, e.proposal_id.as_deref())?;
+    string(buf, e.proposal_id.as_deref());
     buf.extend_from_slice(br#","action_id":"#);
-    string(buf, e.action_id.as_deref())?;
+    string(buf, e.action_id.as_deref());
     buf.extend_from_slice(br#","data":"#);
-    serde_json::to_writer(&mut *buf, &data).map_err(std::io::Error::other)?;
+    match &exact_data {
+        None => buf.extend_from_slice(&s.data),
+        Some(data) => serde_json::to_writer(&mut *buf, data).map_err(std::io::Error::other)?,
+    }
     if prev.is_some() {
         buf.extend_from_slice(br#","prev_hash":"#);
-        string(buf, prev)?;
+        string(buf, prev);
     }
     buf.extend_from_slice(br#","hash":""#);
     buf.extend_from_slice(hash.as_bytes());
@@ -689,7 +693,7 @@ mod tests {
     }
 
     /// The record written straight from the event, read back: the line is
-    /// the record serialised in its own order (as before), and its hash is
+    /// the record in its own order with the event's data, and its hash is
     /// the one verification computes.
     fn check(e: &Event, prev: Option<&str>) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
         let mut buf = Vec::new();
@@ -708,7 +712,10 @@ mod tests {
             want.insert("prev_hash".into(), Value::from(p));
         }
         want.insert("hash".into(), Value::from(hash.clone()));
-        proptest::prop_assert_eq!(&line[..line.len() - 1], serde_json::to_string(&want).unwrap());
+        // The record's members in its own order; its data as the event's
+        // (an object's members in any order, every number exact).
+        proptest::prop_assert_eq!(rec.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+        proptest::prop_assert_eq!(&rec, &want);
         proptest::prop_assert_eq!(record_hash(&rec), hash.clone());
         proptest::prop_assert_eq!(record_hash(&want), hash);
         Ok(())
