@@ -558,3 +558,69 @@ async fn without_plan_mode_every_tool_is_offered() {
         assert!(stage.offers(t), "{t}");
     }
 }
+
+/// The tier's decisions made for the supervision layer's look are reused by
+/// the admission only when the supervisor answered at once: an approval
+/// revoked while a supervisor held the proposal counts. (The supervisor sees
+/// only a proposal the tier admits whole, so an approval given while it
+/// holds one cannot matter.)
+#[tokio::test]
+async fn a_ledger_change_while_the_supervisor_holds_a_proposal_counts() {
+    let dir = std::env::temp_dir().join(format!("car-ledger-sup-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tier-approvals.jsonl");
+    let rt = CarRuntime::new();
+    rt.register_tool_schema(&json!({"name": "deploy", "parameters": {"type": "object"}}).to_string()).unwrap();
+    rt.permission_set_tier("read_only").unwrap();
+    rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)).into())).unwrap();
+    let held = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (h, r) = (held.clone(), release.clone());
+    let sup: SupervisorFn = Arc::new(move |_, _| {
+        let (h, r) = (h.clone(), r.clone());
+        Box::pin(async move {
+            h.notify_one();
+            r.notified().await;
+            None
+        })
+    });
+    rt.set_supervisor(Some(sup)).unwrap();
+    let deploy =
+        json!({"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "failure_behavior": "skip"});
+    let read = json!({"id": "r", "type": "state_read", "parameters": {"key": "x"}});
+    let record = |approve: bool| {
+        car_runtime::api::policy::permission_record_decision(
+            &deploy.to_string(),
+            approve,
+            "operator",
+            "changed while held",
+            path.to_str().unwrap(),
+            None,
+        )
+        .unwrap();
+    };
+    record(true);
+    for revoke_while_held in [false, true] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (rt2, c2) = (rt.clone(), calls.clone());
+        let p = proposal(json!([read.clone(), deploy.clone()]));
+        let mut running = tokio::spawn(async move { run(&rt2, &p, None, &c2).await });
+        tokio::select! {
+            () = held.notified() => {}
+            out = &mut running => panic!("the supervisor never held the proposal: {}", out.unwrap()),
+        }
+        if revoke_while_held {
+            record(false);
+        }
+        release.notify_one();
+        let out = running.await.unwrap();
+        let want = if revoke_while_held { "rejected" } else { "succeeded" };
+        assert_eq!(
+            statuses(&out)[1],
+            ("d".to_string(), want.to_string()),
+            "revoked while held: {revoke_while_held}: {out}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), usize::from(!revoke_while_held));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

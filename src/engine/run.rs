@@ -518,20 +518,35 @@ impl Runtime {
         }
         // The supervision layer: a supervisor sees a proposal the tier layer
         // does not refuse as a whole, and may park it until a person decides.
+        // The tier's decisions made for that are the admission's own when the
+        // supervisor answered at once (nothing can have changed between);
+        // after a wait they are made again.
+        let mut tier = None;
         let supervised = match ctx.stage.supervisor() {
-            Some(sup)
-                if !proposal.actions.is_empty()
-                    && !ctx.stage.tier_decisions(&proposal.actions).first().is_some_and(|(refused, _)| *refused) =>
-            {
-                let sup = sup.clone();
-                match AssertUnwindSafe(sup(&proposal, ctx.session_id.as_deref())).catch_unwind().await {
-                    Ok(verdict) => verdict,
-                    Err(_) => Some("the supervisor panicked; refused".to_string()),
+            Some(sup) if !proposal.actions.is_empty() => {
+                let decided = ctx.stage.tier_decisions(&proposal.actions);
+                if decided.first().is_some_and(|(refused, _)| *refused) {
+                    tier = Some(decided);
+                    None
+                } else {
+                    let sup = sup.clone();
+                    let mut verdict = AssertUnwindSafe(sup(&proposal, ctx.session_id.as_deref())).catch_unwind();
+                    let verdict = match futures::poll!(&mut verdict) {
+                        std::task::Poll::Ready(v) => {
+                            tier = Some(decided);
+                            v
+                        }
+                        std::task::Poll::Pending => verdict.await,
+                    };
+                    match verdict {
+                        Ok(verdict) => verdict,
+                        Err(_) => Some("the supervisor panicked; refused".to_string()),
+                    }
                 }
             }
             _ => None,
         };
-        let mut aborted = self.admit(&mut ctx, &dag, &mut results, supervised);
+        let mut aborted = self.admit(&mut ctx, &dag, &mut results, supervised, tier);
 
         // A resumed proposal's succeeded actions come first in completion
         // order (an abort compensates them too).
@@ -1040,13 +1055,16 @@ impl Runtime {
 
     /// Admission before anything runs. Returns true when a refused action's
     /// failure behavior aborts the proposal. The layers and their order are
-    /// those of [`crate::admission`].
+    /// those of [`crate::admission`]. `tier` holds the tier layer's
+    /// decisions when this pass made them already, with no wait since (the
+    /// supervision layer's look).
     fn admit(
         &self,
         ctx: &mut Ctx,
         dag: &Dag,
         results: &mut [Option<ActionResult>],
         supervised: Option<String>,
+        tier: Option<Vec<(bool, Decision)>>,
     ) -> bool {
         let proposal = ctx.proposal.clone();
         let actions = &proposal.actions;
@@ -1088,7 +1106,8 @@ impl Runtime {
                 }
             }
         } else {
-            for (i, (refused, d)) in stage.tier_decisions(actions).into_iter().enumerate() {
+            let tier = tier.unwrap_or_else(|| stage.tier_decisions(actions));
+            for (i, (refused, d)) in tier.into_iter().enumerate() {
                 if settled[i] {
                     continue;
                 }

@@ -621,9 +621,39 @@ enum Step {
     /// Answer now (or nothing for a notification).
     Now(Option<Value>),
     /// Answer when the handler finishes (on its own task).
-    Later(BoxFuture<'static, Option<Value>>),
+    Later(BoxFuture<'static, Option<Reply>>),
     /// Answer, then close the connection (with this reason).
     Close(Value, String),
+}
+
+/// A handler's answer frame: a value, or a result written as JSON text.
+enum Reply {
+    Value(Value),
+    Text { id: Value, result: String },
+}
+
+impl Reply {
+    /// The frame as a value (a batch answers with an array of them).
+    fn into_value(self) -> Value {
+        match self {
+            Reply::Value(v) => v,
+            Reply::Text { id, result } => match serde_json::from_str(&result) {
+                Ok(r) => rpc::response(&id, r),
+                Err(e) => rpc::error_response(&id, &RpcError::internal(format!("result is not JSON: {e}"))),
+            },
+        }
+    }
+
+    fn send(self, conn: &Conn) {
+        match self {
+            Reply::Value(v) => {
+                conn.send(&v);
+            }
+            Reply::Text { id, result } => {
+                conn.out.send(Message::text(rpc::response_text(&id, &result)));
+            }
+        }
+    }
 }
 
 pub(crate) async fn serve_connection(
@@ -1093,7 +1123,7 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
     match rpc::classify(text) {
         Frame::Batch(items) => {
             let mut now: Vec<Value> = Vec::new();
-            let mut later: Vec<BoxFuture<'static, Option<Value>>> = Vec::new();
+            let mut later: Vec<BoxFuture<'static, Option<Reply>>> = Vec::new();
             let mut close = None;
             for item in items {
                 match step(conn, rpc::classify_value(item), in_flight + later.len()) {
@@ -1115,7 +1145,7 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
                 handlers.push(
                     async move {
                         let done = futures::future::join_all(later).await;
-                        now.extend(done.into_iter().flatten());
+                        now.extend(done.into_iter().flatten().map(Reply::into_value));
                         if !now.is_empty() {
                             c.send(&Value::Array(now));
                         }
@@ -1136,8 +1166,8 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
                 let c = conn.clone();
                 handlers.push(
                     async move {
-                        if let Some(v) = f.await {
-                            c.send(&v);
+                        if let Some(r) = f.await {
+                            r.send(&c);
                         }
                     }
                     .boxed(),
@@ -1235,8 +1265,9 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
             // handler, so it must not unwind through it.
             let r = super::methods::guarded(&method, Box::pin(super::methods::run(&c, &method, params))).await;
             id.map(|id| match r {
-                Ok(v) => rpc::response(&id, v),
-                Err(e) => rpc::error_response(&id, &e),
+                Ok(super::methods::Answer::Value(v)) => Reply::Value(rpc::response(&id, v)),
+                Ok(super::methods::Answer::Text(result)) => Reply::Text { id, result },
+                Err(e) => Reply::Value(rpc::error_response(&id, &e)),
             })
         }
         .boxed(),

@@ -19,6 +19,23 @@ use crate::ir::{ActionProposal, ActionResult, ActionStatus, CostSummary, Failure
 
 type R = Result<Value, RpcError>;
 
+/// A handler's answer: a value, or a result already written as JSON text
+/// (a proposal's result, written directly rather than built as a value and
+/// then written).
+pub(crate) enum Answer {
+    Value(Value),
+    Text(String),
+}
+
+impl Answer {
+    fn into_value(self) -> R {
+        match self {
+            Answer::Value(v) => Ok(v),
+            Answer::Text(t) => parse(&t),
+        }
+    }
+}
+
 /// The reason every action of a proposal submitted to a halted session carries.
 pub(crate) const HALTED: &str = "session halted after a terminal tool failure; reconnect or call session.clear_halt";
 
@@ -49,11 +66,11 @@ pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal, supervised: b
 /// is copied whole each time an enclosing future moves (into `guarded`, the
 /// deadline, the connection's task): in a daemon serving one client those
 /// copies were about a quarter of its instructions (callgrind, 2026-12-06).
-pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
+pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> Result<Answer, RpcError> {
     if method == "proposal.submit" {
         let submission = Submission::read(&params, &conn.rt)?;
         if let Some(refused) = guarded(method, Box::pin(admit(conn, &submission))).await? {
-            return Ok(refused);
+            return Ok(Answer::Value(refused));
         }
         let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
         return with_deadline(method, deadline, guarded(method, Box::pin(execute(conn, submission)))).await;
@@ -70,12 +87,16 @@ pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> R {
             .with_data(json!({"code": "suspension_not_found"})));
         };
         if conn.halted.load(Ordering::SeqCst) {
-            return reject_all(&cp.proposal, HALTED);
+            return reject_all(&cp.proposal, HALTED).map(Answer::Value);
         }
         let deadline = submit_deadline(&conn.config, &cp.proposal, conn.supervisors.has_subscribers());
-        return with_deadline(method, deadline, guarded(method, Box::pin(resume(conn, &id, session.as_deref())))).await;
+        return with_deadline(method, deadline, guarded(method, Box::pin(resume(conn, &id, session.as_deref()))))
+            .await
+            .map(Answer::Value);
     }
-    with_deadline(method, conn.config.handler_timeout, guarded(method, Box::pin(dispatch(conn, method, params)))).await
+    with_deadline(method, conn.config.handler_timeout, guarded(method, Box::pin(dispatch(conn, method, params))))
+        .await
+        .map(Answer::Value)
 }
 
 /// Runs a handler, turning a panic in it into an internal error for its call.
@@ -91,11 +112,11 @@ pub(crate) async fn guarded<T>(
 
 /// Runs a handler under its deadline: `-32004` when it is abandoned (the
 /// handler's future is dropped, which cancels its in-flight callbacks).
-pub(crate) async fn with_deadline(
+pub(crate) async fn with_deadline<T>(
     method: &str,
     deadline: Duration,
-    handler: impl std::future::Future<Output = R>,
-) -> R {
+    handler: impl std::future::Future<Output = Result<T, RpcError>>,
+) -> Result<T, RpcError> {
     match tokio::time::timeout(deadline, handler).await {
         Ok(r) => r,
         Err(_) => Err(RpcError::new(
@@ -246,14 +267,14 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
             let submission = Submission { proposal, session, scope };
             match admit(conn, &submission).await? {
                 Some(refused) => Ok(refused),
-                None => execute(conn, submission).await,
+                None => execute(conn, submission).await.and_then(Answer::into_value),
             }
         }
         "proposal.submit" => {
             let submission = Submission::read(p, rt)?;
             match admit(conn, &submission).await? {
                 Some(refused) => Ok(refused),
-                None => execute(conn, submission).await,
+                None => execute(conn, submission).await.and_then(Answer::into_value),
             }
         }
         "proposal.suspended" => {
@@ -812,8 +833,9 @@ async fn escalations(
 }
 
 /// Executes an admitted submission (its proposal parsed once, at
-/// [`Submission::read`]); a terminal tool failure halts the session.
-async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
+/// [`Submission::read`]); a terminal tool failure halts the session. The
+/// result is written as JSON text directly.
+async fn execute(conn: &Arc<Conn>, sub: Submission) -> Result<Answer, RpcError> {
     let Submission { proposal, session, scope, .. } = sub;
     let session = session.as_deref();
     // The asks' plan items, for the approvers' notification (only while
@@ -836,12 +858,14 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> R {
     if out.results.iter().any(|r| r.terminal) {
         conn.halted.store(true, Ordering::SeqCst);
     }
-    let value =
-        serde_json::to_value(&out).map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))?;
     match refused {
-        None => Ok(value),
-        Some((message, code, approvals)) => Err(RpcError::new(super::approvals::APPROVAL_DENIED, message)
-            .with_data(json!({"code": code, "approvals": approvals, "result": value}))),
+        None => Ok(Answer::Text(out.to_json_string())),
+        Some((message, code, approvals)) => {
+            let value = serde_json::to_value(&out)
+                .map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))?;
+            Err(RpcError::new(super::approvals::APPROVAL_DENIED, message)
+                .with_data(json!({"code": code, "approvals": approvals, "result": value})))
+        }
     }
 }
 

@@ -238,6 +238,19 @@ pub fn response(id: &Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// [`response`] as text, its result already JSON text: byte for byte what
+/// [`response`] of that result's value writes.
+pub fn response_text(id: &Value, result: &str) -> String {
+    let id = id.to_string();
+    let mut s = String::with_capacity(result.len() + id.len() + 32);
+    s.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    s.push_str(&id);
+    s.push_str(r#","result":"#);
+    s.push_str(result);
+    s.push('}');
+    s
+}
+
 /// An error response.
 pub fn error_response(id: &Value, error: &RpcError) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()})
@@ -357,6 +370,21 @@ mod tests {
         assert_eq!(e.data.as_ref().map(|d| d["code"].clone()), Some(json!("invalid_argument")));
         let e: RpcError = crate::Error::runtime("boom", "it broke").into();
         assert_eq!((e.code, e.message.as_str()), (INTERNAL_ERROR, "it broke"));
+    }
+
+    #[test]
+    fn a_response_written_from_its_results_text_is_the_responses_text() {
+        let results = [
+            json!({"proposal_id": "p", "results": [{"action_id": "a\"\u{1}é", "output": {"n": 1.5, "big": 18446744073709551615_u64}}]}),
+            json!(null),
+            json!([1, "two", {"three": []}]),
+        ];
+        for id in [json!(7), json!("req-\"1\""), json!(null), json!(-2.5)] {
+            for r in &results {
+                let text = serde_json::to_string(r).unwrap();
+                assert_eq!(response_text(&id, &text), response(&id, r.clone()).to_string(), "{id} {r}");
+            }
+        }
     }
 
     #[test]
