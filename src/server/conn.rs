@@ -373,7 +373,12 @@ impl Conn {
 
     /// Queues a frame for the writer; false once the connection is gone.
     pub(crate) fn send(&self, v: &Value) -> bool {
-        self.out.send(Message::text(v.to_string()))
+        self.send_text(v.to_string())
+    }
+
+    /// [`Conn::send`] of a frame already written as JSON text.
+    pub(crate) fn send_text(&self, text: String) -> bool {
+        self.out.send(Message::text(text))
     }
 
     /// The authenticated identity, `None` before `session.auth`.
@@ -650,7 +655,7 @@ impl Reply {
                 conn.send(&v);
             }
             Reply::Text { id, result } => {
-                conn.out.send(Message::text(rpc::response_text(&id, &result)));
+                conn.send_text(rpc::response_text(&id, &result));
             }
         }
     }

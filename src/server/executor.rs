@@ -18,6 +18,59 @@ pub(crate) struct WsToolExecutor {
     pub(crate) conn: Arc<Conn>,
 }
 
+/// The `tools.execute` request frame of `call`, written straight from it
+/// (the call's parameters are not copied into a value first): `{action_id,
+/// tool, parameters, timeout_ms, attempt, request_id, session_id}`, then the
+/// tool context of an isolated proposal (`ToolContext.cwd`, `.isolation`),
+/// `detached` and the `deadline` when there are.
+fn execute_request(call: &ToolCall, session_id: &str, detached: bool) -> String {
+    #[derive(serde::Serialize)]
+    struct Params<'a> {
+        action_id: &'a str,
+        tool: &'a str,
+        parameters: &'a Value,
+        timeout_ms: Option<u64>,
+        attempt: u32,
+        request_id: &'a str,
+        session_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cwd: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        isolation: Option<&'a Value>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        detached: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        deadline: Option<&'a chrono::DateTime<chrono::Utc>>,
+    }
+    #[derive(serde::Serialize)]
+    struct Request<'a> {
+        jsonrpc: &'static str,
+        id: &'a str,
+        method: &'static str,
+        params: Params<'a>,
+    }
+    let request = Request {
+        jsonrpc: "2.0",
+        id: &call.request_id,
+        method: "tools.execute",
+        params: Params {
+            action_id: &call.action_id,
+            tool: &call.tool,
+            parameters: &call.params,
+            timeout_ms: call.timeout_ms,
+            attempt: call.attempt,
+            request_id: &call.request_id,
+            session_id: call.session_id.as_deref().unwrap_or(session_id),
+            cwd: call.cwd.as_deref(),
+            isolation: call.isolation.as_ref(),
+            detached,
+            deadline: call.deadline.as_ref(),
+        },
+    };
+    // Strings, values and numbers always serialise.
+    serde_json::to_string(&request).unwrap_or_default()
+}
+
 /// `185s`, or `300ms` when not whole seconds.
 pub(crate) fn human(d: Duration) -> String {
     let ms = d.as_millis();
@@ -132,30 +185,7 @@ impl WsToolExecutor {
     /// a streaming or long-running tool).
     async fn callback(&self, call: &ToolCall, detached: bool) -> Result<Value, ToolFailure> {
         let conn = &*self.conn;
-        let session_id = call.session_id.clone().unwrap_or_else(|| conn.session_id.clone());
-        let mut params = json!({
-            "action_id": call.action_id,
-            "tool": call.tool,
-            "parameters": call.params,
-            "timeout_ms": call.timeout_ms,
-            "attempt": call.attempt,
-            "request_id": call.request_id,
-            "session_id": session_id,
-        });
-        // The tool context of an isolated proposal (`ToolContext.cwd`,
-        // `ToolContext.isolation`).
-        if let Some(cwd) = &call.cwd {
-            params["cwd"] = json!(cwd);
-        }
-        if let Some(iso) = &call.isolation {
-            params["isolation"] = iso.clone();
-        }
-        if detached {
-            params["detached"] = json!(true);
-        }
-        if let Some(d) = &call.deadline {
-            params["deadline"] = json!(d);
-        }
+        let request = execute_request(call, &conn.session_id, detached);
         let rx = conn.expect(&call.request_id);
         conn.track_call(&call.request_id, &call.tool, &call.action_id);
         let _tracked = Tracked { conn, id: &call.request_id };
@@ -169,7 +199,7 @@ impl WsToolExecutor {
             armed: true,
             reason: None,
         };
-        if !conn.send(&rpc::request(&call.request_id, "tools.execute", params)) {
+        if !conn.send_text(request) {
             guard.armed = false;
             conn.forget(&call.request_id);
             return Err(ToolFailure::ordinary(format!("tool '{}': the client connection is closed", call.tool)));
@@ -215,6 +245,64 @@ impl WsToolExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The request as it was built before (a value, then its text), the
+    /// reference for the frame written straight from the call.
+    fn as_value(call: &ToolCall, session_id: &str, detached: bool) -> String {
+        let mut params = json!({
+            "action_id": call.action_id,
+            "tool": call.tool,
+            "parameters": call.params,
+            "timeout_ms": call.timeout_ms,
+            "attempt": call.attempt,
+            "request_id": call.request_id,
+            "session_id": call.session_id.as_deref().unwrap_or(session_id),
+        });
+        if let Some(cwd) = &call.cwd {
+            params["cwd"] = json!(cwd);
+        }
+        if let Some(iso) = &call.isolation {
+            params["isolation"] = iso.clone();
+        }
+        if detached {
+            params["detached"] = json!(true);
+        }
+        if let Some(d) = &call.deadline {
+            params["deadline"] = json!(d);
+        }
+        rpc::request(&call.request_id, "tools.execute", params).to_string()
+    }
+
+    #[test]
+    fn the_tools_execute_frame_is_written_as_its_value_was() {
+        let bare = ToolCall {
+            tool: "echo".into(),
+            params: json!({"b": [1, 2.5, null], "a": "x\"\u{1}é"}),
+            action_id: "a-1".into(),
+            request_id: "req-1".into(),
+            timeout_ms: None,
+            session_id: None,
+            attempt: 1,
+            cwd: None,
+            isolation: None,
+            deadline: None,
+        };
+        let full = ToolCall {
+            timeout_ms: Some(2500),
+            session_id: Some("own \"session\"".into()),
+            attempt: 3,
+            cwd: Some("/tmp/work tree".into()),
+            isolation: Some(json!({"mode": "worktree"})),
+            deadline: Some(chrono::DateTime::from_timestamp(1_700_000_000, 123_000_000).unwrap()),
+            params: json!(null),
+            ..bare.clone()
+        };
+        for call in [&bare, &full] {
+            for detached in [false, true] {
+                assert_eq!(execute_request(call, "conn-7", detached), as_value(call, "conn-7", detached));
+            }
+        }
+    }
 
     #[test]
     fn durations() {
