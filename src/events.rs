@@ -453,7 +453,11 @@ impl EventData {
                 };
                 write_state(out, key, tenant.as_deref(), *version, value)
             }
-            EventData::Value(_) | EventData::Proposal(_) => {
+            EventData::Value(v) => {
+                crate::canonical::write_canonical(v, out);
+                crate::canonical::reads_back(v)
+            }
+            EventData::Proposal(_) => {
                 let v = self.to_value();
                 crate::canonical::write_canonical(&v, out);
                 return (!crate::canonical::reads_back(&v)).then_some(v);

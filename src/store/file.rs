@@ -258,6 +258,8 @@ struct Writer {
     len: u64,
     /// The batch's bytes (kept for its capacity).
     buf: Vec<u8>,
+    /// The batch's events, taken from the queue (kept for its capacity).
+    batch: Vec<Event>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -323,17 +325,30 @@ impl Shared {
     /// [`Shared::flush`] with the writer already held; the sync is made
     /// without it, as the writer thread's.
     fn flush_locked(&self, mut w: std::sync::MutexGuard<'_, Writer>) -> std::io::Result<()> {
-        let (events, tickets) = {
-            let mut q = lock(&self.queue);
-            (std::mem::take(&mut q.events), std::mem::take(&mut q.tickets))
-        };
-        self.write_batch(&mut w, &events);
+        let tickets = self.take_queued(&mut w);
         drop(w);
         let synced = self.sync();
         for t in tickets {
             let _ = t.send(());
         }
         synced
+    }
+
+    /// Writes what is queued (taken with the writer held, `w`, so batches
+    /// reach the file in the order they were queued); returns the tickets
+    /// waiting on it. The queue and the batch swap vectors, so neither
+    /// allocates again once grown.
+    fn take_queued(&self, w: &mut Writer) -> Vec<tokio::sync::oneshot::Sender<()>> {
+        let tickets = {
+            let mut q = lock(&self.queue);
+            std::mem::swap(&mut w.batch, &mut q.events);
+            std::mem::take(&mut q.tickets)
+        };
+        let batch = std::mem::take(&mut w.batch);
+        self.write_batch(w, &batch);
+        w.batch = batch;
+        w.batch.clear();
+        tickets
     }
 
     /// Syncs the file's data, recording how long it took.
@@ -504,6 +519,7 @@ impl AuditFile {
             failed: None,
             len,
             buf: Vec::new(),
+            batch: Vec::new(),
         };
         let shared = Arc::new(Shared {
             path: path.clone(),
@@ -598,17 +614,18 @@ impl AuditFile {
     /// wrote.
     pub fn write_behind(&self) -> bool {
         let Ok(mut w) = self.shared.writer.try_lock() else { return false };
-        let events = {
+        let mut events = std::mem::take(&mut w.batch);
+        {
             let mut q = lock(&self.shared.queue);
-            if q.events.is_empty() {
-                return false;
-            }
-            std::mem::take(&mut q.events)
-        };
+            std::mem::swap(&mut events, &mut q.events);
+        }
         // Under the writer, as every batch: the queue's order is the file's,
         // and a ticket queued meanwhile is synced after this write.
+        let wrote = !events.is_empty();
         self.shared.write_batch(&mut w, &events);
-        true
+        events.clear();
+        w.batch = events;
+        wrote
     }
 
     /// Starts the writer, or wakes it (`now`) when it waits.
