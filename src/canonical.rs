@@ -151,6 +151,25 @@ impl<'a> Members<'a> {
         self.key(key).extend_from_slice(&text);
     }
 
+    /// A member whose value the caller writes (in RFC 8785 form) to the
+    /// buffer returned; it accounts for [`Members::exact`] itself.
+    pub(crate) fn raw(&mut self, key: &'static str) -> &mut Vec<u8> {
+        self.key(key)
+    }
+
+    /// An array of strings.
+    pub(crate) fn strs(&mut self, key: &'static str, items: &[String]) {
+        let out = self.key(key);
+        out.push(b'[');
+        for (i, s) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_str(out, s);
+        }
+        out.push(b']');
+    }
+
     /// Closes the object.
     pub(crate) fn end(self) {
         if self.last.is_none() {

@@ -421,7 +421,8 @@ impl EventData {
     }
 
     /// Appends the RFC 8785 text of [`EventData::to_value`] to `out`, the
-    /// per-action, admission and state records straight from the record.
+    /// proposal, per-action, admission and state records straight from the
+    /// record.
     /// Returns the payload as a value when that text would not read back as
     /// it (a number the canonical form changes, see
     /// [`crate::canonical::reads_back`]), for a writer that keeps it exact.
@@ -457,11 +458,7 @@ impl EventData {
                 crate::canonical::write_canonical(v, out);
                 crate::canonical::reads_back(v)
             }
-            EventData::Proposal(_) => {
-                let v = self.to_value();
-                crate::canonical::write_canonical(&v, out);
-                return (!crate::canonical::reads_back(&v)).then_some(v);
-            }
+            EventData::Proposal(p) => crate::ir::write::proposal_canonical(p, out),
         };
         (!exact).then(|| self.to_value())
     }

@@ -1158,6 +1158,49 @@ mod tests {
             }
             same_as_serde(&text)?;
         }
+
+        /// A proposal written straight to its RFC 8785 text is the canonical
+        /// text of its value, and says rightly whether that reads back as it.
+        #[test]
+        fn generated_proposals_write_their_canonical_text(text in proposal_text()) {
+            if let Ok(p) = crate::api::parse_proposal(&text) {
+                let v = serde_json::to_value(&p).unwrap();
+                let mut out = Vec::new();
+                let exact = crate::ir::write::proposal_canonical(&p, &mut out);
+                prop_assert_eq!(String::from_utf8(out.clone()).unwrap(), crate::canonical::canonical_string(&v));
+                if exact {
+                    prop_assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), v);
+                }
+            }
+        }
+    }
+
+    /// Proposals with every optional part (a compensation, assumptions,
+    /// dependencies, a timeout, preconditions, integral and large numbers)
+    /// write the canonical text of their value.
+    #[test]
+    fn full_proposals_write_their_canonical_text() {
+        let text = r#"{"id": "p\u00e9", "source": "s", "context": {"z": 1, "a": [2.0]}, "timestamp": "2026-01-02T03:04:05.120Z",
+            "actions": [
+              {"id": "a", "type": "tool_call", "tool": "t", "parameters": {"n": 18446744073709551615, "f": 1.5},
+               "preconditions": [{"key": "k", "operator": "gt", "value": 3, "description": "d"}],
+               "expected_effects": {"k": {"x": null}}, "state_dependencies": ["k"], "dependencies": ["b"],
+               "read_set": ["r"], "write_set": ["w"], "assumptions": [{"key": "k", "read_version": 2}],
+               "invocation_mode": "one_shot", "reversibility": "reversible",
+               "compensation": {"type": "tool", "tool": "undo", "parameters": {"q": 1}}, "idempotent": true, "max_retries": 5,
+               "failure_behavior": "skip", "timeout_ms": 2500, "metadata": {"\ue000": 1, "b": true}},
+              {"id": "b", "type": "state_write", "parameters": {"key": "k", "value": 1}}]}"#;
+        let p = crate::api::parse_proposal(text).unwrap();
+        let v = serde_json::to_value(&p).unwrap();
+        let mut out = Vec::new();
+        // A u64 past 2^53 and an integral float do not read back exactly.
+        assert!(!crate::ir::write::proposal_canonical(&p, &mut out));
+        assert_eq!(String::from_utf8(out).unwrap(), crate::canonical::canonical_string(&v));
+        let plain =
+            crate::api::parse_proposal(&text.replace("18446744073709551615", "7").replace("[2.0]", "[2.5]")).unwrap();
+        let mut out = Vec::new();
+        assert!(crate::ir::write::proposal_canonical(&plain, &mut out));
+        assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), serde_json::to_value(&plain).unwrap());
     }
 
     /// The generated proposals exercise the direct reader, not only its

@@ -16,7 +16,7 @@ pub mod strict;
 mod tool;
 mod unknown;
 mod verification;
-mod write;
+pub(crate) mod write;
 
 pub use object::Object;
 pub use parse::{from_json_str, from_value, parse_proposal, parse_proposal_value, to_json_path_error};

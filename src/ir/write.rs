@@ -164,6 +164,89 @@ pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
     out
 }
 
+/// The RFC 8785 text of `p` (what `canonical_json` gives for its value),
+/// written straight from it: members in code-unit order, the free-form maps
+/// through the canonical writer. Returns whether that text reads back as
+/// the proposal's value (see [`crate::canonical::reads_back`]).
+pub(crate) fn proposal_canonical(p: &ActionProposal, out: &mut Vec<u8>) -> bool {
+    let mut m = crate::canonical::Members::new(out);
+    let mut exact = true;
+    let list = m.raw("actions");
+    list.push(b'[');
+    for (i, a) in p.actions.iter().enumerate() {
+        if i > 0 {
+            list.push(b',');
+        }
+        exact &= action_canonical(a, list);
+    }
+    list.push(b']');
+    m.object("context", &p.context);
+    m.str("id", &p.id);
+    m.str("source", &p.source);
+    crate::events::write_timestamp(m.raw("timestamp"), &p.timestamp);
+    exact &= m.exact;
+    m.end();
+    exact
+}
+
+/// An action's RFC 8785 text; whether it reads back exactly.
+fn action_canonical(a: &Action, out: &mut Vec<u8>) -> bool {
+    // Rare parts through their value.
+    fn as_value<T: serde::Serialize>(v: &T) -> Value {
+        serde_json::to_value(v).unwrap_or(Value::Null)
+    }
+    let mut m = crate::canonical::Members::new(out);
+    if a.assumptions.is_empty() {
+        m.raw("assumptions").extend_from_slice(b"[]");
+    } else {
+        m.value("assumptions", &as_value(&a.assumptions));
+    }
+    if let Some(c) = &a.compensation {
+        m.value("compensation", &as_value(c));
+    }
+    if !a.dependencies.is_empty() {
+        m.strs("dependencies", &a.dependencies);
+    }
+    m.object("expected_effects", &a.expected_effects);
+    m.str("failure_behavior", a.failure_behavior.as_str());
+    m.str("id", &a.id);
+    m.bool("idempotent", a.idempotent);
+    m.str("invocation_mode", a.invocation_mode.as_str());
+    m.value("max_retries", &Value::from(a.max_retries));
+    m.object("metadata", &a.metadata);
+    m.object("parameters", &a.parameters);
+    let mut exact = true;
+    let list = m.raw("preconditions");
+    list.push(b'[');
+    for (i, pc) in a.preconditions.iter().enumerate() {
+        if i > 0 {
+            list.push(b',');
+        }
+        let mut p = crate::canonical::Members::new(list);
+        p.str("description", &pc.description);
+        p.str("key", &pc.key);
+        p.str("operator", pc.operator.as_str());
+        p.value("value", &pc.value);
+        exact &= p.exact;
+        p.end();
+    }
+    list.push(b']');
+    m.strs("read_set", &a.read_set);
+    m.str("reversibility", a.reversibility.as_str());
+    m.strs("state_dependencies", &a.state_dependencies);
+    if let Some(ms) = a.timeout_ms {
+        m.value("timeout_ms", &Value::from(ms));
+    }
+    if let Some(t) = &a.tool {
+        m.str("tool", t);
+    }
+    m.str("type", a.action_type.as_str());
+    m.strs("write_set", &a.write_set);
+    exact &= m.exact;
+    m.end();
+    exact
+}
+
 fn action(out: &mut String, a: &Action) {
     out.push_str("{\"id\":");
     str(out, &a.id);
