@@ -359,18 +359,25 @@ async fn the_plan_and_the_run_decide_alike() {
     }
 }
 
-/// A tier ledger the host attached (`set_tier_ledger`, as the daemon does)
-/// is part of every stage built afterwards: an approval recorded in it lets
-/// an escalated action run before and after each kind of reconfiguration.
-#[tokio::test]
-async fn an_attached_tier_ledger_survives_every_reconfiguration() {
-    let dir = std::env::temp_dir().join(format!("car-ledger-{}", uuid::Uuid::new_v4()));
+/// A runtime granted `read_only`, with a `deploy` tool and a tier ledger
+/// attached in a fresh directory: `(runtime, directory, ledger path)`.
+fn read_only_with_ledger(tag: &str) -> (CarRuntime, std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tier-approvals.jsonl");
     let rt = CarRuntime::new();
     rt.register_tool_schema(&json!({"name": "deploy", "parameters": {"type": "object"}}).to_string()).unwrap();
     rt.permission_set_tier("read_only").unwrap();
     rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)).into())).unwrap();
+    (rt, dir, path)
+}
+
+/// A tier ledger the host attached (`set_tier_ledger`, as the daemon does)
+/// is part of every stage built afterwards: an approval recorded in it lets
+/// an escalated action run before and after each kind of reconfiguration.
+#[tokio::test]
+async fn an_attached_tier_ledger_survives_every_reconfiguration() {
+    let (rt, dir, path) = read_only_with_ledger("car-ledger");
     let action =
         json!({"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "failure_behavior": "skip"});
     let calls = Arc::new(AtomicUsize::new(0));
@@ -566,13 +573,7 @@ async fn without_plan_mode_every_tool_is_offered() {
 /// holds one cannot matter.)
 #[tokio::test]
 async fn a_ledger_change_while_the_supervisor_holds_a_proposal_counts() {
-    let dir = std::env::temp_dir().join(format!("car-ledger-sup-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tier-approvals.jsonl");
-    let rt = CarRuntime::new();
-    rt.register_tool_schema(&json!({"name": "deploy", "parameters": {"type": "object"}}).to_string()).unwrap();
-    rt.permission_set_tier("read_only").unwrap();
-    rt.set_tier_ledger(Some(Arc::new(car_runtime::policy::JsonlLedger::new(&path)).into())).unwrap();
+    let (rt, dir, path) = read_only_with_ledger("car-ledger-sup");
     let held = Arc::new(tokio::sync::Notify::new());
     let release = Arc::new(tokio::sync::Notify::new());
     let (h, r) = (held.clone(), release.clone());
