@@ -157,17 +157,28 @@ impl<'a> Members<'a> {
         self.key(key)
     }
 
-    /// An array of strings.
-    pub(crate) fn strs(&mut self, key: &'static str, items: &[String]) {
+    /// An array, each item written (in RFC 8785 form) by `each`, which
+    /// accounts for [`Members::exact`] itself.
+    pub(crate) fn list<T>(
+        &mut self,
+        key: &'static str,
+        items: impl IntoIterator<Item = T>,
+        mut each: impl FnMut(&mut Vec<u8>, T),
+    ) {
         let out = self.key(key);
         out.push(b'[');
-        for (i, s) in items.iter().enumerate() {
+        for (i, item) in items.into_iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            write_str(out, s);
+            each(out, item);
         }
         out.push(b']');
+    }
+
+    /// An array of strings.
+    pub(crate) fn strs(&mut self, key: &'static str, items: &[String]) {
+        self.list(key, items, |out, s| write_str(out, s));
     }
 
     /// Closes the object.

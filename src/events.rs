@@ -362,8 +362,45 @@ impl AdmissionData {
     }
 }
 
-/// A state record `{key, op, tenant, value?, version}` in RFC 8785 form;
-/// `false` when it would not read back exactly.
+/// The key and new value (`None` for a delete) of the state change an
+/// [`EventData::ActionState`] stands for: the `effect`-th expected effect of
+/// the action, or its `state_write`. `None` when the proposal has no such
+/// action or effect.
+fn action_state(proposal: &ActionProposal, index: usize, effect: Option<usize>) -> Option<(&str, Option<&Value>)> {
+    static NULL: Value = Value::Null;
+    let a = proposal.actions.get(index)?;
+    Some(match effect {
+        Some(e) => {
+            let (k, v) = a.expected_effects.iter().nth(e)?;
+            (k.as_str(), Some(v))
+        }
+        None => {
+            let delete = a.param("delete").and_then(Value::as_bool) == Some(true);
+            (a.state_write_key().unwrap_or_default(), (!delete).then(|| a.param("value").unwrap_or(&NULL)))
+        }
+    })
+}
+
+/// A state record `{key, tenant, version, op, value?}` as a value.
+fn state_value(key: &str, tenant: Option<&str>, version: u64, value: Option<&Value>) -> Value {
+    let mut m = Map::new();
+    m.insert("key".into(), Value::String(key.into()));
+    m.insert("tenant".into(), tenant.map_or(Value::Null, |t| Value::String(t.into())));
+    m.insert("version".into(), Value::from(version));
+    match value {
+        Some(v) => {
+            m.insert("op".into(), Value::String("set".into()));
+            m.insert("value".into(), v.clone());
+        }
+        None => {
+            m.insert("op".into(), Value::String("delete".into()));
+        }
+    }
+    Value::Object(m)
+}
+
+/// A state record `{key, op, tenant, value?, version}` in RFC 8785 form
+/// ([`state_value`]'s); `false` when it would not read back exactly.
 fn write_state(out: &mut Vec<u8>, key: &str, tenant: Option<&str>, version: u64, value: Option<&Value>) -> bool {
     let mut m = crate::canonical::Members::new(out);
     m.str("key", key);
@@ -386,36 +423,14 @@ impl EventData {
             EventData::Proposal(p) => serde_json::to_value(&**p).unwrap_or(Value::Null),
             EventData::Action(a) => a.to_value(),
             EventData::ActionState { proposal, index, effect, tenant, version } => {
-                let Some(a) = proposal.actions.get(*index) else { return Value::Null };
-                let (key, value) = match effect {
-                    Some(e) => match a.expected_effects.iter().nth(*e) {
-                        Some((k, v)) => (k.clone(), Some(v.clone())),
-                        None => return Value::Null,
-                    },
-                    None => {
-                        let key = a.state_write_key().unwrap_or_default().to_string();
-                        let delete = a.param("delete").and_then(Value::as_bool) == Some(true);
-                        (key, (!delete).then(|| a.param("value").cloned().unwrap_or(Value::Null)))
-                    }
-                };
-                EventData::State { key, tenant: tenant.clone(), version: *version, value }.to_value()
+                match action_state(proposal, *index, *effect) {
+                    Some((key, value)) => state_value(key, tenant.as_deref(), *version, value),
+                    None => Value::Null,
+                }
             }
             EventData::Admission(a) => a.to_value(),
             EventData::State { key, tenant, version, value } => {
-                let mut m = Map::new();
-                m.insert("key".into(), Value::String(key.clone()));
-                m.insert("tenant".into(), tenant.as_deref().map_or(Value::Null, |t| Value::String(t.into())));
-                m.insert("version".into(), Value::from(*version));
-                match value {
-                    Some(v) => {
-                        m.insert("op".into(), Value::String("set".into()));
-                        m.insert("value".into(), v.clone());
-                    }
-                    None => {
-                        m.insert("op".into(), Value::String("delete".into()));
-                    }
-                }
-                Value::Object(m)
+                state_value(key, tenant.as_deref(), *version, value.as_ref())
             }
         }
     }
@@ -434,25 +449,13 @@ impl EventData {
                 write_state(out, key, tenant.as_deref(), *version, value.as_ref())
             }
             EventData::ActionState { proposal, index, effect, tenant, version } => {
-                static NULL: Value = Value::Null;
-                let Some(a) = proposal.actions.get(*index) else {
-                    out.extend_from_slice(b"null");
-                    return None;
-                };
-                let (key, value) = match effect {
-                    Some(e) => match a.expected_effects.iter().nth(*e) {
-                        Some((k, v)) => (k.as_str(), Some(v)),
-                        None => {
-                            out.extend_from_slice(b"null");
-                            return None;
-                        }
-                    },
+                match action_state(proposal, *index, *effect) {
+                    Some((key, value)) => write_state(out, key, tenant.as_deref(), *version, value),
                     None => {
-                        let delete = a.param("delete").and_then(Value::as_bool) == Some(true);
-                        (a.state_write_key().unwrap_or_default(), (!delete).then(|| a.param("value").unwrap_or(&NULL)))
+                        out.extend_from_slice(b"null");
+                        true
                     }
-                };
-                write_state(out, key, tenant.as_deref(), *version, value)
+                }
             }
             EventData::Value(v) => {
                 crate::canonical::write_canonical(v, out);

@@ -171,15 +171,7 @@ pub(crate) fn proposal_to_json(p: &ActionProposal) -> String {
 pub(crate) fn proposal_canonical(p: &ActionProposal, out: &mut Vec<u8>) -> bool {
     let mut m = crate::canonical::Members::new(out);
     let mut exact = true;
-    let list = m.raw("actions");
-    list.push(b'[');
-    for (i, a) in p.actions.iter().enumerate() {
-        if i > 0 {
-            list.push(b',');
-        }
-        exact &= action_canonical(a, list);
-    }
-    list.push(b']');
+    m.list("actions", &p.actions, |out, a| exact &= action_canonical(a, out));
     m.object("context", &p.context);
     m.str("id", &p.id);
     m.str("source", &p.source);
@@ -216,21 +208,15 @@ fn action_canonical(a: &Action, out: &mut Vec<u8>) -> bool {
     m.object("metadata", &a.metadata);
     m.object("parameters", &a.parameters);
     let mut exact = true;
-    let list = m.raw("preconditions");
-    list.push(b'[');
-    for (i, pc) in a.preconditions.iter().enumerate() {
-        if i > 0 {
-            list.push(b',');
-        }
-        let mut p = crate::canonical::Members::new(list);
+    m.list("preconditions", &a.preconditions, |out, pc| {
+        let mut p = crate::canonical::Members::new(out);
         p.str("description", &pc.description);
         p.str("key", &pc.key);
         p.str("operator", pc.operator.as_str());
         p.value("value", &pc.value);
         exact &= p.exact;
         p.end();
-    }
-    list.push(b']');
+    });
     m.strs("read_set", &a.read_set);
     m.str("reversibility", a.reversibility.as_str());
     m.strs("state_dependencies", &a.state_dependencies);

@@ -31,7 +31,7 @@ pub(crate) struct Activity {
 
 /// What a submission is listed with, taken from its proposal before it runs
 /// (the proposal itself moves into the engine).
-pub(crate) struct Submission {
+pub(crate) struct Listing {
     proposal_id: String,
     source: String,
     /// Each action's id and tool (its type when it names no tool).
@@ -39,9 +39,9 @@ pub(crate) struct Submission {
     started: DateTime<Utc>,
 }
 
-impl Submission {
-    pub(crate) fn of(proposal: &crate::ir::ActionProposal) -> Submission {
-        Submission {
+impl Listing {
+    pub(crate) fn of(proposal: &crate::ir::ActionProposal) -> Listing {
+        Listing {
             proposal_id: proposal.id.clone(),
             source: proposal.source.clone(),
             tools: proposal
@@ -57,7 +57,7 @@ impl Submission {
 /// A finished submission as kept: rendered as JSON only when the dashboard
 /// reads it.
 struct Submitted {
-    submission: Submission,
+    listing: Listing,
     session_id: String,
     principal: String,
     finished_at: DateTime<Utc>,
@@ -69,8 +69,9 @@ struct Submitted {
 
 impl Submitted {
     fn to_json(&self) -> Value {
-        let s = &self.submission;
-        let tool = |id: &str| s.tools.iter().find(|(a, _)| a == id).map(|(_, t)| t.as_str());
+        let s = &self.listing;
+        let tools: HashMap<&str, &str> = s.tools.iter().map(|(a, t)| (a.as_str(), t.as_str())).collect();
+        let tool = |id: &str| tools.get(id).copied();
         let actions: Vec<Value> = self
             .actions
             .iter()
@@ -131,7 +132,7 @@ impl Activity {
         &self,
         session_id: &str,
         principal: String,
-        submission: Submission,
+        listing: Listing,
         result: Result<&crate::ir::ProposalResult, String>,
         approvals: Vec<String>,
     ) {
@@ -140,7 +141,7 @@ impl Activity {
             Err(e) => (Vec::new(), Some(e)),
         };
         let doc = Submitted {
-            submission,
+            listing,
             session_id: session_id.to_string(),
             principal,
             finished_at: Utc::now(),
@@ -179,7 +180,7 @@ mod tests {
     fn a_submission_is_listed_with_its_tools_statuses_and_outcome_never_its_parameters() {
         let activity = Activity::default();
         let p = proposal("p-1");
-        let listed = Submission::of(&p);
+        let listed = Listing::of(&p);
         let mut failed = ActionResult::new("b", ActionStatus::Failed);
         failed.error = Some("boom".into());
         let result = ProposalResult {
@@ -195,13 +196,7 @@ mod tests {
             suspension: None,
         };
         activity.submitted("s-1", "agent:x".into(), listed, Ok(&result), vec!["ap-1".into()]);
-        activity.submitted(
-            "s-1",
-            "agent:x".into(),
-            Submission::of(&proposal("p-2")),
-            Err("refused".into()),
-            Vec::new(),
-        );
+        activity.submitted("s-1", "agent:x".into(), Listing::of(&proposal("p-2")), Err("refused".into()), Vec::new());
         let list = activity.submissions(10);
         let list = list.as_array().unwrap();
         assert_eq!(list.len(), 2);
@@ -228,13 +223,7 @@ mod tests {
         assert_eq!(list[0]["actions"], serde_json::json!([]));
         // Bounded: the oldest go first.
         for n in 0..KEPT {
-            activity.submitted(
-                "s",
-                "p".into(),
-                Submission::of(&proposal(&format!("q-{n}"))),
-                Err("x".into()),
-                Vec::new(),
-            );
+            activity.submitted("s", "p".into(), Listing::of(&proposal(&format!("q-{n}"))), Err("x".into()), Vec::new());
         }
         let all = activity.submissions(usize::MAX);
         assert_eq!(all.as_array().unwrap().len(), KEPT);

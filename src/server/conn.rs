@@ -279,12 +279,6 @@ impl crate::events::EventSink for RunsTap {
     fn durable(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
         self.audit.as_ref().and_then(|a| a.durable())
     }
-
-    fn write_behind(&self) {
-        if let Some(a) = &self.audit {
-            a.write_behind();
-        }
-    }
 }
 
 /// A session's runtime as the daemon configures it for every client (a
@@ -625,40 +619,11 @@ const READ_BUFFER_BYTES: usize = 8 * 1024;
 enum Step {
     /// Answer now (or nothing for a notification).
     Now(Option<Value>),
-    /// Answer when the handler finishes (on its own task).
-    Later(BoxFuture<'static, Option<Reply>>),
+    /// Answer when the handler finishes (on its own task), with the
+    /// answer frame's text.
+    Later(BoxFuture<'static, Option<String>>),
     /// Answer, then close the connection (with this reason).
     Close(Value, String),
-}
-
-/// A handler's answer frame: a value, or a result written as JSON text.
-enum Reply {
-    Value(Value),
-    Text { id: Value, result: String },
-}
-
-impl Reply {
-    /// The frame as a value (a batch answers with an array of them).
-    fn into_value(self) -> Value {
-        match self {
-            Reply::Value(v) => v,
-            Reply::Text { id, result } => match serde_json::from_str(&result) {
-                Ok(r) => rpc::response(&id, r),
-                Err(e) => rpc::error_response(&id, &RpcError::internal(format!("result is not JSON: {e}"))),
-            },
-        }
-    }
-
-    fn send(self, conn: &Conn) {
-        match self {
-            Reply::Value(v) => {
-                conn.send(&v);
-            }
-            Reply::Text { id, result } => {
-                conn.send_text(rpc::response_text(&id, &result));
-            }
-        }
-    }
 }
 
 pub(crate) async fn serve_connection(
@@ -1127,32 +1092,34 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
     let in_flight = handlers.len();
     match rpc::classify(text) {
         Frame::Batch(items) => {
-            let mut now: Vec<Value> = Vec::new();
-            let mut later: Vec<BoxFuture<'static, Option<Reply>>> = Vec::new();
+            // The answers' texts, joined as an array's when all are in.
+            let mut now: Vec<String> = Vec::new();
+            let mut later: Vec<BoxFuture<'static, Option<String>>> = Vec::new();
             let mut close = None;
             for item in items {
                 match step(conn, rpc::classify_value(item), in_flight + later.len()) {
-                    Step::Now(v) => now.extend(v),
+                    Step::Now(v) => now.extend(v.map(|v| v.to_string())),
                     Step::Later(f) => later.push(f),
                     Step::Close(v, reason) => {
-                        now.push(v);
+                        now.push(v.to_string());
                         close = Some(reason);
                         break;
                     }
                 }
             }
+            let batch = |now: Vec<String>| format!("[{}]", now.join(","));
             if close.is_some() || later.is_empty() {
                 if !now.is_empty() {
-                    conn.send(&Value::Array(now));
+                    conn.send_text(batch(now));
                 }
             } else {
                 let c = conn.clone();
                 handlers.push(
                     async move {
                         let done = futures::future::join_all(later).await;
-                        now.extend(done.into_iter().flatten().map(Reply::into_value));
+                        now.extend(done.into_iter().flatten());
                         if !now.is_empty() {
-                            c.send(&Value::Array(now));
+                            c.send_text(batch(now));
                         }
                     }
                     .boxed(),
@@ -1171,8 +1138,8 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
                 let c = conn.clone();
                 handlers.push(
                     async move {
-                        if let Some(r) = f.await {
-                            r.send(&c);
+                        if let Some(text) = f.await {
+                            c.send_text(text);
                         }
                     }
                     .boxed(),
@@ -1270,9 +1237,9 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
             // handler, so it must not unwind through it.
             let r = super::methods::guarded(&method, Box::pin(super::methods::run(&c, &method, params))).await;
             id.map(|id| match r {
-                Ok(super::methods::Answer::Value(v)) => Reply::Value(rpc::response(&id, v)),
-                Ok(super::methods::Answer::Text(result)) => Reply::Text { id, result },
-                Err(e) => Reply::Value(rpc::error_response(&id, &e)),
+                Ok(super::methods::Answer::Value(v)) => rpc::response(&id, v).to_string(),
+                Ok(super::methods::Answer::Text(result)) => rpc::response_text(&id, &result),
+                Err(e) => rpc::error_response(&id, &e).to_string(),
             })
         }
         .boxed(),
@@ -1465,6 +1432,33 @@ pub(crate) async fn wait_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A submit's answer is written as text; in a batch it is one element
+    /// of the array, the same answer it gets alone.
+    #[tokio::test]
+    async fn a_submit_in_a_batch_answers_in_the_array_as_it_does_alone() {
+        let submit = |id: &str, p: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"{id}","method":"proposal.submit","params":{{"proposal":{{"id":"{p}","actions":[{{"id":"w","type":"state_write","parameters":{{"key":"k","value":1.5}}}}]}}}}}}"#
+            )
+        };
+        let alone = submit("s1", "p1");
+        let batch = format!(
+            r#"[{},{{"jsonrpc":"2.0","id":"g","method":"state.get","params":{{"key":"k"}}}}]"#,
+            submit("s2", "p2")
+        );
+        let out = super::super::fuzz_frames_after_auth_async(&[alone.as_str(), batch.as_str()]).await;
+        let single = out.iter().find(|v| v["id"] == "s1").expect("the single submit's answer");
+        let array = out.iter().find_map(Value::as_array).expect("the batch's answer");
+        assert_eq!(array.len(), 2, "{array:?}");
+        let in_batch = array.iter().find(|v| v["id"] == "s2").expect("the submit's answer in the batch");
+        for r in [&single["result"], &in_batch["result"]] {
+            assert_eq!(r["results"][0]["status"], "succeeded", "{r}");
+            assert_eq!(r["results"][0]["state_changes"]["k"]["value"], 1.5, "{r}");
+        }
+        assert_eq!(in_batch["result"]["proposal_id"], "p2");
+        assert!(array.iter().any(|v| v["id"] == "g" && v["result"] == 1.5), "{array:?}");
+    }
 
     #[tokio::test]
     async fn frames_after_auth_are_answered_and_callbacks_routed() {

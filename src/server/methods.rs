@@ -270,13 +270,6 @@ pub(crate) async fn dispatch(conn: &Arc<Conn>, method: &str, params: Value) -> R
                 None => execute(conn, submission).await.and_then(Answer::into_value),
             }
         }
-        "proposal.submit" => {
-            let submission = Submission::read(p, rt)?;
-            match admit(conn, &submission).await? {
-                Some(refused) => Ok(refused),
-                None => execute(conn, submission).await.and_then(Answer::into_value),
-            }
-        }
         "proposal.suspended" => {
             parse(&rt.suspended_proposals(resume_owner(conn).as_deref()).await.map_err(RpcError::from)?)
         }
@@ -845,7 +838,7 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> Result<Answer, RpcError> 
         None => Vec::new(),
     };
     let executor = Arc::new(WsToolExecutor { conn: conn.clone() });
-    let listed = super::activity::Submission::of(&proposal);
+    let listed = super::activity::Listing::of(&proposal);
     let owner = conn.principal();
     let out = conn.rt.execute_parsed_as(proposal, executor, session, scope.as_deref(), Some(&owner)).await;
     let asked: Vec<String> = expected.iter().map(|(k, _)| k.clone()).collect();

@@ -270,8 +270,6 @@ impl Shared {
     /// Writes everything queued (and syncs when a ticket waits), until the
     /// queue stays empty for [`IDLE`].
     fn run(self: Arc<Self>) {
-        let mut events = Vec::new();
-        let mut tickets = Vec::new();
         loop {
             {
                 let mut q = lock(&self.queue);
@@ -296,13 +294,7 @@ impl Shared {
                 }
             }
             let mut w = lock(&self.writer);
-            {
-                let mut q = lock(&self.queue);
-                std::mem::swap(&mut events, &mut q.events);
-                std::mem::swap(&mut tickets, &mut q.tickets);
-            }
-            self.write_batch(&mut w, &events);
-            events.clear();
+            let tickets = self.take_queued(&mut w);
             if tickets.is_empty() {
                 continue;
             }
@@ -311,7 +303,7 @@ impl Shared {
             if let Err(e) = self.sync() {
                 eprintln!("car: event file `{}`: sync failed: {e}", self.path.display());
             }
-            for t in tickets.drain(..) {
+            for t in tickets {
                 let _ = t.send(());
             }
         }
@@ -334,21 +326,28 @@ impl Shared {
         synced
     }
 
-    /// Writes what is queued (taken with the writer held, `w`, so batches
-    /// reach the file in the order they were queued); returns the tickets
-    /// waiting on it. The queue and the batch swap vectors, so neither
-    /// allocates again once grown.
+    /// Writes what is queued and returns the tickets waiting on it (for the
+    /// caller to resolve once it has synced). The tickets are taken first:
+    /// every record a ticket covers was queued before it, so the records
+    /// taken next include them.
     fn take_queued(&self, w: &mut Writer) -> Vec<tokio::sync::oneshot::Sender<()>> {
-        let tickets = {
-            let mut q = lock(&self.queue);
-            std::mem::swap(&mut w.batch, &mut q.events);
-            std::mem::take(&mut q.tickets)
-        };
-        let batch = std::mem::take(&mut w.batch);
-        self.write_batch(w, &batch);
-        w.batch = batch;
-        w.batch.clear();
+        let tickets = std::mem::take(&mut lock(&self.queue).tickets);
+        self.write_queued(w);
         tickets
+    }
+
+    /// Writes the records queued, taken with the writer held (`w`), so
+    /// batches reach the file in the order they were queued; whether there
+    /// were any. The queue and the batch swap vectors, so neither allocates
+    /// again once grown.
+    fn write_queued(&self, w: &mut Writer) -> bool {
+        let mut events = std::mem::take(&mut w.batch);
+        std::mem::swap(&mut events, &mut lock(&self.queue).events);
+        self.write_batch(w, &events);
+        let wrote = !events.is_empty();
+        events.clear();
+        w.batch = events;
+        wrote
     }
 
     /// Syncs the file's data, recording how long it took.
@@ -613,19 +612,10 @@ impl AuditFile {
     /// [`AuditFile::durable`] then finds less to write. Returns whether it
     /// wrote.
     pub fn write_behind(&self) -> bool {
+        // Under the writer, as every batch: a ticket queued meanwhile is
+        // synced after this write.
         let Ok(mut w) = self.shared.writer.try_lock() else { return false };
-        let mut events = std::mem::take(&mut w.batch);
-        {
-            let mut q = lock(&self.shared.queue);
-            std::mem::swap(&mut events, &mut q.events);
-        }
-        // Under the writer, as every batch: the queue's order is the file's,
-        // and a ticket queued meanwhile is synced after this write.
-        let wrote = !events.is_empty();
-        self.shared.write_batch(&mut w, &events);
-        events.clear();
-        w.batch = events;
-        wrote
+        self.shared.write_queued(&mut w)
     }
 
     /// Starts the writer, or wakes it (`now`) when it waits.
