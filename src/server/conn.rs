@@ -251,8 +251,15 @@ pub(crate) struct Conn {
     runs_forwarder: Mutex<Option<tokio::task::AbortHandle>>,
     /// The open streams of this client's detached tool calls, by request id
     /// (`tools.stream.push`).
-    streams: Mutex<HashMap<String, tokio::sync::mpsc::Sender<crate::ir::ToolStreamChunk>>>,
+    streams: Mutex<HashMap<String, tokio::sync::mpsc::Sender<Pushed>>>,
 }
+
+/// A pushed chunk on its way to the stream's reader, with the push's
+/// acknowledgement on its last chunk: the reader lets it go (sends or
+/// drops it) only when it asks for the next chunk or drops the stream,
+/// that is, once it has done with this one (see
+/// `executor::WsToolExecutor::execute_stream`).
+pub(crate) type Pushed = (crate::ir::ToolStreamChunk, Option<tokio::sync::oneshot::Sender<()>>);
 
 /// A connection's event sink: the daemon's audit log (when it keeps one),
 /// and the run trace records (`RunStarted`, `RunModelTurn`, `RunCompleted`)
@@ -536,7 +543,7 @@ impl Conn {
     }
 
     /// Opens the stream of detached call `id`: the chunks its client pushes.
-    pub(crate) fn open_stream(&self, id: &str) -> tokio::sync::mpsc::Receiver<crate::ir::ToolStreamChunk> {
+    pub(crate) fn open_stream(&self, id: &str) -> tokio::sync::mpsc::Receiver<Pushed> {
         let (tx, rx) = tokio::sync::mpsc::channel(STREAM_BUFFER);
         if let Ok(mut s) = self.streams.lock() {
             s.insert(id.to_string(), tx);
@@ -571,13 +578,23 @@ impl Conn {
 
     /// `tools.stream.push`: hands the chunks to stream `id` in order (each
     /// waits while the stream's buffer is full); a terminal chunk closes it,
-    /// and chunks after it are not taken. Returns how many were taken.
+    /// and chunks after it are not taken. Returns how many were taken, once
+    /// the stream's reader has done with the last of them (so a
+    /// `tools.poll` after the answer sees them), or has dropped the stream.
     pub(crate) async fn push_stream(&self, id: &str, chunks: Vec<crate::ir::ToolStreamChunk>) -> Option<usize> {
         let tx = self.streams.lock().ok()?.get(id).cloned()?;
+        let last = chunks.iter().position(|c| c.is_terminal()).unwrap_or(chunks.len().saturating_sub(1));
         let mut taken = 0;
-        for c in chunks {
+        let mut acked = None;
+        for (i, c) in chunks.into_iter().enumerate() {
             let terminal = c.is_terminal();
-            if tx.send(c).await.is_err() {
+            let ack = (i == last).then(|| {
+                let (ack, seen) = tokio::sync::oneshot::channel();
+                acked = Some(seen);
+                ack
+            });
+            if tx.send((c, ack)).await.is_err() {
+                acked = None;
                 break;
             }
             taken += 1;
@@ -585,6 +602,12 @@ impl Conn {
                 self.close_stream(id);
                 break;
             }
+        }
+        drop(tx);
+        if let Some(seen) = acked {
+            // Sent when the reader asks for the next chunk, dropped with the
+            // stream: either way it is done with this one.
+            let _ = seen.await;
         }
         Some(taken)
     }
@@ -713,7 +736,7 @@ pub(crate) async fn serve_connection(
     for (_, tx) in streams {
         tokio::spawn(async move {
             let message = "the client that ran this tool disconnected".to_string();
-            let _ = tx.send(crate::ir::ToolStreamChunk::Error { message }).await;
+            let _ = tx.send((crate::ir::ToolStreamChunk::Error { message }, None)).await;
         });
     }
     if let Ok(mut c) = conn.calls.lock() {
@@ -1369,15 +1392,10 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
 /// answered with a tool error at once; handlers still running after
 /// `budget` are abandoned. Returns every frame the connection queued.
 pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Duration) -> Vec<Value> {
-    let config = Arc::new(config);
-    let daemon = Arc::new(Daemon::new(&config));
-    let (out, mut rx) = Outbox::new(&config);
-    let conn = match Conn::new(config.clone(), &daemon, ([127, 0, 0, 1], 0).into(), out, UnauthSlot::none()) {
-        Ok(c) => Arc::new(c),
+    let (conn, mut rx) = match operator_conn(config) {
+        Ok(c) => c,
         Err(e) => return vec![json!({"refused": e})],
     };
-    conn.set_identity(Some(Identity { role: Role::Operator, agent_id: None }));
-    conn.negotiated.store(true, Ordering::SeqCst);
     let mut handlers: Handlers = FuturesUnordered::new();
     let mut sent: Vec<Value> = Vec::new();
     let collect = |m: Message, conn: &Conn, sent: &mut Vec<Value>| {
@@ -1418,6 +1436,19 @@ pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Durati
     conn.unsubscribe_approver();
     conn.daemon.activity.close(&conn.session_id);
     sent
+}
+
+/// A connection with no socket: authenticated as the operator, its
+/// handshake done, its frames in the returned receiver (the fuzz target and
+/// tests).
+pub(crate) fn operator_conn(config: Config) -> Result<(Arc<Conn>, OutboxReceiver), String> {
+    let config = Arc::new(config);
+    let daemon = Arc::new(Daemon::new(&config));
+    let (out, rx) = Outbox::new(&config);
+    let conn = Arc::new(Conn::new(config.clone(), &daemon, ([127, 0, 0, 1], 0).into(), out, UnauthSlot::none())?);
+    conn.set_identity(Some(Identity { role: Role::Operator, agent_id: None }));
+    conn.negotiated.store(true, Ordering::SeqCst);
+    Ok((conn, rx))
 }
 
 /// Waits for a callback's outcome with a bound; `None` on timeout, `Some(Err)`

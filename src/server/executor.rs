@@ -173,11 +173,22 @@ impl ToolExecutor for WsToolExecutor {
                 ));
             }
         });
-        Ok(futures::stream::unfold((chunks, ended_tx), |(mut rx, ended)| async move {
-            rx.recv().await.map(|c| (c, (rx, ended)))
-        })
-        .boxed())
+        Ok(pushed_chunks(chunks, ended_tx))
     }
+}
+
+/// The chunks a client pushes to a detached call, as the engine reads them.
+/// A push's acknowledgement (on its last chunk) is let go when the reader
+/// asks for the chunk after it, having done with that one (the engine's
+/// drain has put it where `tools.poll` finds it), or drops the stream; the
+/// push answers then. `ended` goes with the stream (its drop tells the
+/// cancel watcher the stream is no longer read).
+fn pushed_chunks(rx: tokio::sync::mpsc::Receiver<super::conn::Pushed>, ended: tokio::sync::oneshot::Sender<()>) -> ChunkStream {
+    futures::stream::unfold((rx, ended, None), |(mut rx, ended, ack)| async move {
+        drop::<Option<tokio::sync::oneshot::Sender<()>>>(ack);
+        rx.recv().await.map(|(c, ack)| (c, (rx, ended, ack)))
+    })
+    .boxed()
 }
 
 impl WsToolExecutor {
@@ -271,6 +282,42 @@ mod tests {
             params["deadline"] = json!(d);
         }
         rpc::request(&call.request_id, "tools.execute", params).to_string()
+    }
+
+    /// A push answers once the stream's reader has done with its last
+    /// chunk (asked for the next one, or dropped the stream), so a
+    /// `tools.poll` after the answer finds the chunks; not when they enter
+    /// the stream's buffer.
+    #[tokio::test]
+    async fn a_push_answers_once_its_chunks_are_read() {
+        use crate::ir::ToolStreamChunk as C;
+        let (conn, _frames) = super::super::conn::operator_conn(super::super::fuzz_config()).unwrap();
+        let text = |t: &str| C::Text { text: t.into() };
+        let (ended, _watch) = tokio::sync::oneshot::channel();
+        let mut stream = pushed_chunks(conn.open_stream("r"), ended);
+
+        let push = conn.push_stream("r", vec![text("a"), text("b")]);
+        tokio::pin!(push);
+        assert!(futures::poll!(&mut push).is_pending(), "answered while its chunks sit in the buffer");
+        assert!(matches!(stream.next().await, Some(C::Text { text }) if text == "a"));
+        assert!(futures::poll!(&mut push).is_pending(), "answered before its last chunk was read");
+        assert!(matches!(stream.next().await, Some(C::Text { text }) if text == "b"));
+        assert!(futures::poll!(&mut push).is_pending(), "answered while the reader still holds the last chunk");
+        let next = stream.next();
+        tokio::pin!(next);
+        assert!(futures::poll!(&mut next).is_pending());
+        assert_eq!(futures::poll!(&mut push), std::task::Poll::Ready(Some(2)));
+
+        // A terminal chunk: the reader drops the stream after it, which
+        // answers the push; later chunks are not taken.
+        let push = conn.push_stream("r", vec![C::Done { result: None }, text("late")]);
+        tokio::pin!(push);
+        assert!(futures::poll!(&mut push).is_pending());
+        assert!(matches!(next.await, Some(C::Done { .. })));
+        assert!(futures::poll!(&mut push).is_pending());
+        drop(stream);
+        assert_eq!(push.await, Some(1));
+        assert_eq!(conn.push_stream("r", vec![text("c")]).await, None, "the stream closed with its terminal chunk");
     }
 
     #[test]
