@@ -183,7 +183,10 @@ impl ToolExecutor for WsToolExecutor {
 /// drain has put it where `tools.poll` finds it), or drops the stream; the
 /// push answers then. `ended` goes with the stream (its drop tells the
 /// cancel watcher the stream is no longer read).
-fn pushed_chunks(rx: tokio::sync::mpsc::Receiver<super::conn::Pushed>, ended: tokio::sync::oneshot::Sender<()>) -> ChunkStream {
+fn pushed_chunks(
+    rx: tokio::sync::mpsc::Receiver<super::conn::Pushed>,
+    ended: tokio::sync::oneshot::Sender<()>,
+) -> ChunkStream {
     futures::stream::unfold((rx, ended, None), |(mut rx, ended, ack)| async move {
         drop::<Option<tokio::sync::oneshot::Sender<()>>>(ack);
         rx.recv().await.map(|(c, ack)| (c, (rx, ended, ack)))
