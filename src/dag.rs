@@ -50,6 +50,15 @@ impl Dag {
         build(actions, None, |_, _| {}).0
     }
 
+    /// [`Dag::build`], also calling `visit(i, action)` for each action in
+    /// order, in the pass that reads it anyway; with the graph, how many
+    /// writes the actions make (each `state_write`'s key and every
+    /// `expected_effects` entry).
+    pub(crate) fn build_visiting<'a>(actions: &'a [Action], visit: impl FnMut(usize, &'a Action)) -> (Dag, usize) {
+        let (dag, keys) = build(actions, None, visit);
+        (dag, keys.initial_at - keys.writes_at)
+    }
+
     /// [`Dag::build`], also returning the state keys of the proposal and of
     /// `initial` as small ids (see [`Keys`]), so that a walk over the graph
     /// can keep its state in a vector.
@@ -504,6 +513,28 @@ mod tests {
         w.parameters.insert("key".into(), json!("k"));
         let d = Dag::build(&[w, act("r", &[], &["k"], &[])]);
         assert_eq!(d.predecessors(1), &[0]);
+    }
+
+    /// The visiting build is the plain build, visits every action once in
+    /// order, and counts the writes a transaction will hold: a
+    /// `state_write`'s key and every expected effect.
+    #[test]
+    fn the_visiting_build_visits_in_order_and_counts_the_writes() {
+        let mut w = Action::new(crate::ir::ActionType::StateWrite);
+        w.id = "w".into();
+        w.parameters.insert("key".into(), json!("k"));
+        w.expected_effects.insert("e".into(), json!(2));
+        let mut no_key = Action::new(crate::ir::ActionType::StateWrite);
+        no_key.id = "n".into();
+        let acts = [w, act("a", &["x", "y"], &["k"], &[]), no_key, act("r", &[], &["x"], &["w"])];
+        let mut seen = Vec::new();
+        let (d, writes) = Dag::build_visiting(&acts, |i, a| seen.push((i, a.id.clone())));
+        assert_eq!(seen, [(0, "w"), (1, "a"), (2, "n"), (3, "r")].map(|(i, s)| (i, s.to_string())));
+        assert_eq!(writes, 4);
+        let plain = Dag::build(&acts);
+        assert_eq!(d.levels(), plain.levels());
+        assert!((0..acts.len()).all(|i| d.predecessors(i) == plain.predecessors(i)));
+        assert_eq!(Dag::build_visiting(&[], |_, _| {}).1, 0);
     }
 
     #[test]

@@ -491,7 +491,7 @@ impl CarRuntime {
     ) -> Result<String> {
         let proposal = self.parse_strict(proposal_json)?;
         let result = self.execute_parsed(proposal, executor, session_id, scope_json).await?;
-        Ok(result.to_json_string())
+        Ok(result.into_json_string())
     }
 
     /// [`Self::execute_proposal`] for a proposal already parsed (by
@@ -600,7 +600,7 @@ impl CarRuntime {
     /// is still pending). Errors `suspension_not_found`,
     /// `suspension_claimed`, `suspension_conflict` change nothing.
     pub async fn resume_proposal(&self, id: &str, executor: Arc<dyn ToolExecutor>) -> Result<String> {
-        Ok(self.resume_parsed_as(id, executor, None, None).await?.to_json_string())
+        Ok(self.resume_parsed_as(id, executor, None, None).await?.into_json_string())
     }
 
     /// [`Self::resume_proposal`] in policy session `session_id`, on behalf
@@ -1377,7 +1377,7 @@ impl CarRuntime {
     pub async fn proposal_apply(&self, plan_id: &str, executor: Arc<dyn ToolExecutor>) -> Result<String> {
         let (proposal, session, scope) = self.proposal_take(plan_id)?;
         let result = self.execute_parsed(proposal, executor, session.as_deref(), scope.as_deref()).await?;
-        Ok(result.to_json_string())
+        Ok(result.into_json_string())
     }
 
     /// Takes a plan out for a host that runs it itself (the daemon, which

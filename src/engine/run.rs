@@ -413,9 +413,15 @@ impl Runtime {
         resumed: Option<Resumed>,
     ) -> Result<ProposalResult> {
         let scope = Scope::from_option(opts.tenant.as_deref())?;
+        let n = proposal.actions.len();
+        // One pass over the actions builds the graph and gathers what the
+        // run needs from each (a large proposal is read from memory once):
+        // the ids, and how many writes the transaction will hold.
+        let mut ids: Vec<&str> = Vec::with_capacity(n);
+        let (dag, writes) = Dag::build_visiting(&proposal.actions, |_, a| ids.push(&a.id));
         // Results, events and compensation refer to actions by id, so ids must
         // be unique (agent-ir-spec: "unique within the proposal").
-        if let Some(&(i, first)) = crate::dag::duplicate_ids(&proposal.actions).first() {
+        if let Some(&(i, first)) = crate::dag::duplicates(&crate::bytesort::sort(n, |i| ids[i].as_bytes())).first() {
             let id = &proposal.actions[i].id;
             return Err(crate::error::InputError::Shape {
                 path: format!("actions[{i}].id"),
@@ -425,6 +431,7 @@ impl Runtime {
             }
             .into());
         }
+        let action_ids: Vec<Arc<str>> = ids.into_iter().map(Arc::from).collect();
         let start = Instant::now();
         // A shared store: the proposal starts from its state (a resumed one
         // pulled it before taking over its writes).
@@ -433,7 +440,6 @@ impl Runtime {
         }
         let proposal = Arc::new(proposal);
         let pid: Arc<str> = Arc::from(proposal.id.as_str());
-        let n = proposal.actions.len();
         let (resumed, resumed_tx) = match resumed {
             Some(r) => (Some(r.checkpoint), Some(r.tx)),
             None => (None, None),
@@ -459,7 +465,6 @@ impl Runtime {
         {
             p.reset_trace(None);
         }
-        let dag = Dag::build(&proposal.actions);
         let mut results: Vec<Option<ActionResult>> = match &resumed {
             Some(cp) if cp.results.len() == n => cp.results.clone(),
             Some(cp) => {
@@ -477,18 +482,12 @@ impl Runtime {
             scope,
             tx: match resumed_tx {
                 Some(tx) => tx,
-                None => Transaction::with_capacity(
-                    proposal
-                        .actions
-                        .iter()
-                        .map(|a| a.expected_effects.len() + usize::from(a.state_write_key().is_some()))
-                        .sum(),
-                ),
+                None => Transaction::with_capacity(writes),
             },
             executor,
             session_id: opts.session_id,
             tools: vec![None; n],
-            action_ids: proposal.actions.iter().map(|a| Arc::from(a.id.as_str())).collect(),
+            action_ids,
             tenant: opts.tenant.as_deref().map(Arc::from),
             cwd: opts.cwd,
             isolation: opts.isolation,

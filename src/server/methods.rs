@@ -852,7 +852,7 @@ async fn execute(conn: &Arc<Conn>, sub: Submission) -> Result<Answer, RpcError> 
         conn.halted.store(true, Ordering::SeqCst);
     }
     match refused {
-        None => Ok(Answer::Text(out.to_json_string())),
+        None => Ok(Answer::Text(out.into_json_string())),
         Some((message, code, approvals)) => {
             let value = serde_json::to_value(&out)
                 .map_err(|e| RpcError::internal(format!("result is not serialisable: {e}")))?;
