@@ -1110,10 +1110,41 @@ fn close_frame(code: CloseCode, reason: &str) -> Message {
 
 /// Handles one text frame. Returns a close reason when the connection must close.
 fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<String> {
+    // A submit is read from the text (its proposal is not built as a value
+    // first); every other frame, and a submit this does not read, is
+    // classified. Both pass the same gates in `call`.
+    match read_submit(text) {
+        Some(sub) => {
+            let id = Some(sub.frame.id.clone());
+            let step = call(conn, id, "proposal.submit".into(), Params::Submit(Box::new(sub)), handlers.len());
+            single(conn, step, handlers)
+        }
+        None => on_frame(conn, rpc::classify(text), handlers),
+    }
+}
+
+/// A `proposal.submit` frame with its proposal read, when the frame is one
+/// [`rpc::submit_frame`] reads and its proposal parses. Anything else
+/// (a proposal the parser refuses included) is left to the classifying
+/// path, so its error is the one that path has always answered.
+fn read_submit(text: &str) -> Option<ReadSubmit> {
+    let frame = rpc::submit_frame(text)?;
+    let proposal = crate::api::parse_proposal(&frame.proposal).ok()?;
+    Some(ReadSubmit { frame, proposal })
+}
+
+/// A submit read from its frame's text: the frame's parts and its proposal.
+pub(crate) struct ReadSubmit {
+    pub(crate) frame: rpc::SubmitFrame,
+    pub(crate) proposal: crate::ir::ActionProposal,
+}
+
+/// Handles one classified frame (a call, a response, a batch).
+fn on_frame(conn: &Arc<Conn>, frame: Frame, handlers: &mut Handlers) -> Option<String> {
     // The connection's loop polls its handlers before it reads more frames,
     // so only the running ones count against the bound.
     let in_flight = handlers.len();
-    match rpc::classify(text) {
+    match frame {
         Frame::Batch(items) => {
             // The answers' texts, joined as an array's when all are in.
             let mut now: Vec<String> = Vec::new();
@@ -1150,30 +1181,36 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
             }
             close
         }
-        frame => match step(conn, frame, in_flight) {
-            Step::Now(v) => {
-                if let Some(v) = v {
-                    conn.send(&v);
-                }
-                None
-            }
-            Step::Later(f) => {
-                let c = conn.clone();
-                handlers.push(
-                    async move {
-                        if let Some(text) = f.await {
-                            c.send_text(text);
-                        }
-                    }
-                    .boxed(),
-                );
-                None
-            }
-            Step::Close(v, reason) => {
+        frame => single(conn, step(conn, frame, in_flight), handlers),
+    }
+}
+
+/// Carries out the step of a frame that is not a batch; the reason to
+/// close the connection, when it must.
+fn single(conn: &Arc<Conn>, step: Step, handlers: &mut Handlers) -> Option<String> {
+    match step {
+        Step::Now(v) => {
+            if let Some(v) = v {
                 conn.send(&v);
-                Some(reason)
             }
-        },
+            None
+        }
+        Step::Later(f) => {
+            let c = conn.clone();
+            handlers.push(
+                async move {
+                    if let Some(text) = f.await {
+                        c.send_text(text);
+                    }
+                }
+                .boxed(),
+            );
+            None
+        }
+        Step::Close(v, reason) => {
+            conn.send(&v);
+            Some(reason)
+        }
     }
 }
 
@@ -1190,6 +1227,44 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
         }
         Frame::Call { id, method, params } => (id, method, params),
     };
+    call(conn, id, method, Params::Value(params), in_flight)
+}
+
+/// A call's params: the value of its frame's `params`, or a submit read
+/// from its frame's text.
+pub(crate) enum Params {
+    Value(Value),
+    Submit(Box<ReadSubmit>),
+}
+
+impl Params {
+    /// The params as a value (a submit's rebuilt from its parts).
+    pub(crate) fn into_value(self) -> Result<Value, RpcError> {
+        match self {
+            Params::Value(v) => Ok(v),
+            Params::Submit(s) => {
+                let proposal: Value = rpc::parse_strict(&s.frame.proposal)
+                    .map_err(|e| RpcError::invalid_params(format!("proposal: {e}")))?;
+                let mut p = serde_json::Map::new();
+                p.insert("proposal".into(), proposal);
+                if let Some(sid) = s.frame.session_id {
+                    p.insert("session_id".into(), Value::String(sid));
+                }
+                Ok(Value::Object(p))
+            }
+        }
+    }
+}
+
+/// Gates and dispatches one call (a request when `id` is given, else a
+/// notification); `in_flight` handlers run.
+fn call(conn: &Arc<Conn>, id: Option<Value>, method: String, params: Params, in_flight: usize) -> Step {
+    // Only a submit's params come unread, and neither check below reads them.
+    static NO_PARAMS: Value = Value::Null;
+    let value = match &params {
+        Params::Value(v) => v,
+        Params::Submit(_) => &NO_PARAMS,
+    };
     let reply = |r: Result<Value, RpcError>| {
         id.as_ref().map(|id| match r {
             Ok(v) => rpc::response(id, v),
@@ -1198,7 +1273,7 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
     };
 
     if method == "session.auth" {
-        return match authenticate(conn, &params) {
+        return match authenticate(conn, value) {
             Ok(v) => Step::Now(reply(Ok(v))),
             Err(AuthFailure { error, close: false }) => Step::Now(reply(Err(error))),
             Err(AuthFailure { error, close: true }) => {
@@ -1224,7 +1299,7 @@ fn step(conn: &Arc<Conn>, frame: Frame, in_flight: usize) -> Step {
         };
     };
     if method == "server.handshake" {
-        let r = handshake::negotiate(&params);
+        let r = handshake::negotiate(value);
         if r.is_ok() {
             conn.negotiated.store(true, Ordering::SeqCst);
         }
@@ -1392,6 +1467,16 @@ fn authenticate(conn: &Conn, params: &Value) -> Result<Value, AuthFailure> {
 /// answered with a tool error at once; handlers still running after
 /// `budget` are abandoned. Returns every frame the connection queued.
 pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Duration) -> Vec<Value> {
+    drive_frames_with(config, frames, budget, on_text).await
+}
+
+/// [`drive_frames`] with `read` in place of the connection's frame reader.
+async fn drive_frames_with(
+    config: Config,
+    frames: &[&str],
+    budget: Duration,
+    read: fn(&Arc<Conn>, &str, &mut Handlers) -> Option<String>,
+) -> Vec<Value> {
     let (conn, mut rx) = match operator_conn(config) {
         Ok(c) => c,
         Err(e) => return vec![json!({"refused": e})],
@@ -1412,7 +1497,7 @@ pub(crate) async fn drive_frames(config: Config, frames: &[&str], budget: Durati
         sent.push(v);
     };
     for f in frames {
-        if on_text(&conn, f, &mut handlers).is_some() {
+        if read(&conn, f, &mut handlers).is_some() {
             break;
         }
         while let Some(m) = rx.try_recv() {
@@ -1489,6 +1574,114 @@ mod tests {
         }
         assert_eq!(in_batch["result"]["proposal_id"], "p2");
         assert!(array.iter().any(|v| v["id"] == "g" && v["result"] == 1.5), "{array:?}");
+    }
+
+    /// The answers of a connection to `frames`, read by `read`, without
+    /// what differs from run to run (times, durations, a proposal id the
+    /// runtime made up).
+    async fn answers(frames: &[&str], read: fn(&Arc<Conn>, &str, &mut Handlers) -> Option<String>) -> Vec<Value> {
+        fn steady(v: &mut Value) {
+            match v {
+                Value::Object(m) => {
+                    for k in ["timestamp", "duration_ms", "total_duration_ms", "proposal_id"] {
+                        m.remove(k);
+                    }
+                    m.values_mut().for_each(steady);
+                }
+                Value::Array(a) => a.iter_mut().for_each(steady),
+                _ => {}
+            }
+        }
+        let mut out = drive_frames_with(super::super::fuzz_config(), frames, Duration::from_secs(1), read).await;
+        out.iter_mut().for_each(steady);
+        out
+    }
+
+    /// A submit read from its frame's text answers what the classified
+    /// frame answers, for every shape of frame the reader takes or leaves:
+    /// a good proposal, one the parser refuses (a repeated key, a bad
+    /// type, an escape serde refuses, a number out of range, deep
+    /// nesting), params and frames with a member repeated, unknown or
+    /// escaped, a proposal given as text, a scope, no id, a null id.
+    #[tokio::test]
+    async fn a_submit_read_from_its_text_answers_as_the_classified_frame() {
+        let write =
+            r#"{"id":"p","actions":[{"id":"w","type":"state_write","parameters":{"key":"k","value":"a\"\n\u00e9"}}]}"#;
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"actions":[{{"id":"d","type":"state_write","parameters":{{"key":"k","value":{}1{}}}}}]}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        let proposals = [
+            write.to_string(),
+            r#"{"actions":[{"id":"t","type":"tool_call","tool":"echo"}]}"#.to_string(),
+            r#"{"actions":[{"id":"w","type":"state_write","parameters":{"key":"k","key":"j"}}]}"#.to_string(),
+            r#"{"actions":[{"id":"w","type":"state_write","id":"v","parameters":{"key":"k"}}]}"#.to_string(),
+            r#"{"actions":[{"id":"w","type":"teleport"}]}"#.to_string(),
+            r#"{"actions":[{"id":"w","type":"state_write","parameters":{"key":"\ud800","value":1}}]}"#.to_string(),
+            r#"{"actions":[{"id":"w","type":"state_write","parameters":{"key":"k","value":1e400}}]}"#.to_string(),
+            r#"{"actions":[{"id":"w","type":"state_write","parameters":{"key":"k","value":18446744073709551616}}]}"#
+                .to_string(),
+            nested(100),
+            nested(122),
+            nested(123),
+            nested(124),
+            nested(125),
+            nested(140),
+            r#"{"actions":[]}"#.to_string(),
+        ];
+        let mut frames: Vec<String> = Vec::new();
+        for (i, p) in proposals.iter().enumerate() {
+            frames.push(format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"proposal.submit","params":{{"proposal":{p}}}}}"#
+            ));
+            frames.push(format!(
+                r#"{{"id":"s{i}","params":{{"session_id":"x","proposal":{p}}},"method":"proposal.submit","jsonrpc":"2.0"}}"#
+            ));
+        }
+        let shapes = [
+            r#"{"jsonrpc":"2.0","id":"a","method":"proposal.submit","params":{"proposal":P,"session_id":null}}"#,
+            r#"{"jsonrpc":"2.0","id":"b","method":"proposal.submit","params":{"proposal":P,"session_id":7}}"#,
+            r#"{"jsonrpc":"2.0","id":"c","method":"proposal.submit","params":{"proposal":P,"proposal":P}}"#,
+            r#"{"jsonrpc":"2.0","id":"d","method":"proposal.submit","params":{"proposal":P},"params":{"proposal":P}}"#,
+            r#"{"jsonrpc":"2.0","id":"e","method":"proposal.submit","params":{"proposal":P,"extra":1}}"#,
+            r#"{"jsonrpc":"2.0","id":"f","method":"proposal.submit","params":{"proposal":P},"extra":1}"#,
+            r#"{"jsonrpc":"2.0","id":"g","method":"proposal\u002esubmit","params":{"proposal":P}}"#,
+            r#"{"jsonrpc":"2.0","id":"h","method":"proposal.submit","params":{"proposal":P,"scope":{"tenant_id":"t"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"i","method":"proposal.submit","params":{"proposal":P,"scope":7}}"#,
+            r#"{"jsonrpc":"2.0","id":"j","method":"proposal.submit","params":{"proposal":Q}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"proposal.submit","params":{"proposal":P}}"#,
+            r#"{"jsonrpc":"2.0","method":"proposal.submit","params":{"proposal":P}}"#,
+            r#"{"jsonrpc":"1.0","id":"k","method":"proposal.submit","params":{"proposal":P}}"#,
+            r#"{"jsonrpc":"2.0","id":["l"],"method":"proposal.submit","params":{"proposal":P}}"#,
+            r#"{"jsonrpc":"2.0","id":"m","method":"proposal.submit","params":[P]}"#,
+            r#"{"jsonrpc":"2.0","id":"m2","method":"proposal.submit","params":[P,"x"]}"#,
+            r#"{"jsonrpc":"2.0","id":"t","method":"proposal.submit","params":{"propos\u0061l":P}}"#,
+            r#"{"jsonrpc":"2.0","id":"u","method":"proposal.submit","params":{"proposal":P,"propos\u0061l":P}}"#,
+            r#"{"jsonrpc":"2.0","id":-1.5e3,"method":"proposal.submit","params":{"proposal":P}}"#,
+            r#"["2.0","r","proposal.submit",{"proposal":P}]"#,
+            r#"{"jsonrpc":"2.0","id":"n","method":"proposal.submit","params":{"proposal":P}} x"#,
+            r#" {"jsonrpc":"2.0","id":"o","method":"proposal.submit","params":{"proposal":P}} "#,
+            r#"{"jsonrpc":"2.0","id":"q","method":"proposal.submit","params":{"proposal":P,"session_id":"a\u0000b"}}"#,
+        ];
+        let quoted = serde_json::to_string(write).unwrap();
+        for shape in shapes {
+            frames.push(shape.replace('Q', &quoted).replace('P', write));
+        }
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        for f in &frames {
+            let from_text = answers(&[f], on_text).await;
+            let classified = answers(&[f], |c, t, h| on_frame(c, rpc::classify(t), h)).await;
+            assert_eq!(from_text, classified, "frame: {f}");
+        }
+        // The reader takes a good submit, with a session id or without.
+        assert!(read_submit(frames[0]).is_some() && read_submit(frames[1]).is_some());
+        let first = drive_frames(super::super::fuzz_config(), &[frames[0]], Duration::from_secs(1)).await;
+        assert_eq!(first[0]["result"]["proposal_id"], "p");
+        assert_eq!(first[0]["result"]["results"][0]["status"], "succeeded");
+        assert!(read_submit(frames[4]).is_none(), "a repeated key in the proposal is classified");
     }
 
     #[tokio::test]

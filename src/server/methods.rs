@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::Config;
-use super::conn::Conn;
+use super::conn::{Conn, Params};
 use super::executor::WsToolExecutor;
 use super::handshake;
 use super::rpc::RpcError;
@@ -66,15 +66,24 @@ pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal, supervised: b
 /// is copied whole each time an enclosing future moves (into `guarded`, the
 /// deadline, the connection's task): in a daemon serving one client those
 /// copies were about a quarter of its instructions (callgrind, 2026-12-06).
-pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Value) -> Result<Answer, RpcError> {
+pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Params) -> Result<Answer, RpcError> {
     if method == "proposal.submit" {
-        let submission = Submission::read(&params, &conn.rt)?;
+        let submission = match params {
+            Params::Value(v) => Submission::read(&v, &conn.rt)?,
+            Params::Submit(s) => {
+                let super::conn::ReadSubmit { frame, proposal } = *s;
+                // A session in strict mode refuses a field the IR does not know.
+                conn.rt.check_strict_fields(&frame.proposal).map_err(in_param("proposal"))?;
+                Submission { proposal, session: frame.session_id, scope: None }
+            }
+        };
         if let Some(refused) = guarded(method, Box::pin(admit(conn, &submission))).await? {
             return Ok(Answer::Value(refused));
         }
         let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
         return with_deadline(method, deadline, guarded(method, Box::pin(execute(conn, submission)))).await;
     }
+    let params = params.into_value()?;
     if method == "proposal.resume" {
         let id = req_str(&params, "id")?.to_string();
         let session = opt_str(&params, "session_id")?.map(str::to_string);

@@ -146,6 +146,105 @@ fn duplicate_key(text: &str, e: &serde_json::Error) -> Frame {
     Frame::Invalid { id, error: RpcError::invalid_request(e) }
 }
 
+/// A `proposal.submit` request read from its frame's text without a value
+/// of its proposal: the proposal's text as it came, which the proposal
+/// parser reads as it reads every front end's (refusing a repeated key in
+/// any object), and the other params.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SubmitFrame {
+    /// The request's id (a string or a number).
+    pub(crate) id: Value,
+    /// The proposal object's text.
+    pub(crate) proposal: String,
+    /// `params.session_id`.
+    pub(crate) session_id: Option<String>,
+}
+
+/// The request when `text` is one well-formed `proposal.submit` request
+/// whose params are `{proposal: {..}, session_id?}`, each member once;
+/// `None` for every other frame (and for a submit with a `scope`, an
+/// escaped member name or any other shape), which [`classify`] reads and,
+/// when it is wrong, names what is wrong.
+pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Request<'a> {
+        jsonrpc: &'a str,
+        #[serde(borrow)]
+        id: &'a RawValue,
+        method: &'a str,
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        proposal: &'a RawValue,
+        #[serde(default)]
+        session_id: Option<String>,
+    }
+    // Most frames are not submits: do not read them twice. A frame nested
+    // past the frame reader's limit is refused by that reader.
+    if !text.contains("\"proposal.submit\"") || nesting(text) >= FRAME_DEPTH {
+        return None;
+    }
+    // The derived readers would take an array as the struct's members in
+    // order: objects only. A repeated member is their error (`None` here).
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let r: Request = serde_json::from_str(text).ok()?;
+    if r.jsonrpc != "2.0" || r.method != "proposal.submit" {
+        return None;
+    }
+    let id: Value = serde_json::from_str(r.id.get()).ok()?;
+    if !matches!(id, Value::String(_) | Value::Number(_)) {
+        return None;
+    }
+    if !r.params.get().starts_with('{') {
+        return None;
+    }
+    let p: Params = serde_json::from_str(r.params.get()).ok()?;
+    let proposal = p.proposal.get();
+    if !proposal.starts_with('{') {
+        return None;
+    }
+    Some(SubmitFrame { id, proposal: proposal.to_string(), session_id: p.session_id })
+}
+
+/// The nesting at which serde_json refuses a text (its recursion limit):
+/// the frame reader's, which [`submit_frame`] leaves such frames to.
+const FRAME_DEPTH: usize = 128;
+
+/// The deepest nesting of arrays and objects in a JSON text (brackets
+/// inside strings do not count).
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_str, mut escaped) = (0usize, 0, false, false);
+    for &b in text.as_bytes() {
+        if in_str {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Classifies one text frame. A repeated key in any object of the frame
 /// refuses it (`-32600`), as the proposal text parser refuses a repeated
 /// field.
@@ -269,6 +368,19 @@ pub fn notification(method: &str, params: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Brackets inside strings (escaped quotes and backslashes included)
+    /// do not count toward a text's nesting; serde refuses at the depth
+    /// `submit_frame` leaves to it.
+    #[test]
+    fn nesting_counts_brackets_outside_strings() {
+        assert_eq!(nesting(r#"{"a":"[[{","b":[{"c":"\"]]\\"},[]]}"#), 3);
+        assert_eq!(nesting("7"), 0);
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(serde_json::from_str::<Value>(&deep(FRAME_DEPTH - 1)).is_ok());
+        assert!(serde_json::from_str::<Value>(&deep(FRAME_DEPTH)).is_err());
+        assert_eq!(nesting(&deep(FRAME_DEPTH)), FRAME_DEPTH);
+    }
 
     fn invalid(text: &str) -> (Value, i64, String) {
         match classify(text) {
