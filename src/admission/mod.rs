@@ -425,19 +425,24 @@ fn protected_names_of(ledger: Option<&Path>, key: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// The chain's view of the built-in tools: their declared risk.
+/// The chain's view of the built-in tools: their declared risk. Made once
+/// a process (they are fixed; every stage a daemon builds for a connection
+/// starts from them).
 fn builtin_definitions() -> HashMap<String, ToolDefinition> {
-    crate::tools::builtin_tools()
-        .into_iter()
-        .filter_map(|t| {
-            let def = ToolDefinition::from_value(json!({
-                "name": t.schema.name, "description": t.schema.description,
-                "parameters": t.schema.parameters, "risk": t.risk,
-            }))
-            .ok()?;
-            Some((def.name.clone(), def))
-        })
-        .collect()
+    static DEFINITIONS: std::sync::LazyLock<HashMap<String, ToolDefinition>> = std::sync::LazyLock::new(|| {
+        crate::tools::builtin_tools()
+            .into_iter()
+            .filter_map(|t| {
+                let def = ToolDefinition::from_value(json!({
+                    "name": t.schema.name, "description": t.schema.description,
+                    "parameters": t.schema.parameters, "risk": t.risk,
+                }))
+                .ok()?;
+                Some((def.name.clone(), def))
+            })
+            .collect()
+    });
+    DEFINITIONS.clone()
 }
 
 impl AdmissionStage {

@@ -301,12 +301,32 @@ fn check_schema(tool: &str, schema: &Value, path: &str) -> crate::Result<()> {
 
 /// Validates a parameters schema: an object schema within the supported
 /// subset that compiles as draft 2020-12 without any remote resource.
+///
+/// Compiling a schema is the costly part of building an admission stage
+/// (a daemon builds one per connection, from the same definitions), so the
+/// texts of the schemas that passed are remembered, a bounded number of
+/// them: the check depends on the schema alone, and an equal text is an
+/// equal schema. A failure is checked again every time (its error names
+/// the tool).
 pub fn validate_parameters_schema(tool: &str, schema: &Value) -> crate::Result<()> {
+    /// How many passed schemas are remembered before the memory starts again.
+    const PASSED_MAX: usize = 1024;
+    static PASSED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
     if !schema.is_object() {
         return Err(schema_error(tool, "#", "the parameters schema must be a JSON object"));
     }
+    let text = schema.to_string();
+    if PASSED.lock().is_ok_and(|p| p.contains(&text)) {
+        return Ok(());
+    }
     check_schema(tool, schema, "#")?;
     jsonschema::draft202012::new(schema).map_err(|e| schema_error(tool, "#", format!("it does not compile: {e}")))?;
+    if let Ok(mut p) = PASSED.lock() {
+        if p.len() >= PASSED_MAX {
+            p.clear();
+        }
+        p.insert(text);
+    }
     Ok(())
 }
 
@@ -529,5 +549,29 @@ mod tests {
             assert_eq!(e.code(), "unsupported_schema", "{bad}");
             assert!(e.to_string().contains(needle), "{e}");
         }
+    }
+
+    /// A schema that passed passes again (from memory), one that failed
+    /// fails again naming the tool it is checked for, a schema differing
+    /// only in a nested value is checked on its own, and past the memory's
+    /// bound every answer stays the same.
+    #[test]
+    fn remembered_schemas_answer_as_checked_ones() {
+        let ok = json!({"type":"object","properties":{"remembered":{"type":"string","maxLength":3}}});
+        let bad = json!({"type":"object","properties":{"remembered":{"type":"strin"}}});
+        for round in 0..3 {
+            assert!(validate_parameters_schema("a", &ok).is_ok());
+            let tool = format!("tool{round}");
+            let e = validate_parameters_schema(&tool, &bad).unwrap_err();
+            assert!(e.to_string().contains(&tool), "{e}");
+            let near = json!({"type":"object","properties":{"remembered":{"type":"string","maxLength":"3"}}});
+            assert!(validate_parameters_schema("a", &near).is_err(), "a near copy of a passed schema");
+        }
+        for i in 0..1100 {
+            let each = json!({"type":"object","properties":{format!("p{i}"):{"type":"integer"}}});
+            assert!(validate_parameters_schema("a", &each).is_ok());
+        }
+        assert!(validate_parameters_schema("a", &ok).is_ok());
+        assert!(validate_parameters_schema("b", &bad).is_err());
     }
 }
