@@ -1578,12 +1578,12 @@ mod tests {
 
     /// The answers of a connection to `frames`, read by `read`, without
     /// what differs from run to run (times, durations, a proposal id the
-    /// runtime made up).
+    /// runtime made up, the session's id).
     async fn answers(frames: &[&str], read: fn(&Arc<Conn>, &str, &mut Handlers) -> Option<String>) -> Vec<Value> {
         fn steady(v: &mut Value) {
             match v {
                 Value::Object(m) => {
-                    for k in ["timestamp", "duration_ms", "total_duration_ms", "proposal_id"] {
+                    for k in ["timestamp", "duration_ms", "total_duration_ms", "proposal_id", "session_id"] {
                         m.remove(k);
                     }
                     m.values_mut().for_each(steady);
@@ -1675,6 +1675,17 @@ mod tests {
             let from_text = answers(&[f], on_text).await;
             let classified = answers(&[f], |c, t, h| on_frame(c, rpc::classify(t), h)).await;
             assert_eq!(from_text, classified, "frame: {f}");
+        }
+        // A session in strict mode refuses a field the IR does not know,
+        // read either way.
+        let init =
+            r#"{"jsonrpc":"2.0","id":"init","method":"session.init","params":{"client_id":"c","strict_fields":true}}"#;
+        for p in [write, r#"{"actions":[{"id":"w","type":"state_write","bogus":1,"parameters":{"key":"k"}}]}"#] {
+            let f = format!(r#"{{"jsonrpc":"2.0","id":"z","method":"proposal.submit","params":{{"proposal":{p}}}}}"#);
+            let from_text = answers(&[init, &f], on_text).await;
+            let classified = answers(&[init, &f], |c, t, h| on_frame(c, rpc::classify(t), h)).await;
+            assert_eq!(from_text, classified, "strict: {f}");
+            assert_eq!(from_text[1].get("error").is_some(), p.contains("bogus"), "{from_text:?}");
         }
         // The reader takes a good submit, with a session id or without.
         assert!(read_submit(frames[0]).is_some() && read_submit(frames[1]).is_some());

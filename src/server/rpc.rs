@@ -162,9 +162,9 @@ pub(crate) struct SubmitFrame {
 
 /// The request when `text` is one well-formed `proposal.submit` request
 /// whose params are `{proposal: {..}, session_id?}`, each member once;
-/// `None` for every other frame (and for a submit with a `scope`, an
-/// escaped member name or any other shape), which [`classify`] reads and,
-/// when it is wrong, names what is wrong.
+/// `None` for every other frame (and for a submit with a `scope` or of any
+/// other shape), which [`classify`] reads and, when it is wrong, names what
+/// is wrong.
 pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
     use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
