@@ -305,23 +305,27 @@ fn check_schema(tool: &str, schema: &Value, path: &str) -> crate::Result<()> {
 /// Compiling a schema is the costly part of building an admission stage
 /// (a daemon builds one per connection, from the same definitions), so the
 /// texts of the schemas that passed are remembered, a bounded number of
-/// them: the check depends on the schema alone, and an equal text is an
-/// equal schema. A failure is checked again every time (its error names
-/// the tool).
+/// them and only those of at most 16 KiB (at most 16 MiB in all, whatever
+/// clients register): the check depends on the schema alone, and an equal
+/// text is an equal schema. A failure is checked again every time (its
+/// error names the tool).
 pub fn validate_parameters_schema(tool: &str, schema: &Value) -> crate::Result<()> {
     /// How many passed schemas are remembered before the memory starts again.
     const PASSED_MAX: usize = 1024;
+    /// The longest schema text remembered.
+    const PASSED_TEXT_MAX: usize = 16 * 1024;
     static PASSED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
     if !schema.is_object() {
         return Err(schema_error(tool, "#", "the parameters schema must be a JSON object"));
     }
     let text = schema.to_string();
-    if PASSED.lock().is_ok_and(|p| p.contains(&text)) {
+    let kept = text.len() <= PASSED_TEXT_MAX;
+    if kept && PASSED.lock().is_ok_and(|p| p.contains(&text)) {
         return Ok(());
     }
     check_schema(tool, schema, "#")?;
     jsonschema::draft202012::new(schema).map_err(|e| schema_error(tool, "#", format!("it does not compile: {e}")))?;
-    if let Ok(mut p) = PASSED.lock() {
+    if kept && let Ok(mut p) = PASSED.lock() {
         if p.len() >= PASSED_MAX {
             p.clear();
         }
@@ -570,6 +574,13 @@ mod tests {
         for i in 0..1100 {
             let each = json!({"type":"object","properties":{format!("p{i}"):{"type":"integer"}}});
             assert!(validate_parameters_schema("a", &each).is_ok());
+        }
+        // A schema too long to remember is checked each time.
+        let long = json!({"type":"object","description":"x".repeat(20_000),"properties":{"a":{"type":"string"}}});
+        let long_bad = json!({"type":"object","description":"x".repeat(20_000),"properties":{"a":{"type":"strin"}}});
+        for _ in 0..2 {
+            assert!(validate_parameters_schema("a", &long).is_ok());
+            assert!(validate_parameters_schema("a", &long_bad).is_err());
         }
         assert!(validate_parameters_schema("a", &ok).is_ok());
         assert!(validate_parameters_schema("b", &bad).is_err());
