@@ -436,18 +436,8 @@ mod tests {
 
     #[test]
     fn call_json_is_the_serde_text() {
-        let mut call = ToolCall {
-            tool: "deploy".into(),
-            params: json!({"env": "prod", "n": [1, 2.5, null], "q": "a\"b\\c\n\u{1}é"}),
-            action_id: "a1".into(),
-            request_id: "req-7".into(),
-            timeout_ms: None,
-            session_id: None,
-            attempt: 1,
-            cwd: None,
-            isolation: None,
-            deadline: None,
-        };
+        let mut call =
+            ToolCall::new("deploy", json!({"env": "prod", "n": [1, 2.5, null], "q": "a\"b\\c\n\u{1}é"}), "a1", "req-7");
         assert_eq!(call_json(&call), call.to_json());
         call.deadline = Some(chrono::Utc::now());
         assert_eq!(call_json(&call), call.to_json());

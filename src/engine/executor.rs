@@ -47,6 +47,29 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// A first attempt of `tool` for action `action_id`, with no timeout,
+    /// session, working directory, isolation or deadline (a host's own
+    /// calls, tests).
+    pub fn new(
+        tool: impl Into<String>,
+        params: Value,
+        action_id: impl Into<String>,
+        request_id: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            tool: tool.into(),
+            params,
+            action_id: action_id.into(),
+            request_id: request_id.into(),
+            timeout_ms: None,
+            session_id: None,
+            attempt: 1,
+            cwd: None,
+            isolation: None,
+            deadline: None,
+        }
+    }
+
     /// The callback JSON text.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())

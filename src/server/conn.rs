@@ -1237,25 +1237,6 @@ pub(crate) enum Params {
     Submit(Box<ReadSubmit>),
 }
 
-impl Params {
-    /// The params as a value (a submit's rebuilt from its parts).
-    pub(crate) fn into_value(self) -> Result<Value, RpcError> {
-        match self {
-            Params::Value(v) => Ok(v),
-            Params::Submit(s) => {
-                let proposal: Value = rpc::parse_strict(&s.frame.proposal)
-                    .map_err(|e| RpcError::invalid_params(format!("proposal: {e}")))?;
-                let mut p = serde_json::Map::new();
-                p.insert("proposal".into(), proposal);
-                if let Some(sid) = s.frame.session_id {
-                    p.insert("session_id".into(), Value::String(sid));
-                }
-                Ok(Value::Object(p))
-            }
-        }
-    }
-}
-
 /// Gates and dispatches one call (a request when `id` is given, else a
 /// notification); `in_flight` handlers run.
 fn call(conn: &Arc<Conn>, id: Option<Value>, method: String, params: Params, in_flight: usize) -> Step {

@@ -325,18 +325,7 @@ mod tests {
 
     #[test]
     fn the_tools_execute_frame_is_written_as_its_value_was() {
-        let bare = ToolCall {
-            tool: "echo".into(),
-            params: json!({"b": [1, 2.5, null], "a": "x\"\u{1}é"}),
-            action_id: "a-1".into(),
-            request_id: "req-1".into(),
-            timeout_ms: None,
-            session_id: None,
-            attempt: 1,
-            cwd: None,
-            isolation: None,
-            deadline: None,
-        };
+        let bare = ToolCall::new("echo", json!({"b": [1, 2.5, null], "a": "x\"\u{1}é"}), "a-1", "req-1");
         let full = ToolCall {
             timeout_ms: Some(2500),
             session_id: Some("own \"session\"".into()),

@@ -67,23 +67,14 @@ pub(crate) fn submit_deadline(config: &Config, p: &ActionProposal, supervised: b
 /// deadline, the connection's task): in a daemon serving one client those
 /// copies were about a quarter of its instructions (callgrind, 2026-12-06).
 pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Params) -> Result<Answer, RpcError> {
+    let params = match params {
+        // Only `proposal.submit` frames are read from their text.
+        Params::Submit(s) => return submit(conn, method, Submission::from_read(*s, &conn.rt)?).await,
+        Params::Value(v) => v,
+    };
     if method == "proposal.submit" {
-        let submission = match params {
-            Params::Value(v) => Submission::read(&v, &conn.rt)?,
-            Params::Submit(s) => {
-                let super::conn::ReadSubmit { frame, proposal } = *s;
-                // A session in strict mode refuses a field the IR does not know.
-                conn.rt.check_strict_fields(&frame.proposal).map_err(in_param("proposal"))?;
-                Submission { proposal, session: frame.session_id, scope: None }
-            }
-        };
-        if let Some(refused) = guarded(method, Box::pin(admit(conn, &submission))).await? {
-            return Ok(Answer::Value(refused));
-        }
-        let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
-        return with_deadline(method, deadline, guarded(method, Box::pin(execute(conn, submission)))).await;
+        return submit(conn, method, Submission::read(&params, &conn.rt)?).await;
     }
-    let params = params.into_value()?;
     if method == "proposal.resume" {
         let id = req_str(&params, "id")?.to_string();
         let session = opt_str(&params, "session_id")?.map(str::to_string);
@@ -106,6 +97,16 @@ pub(crate) async fn run(conn: &Arc<Conn>, method: &str, params: Params) -> Resul
     with_deadline(method, conn.config.handler_timeout, guarded(method, Box::pin(dispatch(conn, method, params))))
         .await
         .map(Answer::Value)
+}
+
+/// `proposal.submit` of a read submission: admitted (halt, tier,
+/// supervision), then executed under the deadline its proposal derives.
+async fn submit(conn: &Arc<Conn>, method: &str, submission: Submission) -> Result<Answer, RpcError> {
+    if let Some(refused) = guarded(method, Box::pin(admit(conn, &submission))).await? {
+        return Ok(Answer::Value(refused));
+    }
+    let deadline = submit_deadline(&conn.config, &submission.proposal, conn.supervisors.has_subscribers());
+    with_deadline(method, deadline, guarded(method, Box::pin(execute(conn, submission)))).await
 }
 
 /// Runs a handler, turning a panic in it into an internal error for its call.
@@ -721,6 +722,13 @@ impl Submission {
         // refuses a field the IR does not know.
         rt.check_strict_fields(&text).map_err(in_param("proposal"))?;
         Ok(Submission { proposal, session, scope })
+    }
+
+    /// A submission read from its frame's text (its proposal parsed there).
+    fn from_read(read: super::conn::ReadSubmit, rt: &crate::api::runtime::CarRuntime) -> Result<Submission, RpcError> {
+        let super::conn::ReadSubmit { frame, proposal } = read;
+        rt.check_strict_fields(&frame.proposal).map_err(in_param("proposal"))?;
+        Ok(Submission { proposal, session: frame.session_id, scope: None })
     }
 }
 

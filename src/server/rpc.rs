@@ -179,7 +179,7 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
     }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct Params<'a> {
+    struct SubmitParams<'a> {
         #[serde(borrow)]
         proposal: &'a RawValue,
         #[serde(default)]
@@ -206,7 +206,7 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
     if !r.params.get().starts_with('{') {
         return None;
     }
-    let p: Params = serde_json::from_str(r.params.get()).ok()?;
+    let p: SubmitParams = serde_json::from_str(r.params.get()).ok()?;
     let proposal = p.proposal.get();
     if !proposal.starts_with('{') {
         return None;

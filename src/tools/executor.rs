@@ -147,18 +147,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("car-exec-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let ex = BuiltinExecutor::new(Root::new(&dir).unwrap());
-        let call = |tool: &str, params: Value| ToolCall {
-            tool: tool.into(),
-            params,
-            action_id: "a".into(),
-            request_id: "r".into(),
-            timeout_ms: None,
-            session_id: None,
-            attempt: 1,
-            cwd: None,
-            isolation: None,
-            deadline: None,
-        };
+        let call = |tool: &str, params: Value| ToolCall::new(tool, params, "a", "r");
         let r = ex.execute(call("write_file", json!({"path": "x.txt", "content": "hi"}))).await.unwrap();
         assert_eq!(r["created"], true);
         assert_eq!(std::fs::read_to_string(dir.join("x.txt")).unwrap(), "hi");
@@ -184,18 +173,7 @@ mod tests {
             ("list_dir", json!({"path": "."})),
             ("shell", json!({"command": "true"})),
         ] {
-            let call = ToolCall {
-                tool: tool.into(),
-                params,
-                action_id: "a".into(),
-                request_id: "r".into(),
-                timeout_ms: None,
-                session_id: None,
-                attempt: 1,
-                cwd: None,
-                isolation: None,
-                deadline: None,
-            };
+            let call = ToolCall::new(tool, params, "a", "r");
             let e = ex.execute(call).await.unwrap_err();
             assert!(e.message.contains("has none") && e.message.contains(tool), "{tool}: {e:?}");
             assert!(e.is_terminal(), "{tool}: {e:?}");
