@@ -150,29 +150,68 @@ pub enum ActionPhase {
 
 /// Per-action event data, rendered lazily from the proposal it belongs to
 /// (so recording one costs no JSON building on the hot path).
+///
+/// The log keeps every record it holds, three or more an action, so the
+/// record is small (48 bytes): what most records lack (an error, a cache
+/// hit) is boxed in [`ActionDetail`].
 #[derive(Debug, Clone)]
 pub struct ActionEvent {
     /// The record.
     pub phase: ActionPhase,
+    /// A terminal failure.
+    pub terminal: bool,
+    /// 1-based attempt (the next attempt for `Retrying`).
+    pub attempt: u32,
     /// The proposal.
     pub proposal: Arc<ActionProposal>,
     /// Index of the action in the proposal.
     pub index: usize,
-    /// 1-based attempt (the next attempt for `Retrying`).
-    pub attempt: u32,
     /// Wall time of the action so far.
     pub duration_ms: Option<f64>,
+    /// The error, its class and the cache the result came from, when any
+    /// ([`ActionDetail::boxed`]).
+    pub detail: Option<Box<ActionDetail>>,
+}
+
+/// What an [`ActionEvent`] rarely has.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActionDetail {
     /// The error (failed) or previous error (retrying).
     pub error: Option<String>,
     /// The normalized error class.
     pub error_class: Option<&'static str>,
-    /// A terminal failure.
-    pub terminal: bool,
     /// Served from a cache: `idempotency` or `ttl`.
     pub cached: Option<&'static str>,
 }
 
+impl ActionDetail {
+    /// The detail of these parts; `None` when there is none.
+    pub fn boxed(
+        error: Option<String>,
+        error_class: Option<&'static str>,
+        cached: Option<&'static str>,
+    ) -> Option<Box<Self>> {
+        (error.is_some() || error_class.is_some() || cached.is_some())
+            .then(|| Box::new(ActionDetail { error, error_class, cached }))
+    }
+}
+
 impl ActionEvent {
+    /// The error (failed) or previous error (retrying).
+    pub fn error(&self) -> Option<&str> {
+        self.detail.as_ref()?.error.as_deref()
+    }
+
+    /// The normalized error class.
+    pub fn error_class(&self) -> Option<&'static str> {
+        self.detail.as_ref()?.error_class
+    }
+
+    /// Served from a cache: `idempotency` or `ttl`.
+    pub fn cached(&self) -> Option<&'static str> {
+        self.detail.as_ref()?.cached
+    }
+
     /// [`ActionEvent::to_value`]'s RFC 8785 text, written straight from the
     /// record; `false` when it would not read back exactly.
     fn write_canonical(&self, out: &mut Vec<u8>) -> bool {
@@ -186,24 +225,24 @@ impl ActionEvent {
             m.str("action_type", a.action_type.as_str());
         }
         m.value("attempt", &Value::from(self.attempt));
-        if let Some(c) = self.cached {
+        if let Some(c) = self.cached() {
             m.str("cached", c);
         }
         if let Some(d) = self.duration_ms {
             m.value("duration_ms", &json!(d));
         }
         if self.phase == ActionPhase::Failed {
-            m.opt_str("error", self.error.as_deref());
+            m.opt_str("error", self.error());
         }
         if matches!(self.phase, ActionPhase::Failed | ActionPhase::Retrying) {
-            m.opt_str("error_class", self.error_class);
+            m.opt_str("error_class", self.error_class());
         }
         if ended {
             m.object("expected_effects", &a.expected_effects);
             m.str("params_digest", &params_digest(&a.parameters));
         }
         if self.phase == ActionPhase::Retrying {
-            m.opt_str("previous_error", self.error.as_deref());
+            m.opt_str("previous_error", self.error());
         }
         if self.phase == ActionPhase::Failed {
             m.bool("terminal", self.terminal);
@@ -228,20 +267,20 @@ impl ActionEvent {
         }
         match self.phase {
             ActionPhase::Failed => {
-                m.insert("error".into(), self.error.clone().map_or(Value::Null, Value::String));
-                m.insert("error_class".into(), self.error_class.map_or(Value::Null, |c| Value::String(c.into())));
+                m.insert("error".into(), self.error().map_or(Value::Null, Value::from));
+                m.insert("error_class".into(), self.error_class().map_or(Value::Null, Value::from));
                 m.insert("terminal".into(), Value::Bool(self.terminal));
             }
             ActionPhase::Retrying => {
-                m.insert("previous_error".into(), self.error.clone().map_or(Value::Null, Value::String));
-                m.insert("error_class".into(), self.error_class.map_or(Value::Null, |c| Value::String(c.into())));
+                m.insert("previous_error".into(), self.error().map_or(Value::Null, Value::from));
+                m.insert("error_class".into(), self.error_class().map_or(Value::Null, Value::from));
             }
             _ => {}
         }
         if let Some(d) = self.duration_ms {
             m.insert("duration_ms".into(), json!(d));
         }
-        if let Some(c) = self.cached {
+        if let Some(c) = self.cached() {
             m.insert("cached".into(), Value::String(c.into()));
         }
         Value::Object(m)
@@ -271,17 +310,6 @@ pub enum EventData {
         tenant: Option<Arc<str>>,
         /// The key's new version.
         version: u64,
-    },
-    /// A state change: `{key, tenant, version, op, value?}`.
-    State {
-        /// The key as the tenant sees it.
-        key: String,
-        /// The tenant, when scoped.
-        tenant: Option<Arc<str>>,
-        /// The key's new version.
-        version: u64,
-        /// The new value; `None` for a delete.
-        value: Option<Value>,
     },
     /// An admission decision, rendered on demand.
     Admission(Box<AdmissionData>),
@@ -429,9 +457,6 @@ impl EventData {
                 }
             }
             EventData::Admission(a) => a.to_value(),
-            EventData::State { key, tenant, version, value } => {
-                state_value(key, tenant.as_deref(), *version, value.as_ref())
-            }
         }
     }
 
@@ -445,9 +470,6 @@ impl EventData {
         let exact = match self {
             EventData::Action(a) => a.write_canonical(out),
             EventData::Admission(a) => a.write_canonical(out),
-            EventData::State { key, tenant, version, value } => {
-                write_state(out, key, tenant.as_deref(), *version, value.as_ref())
-            }
             EventData::ActionState { proposal, index, effect, tenant, version } => {
                 match action_state(proposal, *index, *effect) {
                     Some((key, value)) => write_state(out, key, tenant.as_deref(), *version, value),
@@ -489,18 +511,43 @@ pub struct Event {
     pub action_id: Option<Arc<str>>,
     /// The payload.
     pub data: EventData,
-    /// Hash of the previous chained event (chaining on).
+    /// The hash chain's link, when chaining is on (boxed: a log without
+    /// chaining holds one word for it; [`Event::hash`], [`Event::prev_hash`]).
+    pub chain: Option<Box<ChainLink>>,
+}
+
+/// An event's place in the hash chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainLink {
+    /// Hash of the previous chained event; `None` for the first.
     pub prev_hash: Option<String>,
-    /// This event's hash (chaining on).
+    /// This event's hash; `None` for a link not yet (or no longer) hashed.
     pub hash: Option<String>,
 }
 
+impl ChainLink {
+    /// The link of these hashes; `None` when both are absent.
+    pub fn boxed(prev_hash: Option<String>, hash: Option<String>) -> Option<Box<Self>> {
+        (prev_hash.is_some() || hash.is_some()).then(|| Box::new(ChainLink { prev_hash, hash }))
+    }
+}
+
 impl Event {
+    /// Hash of the previous chained event (chaining on).
+    pub fn prev_hash(&self) -> Option<&str> {
+        self.chain.as_ref()?.prev_hash.as_deref()
+    }
+
+    /// This event's hash (chaining on).
+    pub fn hash(&self) -> Option<&str> {
+        self.chain.as_ref()?.hash.as_deref()
+    }
+
     /// `{id, kind, timestamp, proposal_id, action_id, data, prev_hash?, hash?}`.
     pub fn to_json(&self) -> Value {
         let mut m = self.content();
-        if let Some(h) = &self.hash {
-            m.insert("hash".into(), Value::String(h.clone()));
+        if let Some(h) = self.hash() {
+            m.insert("hash".into(), Value::from(h));
         }
         Value::Object(m)
     }
@@ -514,8 +561,8 @@ impl Event {
         m.insert("proposal_id".into(), self.proposal_id.as_deref().map_or(Value::Null, |p| Value::String(p.into())));
         m.insert("action_id".into(), self.action_id.as_deref().map_or(Value::Null, |a| Value::String(a.into())));
         m.insert("data".into(), self.data.to_value());
-        if let Some(p) = &self.prev_hash {
-            m.insert("prev_hash".into(), Value::String(p.clone()));
+        if let Some(p) = self.prev_hash() {
+            m.insert("prev_hash".into(), Value::from(p));
         }
         m
     }
@@ -533,7 +580,7 @@ impl Event {
             self.data.write_canonical(&mut data);
             let mut ts = Vec::with_capacity(40);
             write_timestamp(&mut ts, &self.timestamp);
-            self.write_canonical(self.id, self.prev_hash.as_deref(), &data, &ts, &mut b);
+            self.write_canonical(self.id, self.prev_hash(), &data, &ts, &mut b);
             crate::canonical::sha256_hex(&b)
         })
     }
@@ -726,16 +773,16 @@ pub fn verify_chain(events: &[Event]) -> ChainVerification {
     let mut started = false;
     let mut n = 0;
     for (i, e) in events.iter().enumerate() {
-        let Some(h) = &e.hash else {
+        let Some(h) = e.hash() else {
             if started {
                 return ChainVerification::TamperedAt(i);
             }
             continue;
         };
-        if started && e.prev_hash.as_deref() != prev {
+        if started && e.prev_hash() != prev {
             return ChainVerification::TamperedAt(i);
         }
-        if e.compute_hash() != *h {
+        if e.compute_hash() != h {
             return ChainVerification::TamperedAt(i);
         }
         started = true;
@@ -913,14 +960,15 @@ impl EventLog {
             proposal_id: proposal_id.cloned(),
             action_id: action_id.cloned(),
             data,
-            prev_hash: None,
-            hash: None,
+            chain: None,
         };
         if log.chaining {
-            e.prev_hash = log.last_hash.clone();
+            e.chain = Some(Box::new(ChainLink { prev_hash: log.last_hash.take(), hash: None }));
             let h = e.compute_hash();
             log.last_hash = Some(h.clone());
-            e.hash = Some(h);
+            if let Some(link) = &mut e.chain {
+                link.hash = Some(h);
+            }
         }
         if let Some(sink) = &log.sink {
             sink.record(&e);
@@ -1167,8 +1215,7 @@ mod tests {
                 proposal_id: pid.map(|p| Arc::from(p.as_str())),
                 action_id: aid.map(|a| Arc::from(a.as_str())),
                 data: EventData::Value(data),
-                prev_hash: prev,
-                hash: None,
+                chain: ChainLink::boxed(prev, None),
             };
             let expected = crate::canonical::sha256_hex(&crate::canonical::canonical_object(&e.content()));
             proptest::prop_assert_eq!(e.compute_hash(), expected);
@@ -1208,10 +1255,8 @@ mod tests {
                     index: usize::from(flags & 1),
                     attempt,
                     duration_ms: duration,
-                    error: text.clone(),
-                    error_class: (flags & 2 != 0).then_some("timeout"),
+                    detail: ActionDetail::boxed(text.clone(), (flags & 2 != 0).then_some("timeout"), (flags & 8 != 0).then_some("ttl")),
                     terminal: flags & 4 != 0,
-                    cached: (flags & 8 != 0).then_some("ttl"),
                 }))
                 .collect();
             datas.push(EventData::Admission(Box::new(AdmissionData {
@@ -1225,11 +1270,9 @@ mod tests {
                 stage: "admission",
                 downgraded_from_ask: flags & 128 != 0,
             })));
-            datas.push(EventData::State { key: text.clone().unwrap_or_default(), tenant: text.as_deref().map(Arc::from), version,
-                                          value: (flags & 2 != 0).then(|| value.clone()) });
             for effect in [None, Some(0), Some(7)] {
                 datas.push(EventData::ActionState { proposal: proposal.clone(), index: usize::from(flags & 1), effect,
-                                                    tenant: None, version });
+                                                    tenant: text.as_deref().map(Arc::from), version });
             }
             datas.push(EventData::Value(value.clone()));
             for d in datas {
@@ -1274,10 +1317,8 @@ mod tests {
             index: 0,
             attempt: 1,
             duration_ms: Some(0.25),
-            error: None,
-            error_class: None,
+            detail: None,
             terminal: false,
-            cached: None,
         };
         let mut out = Vec::new();
         assert_eq!(EventData::Action(e.clone()).write_canonical(&mut out), None);

@@ -566,7 +566,7 @@ async fn events_chain_query_and_retention(u: &Under) {
     assert_eq!(e.query(&EventQuery { limit: 2, ..EventQuery::default() }).await.unwrap().len(), 2);
     assert!(e.query(&EventQuery { kinds: vec!["Nope".into()], ..EventQuery::default() }).await.is_err());
     let all = e.query(&EventQuery::default()).await.unwrap();
-    assert_eq!(all[0].hash.as_deref(), Some(head.hash.as_str()));
+    assert_eq!(all[0].hash(), Some(head.hash.as_str()));
     // Retention keeps the newest; what is left still verifies.
     let removed = e.apply_retention(&RetentionPolicy { max_events: Some(2), max_age_secs: None }).await.unwrap();
     assert_eq!(removed, 4);

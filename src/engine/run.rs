@@ -20,7 +20,7 @@ use crate::admission::{AdmissionStage, Decision, Held, Parked, StageVerdict, lay
 use crate::canonical::canonical_object;
 use crate::checkpoint::{Checkpoint, PendingAction};
 use crate::dag::Dag;
-use crate::events::{ActionEvent, ActionPhase, EventData, EventKind};
+use crate::events::{ActionDetail, ActionEvent, ActionPhase, EventData, EventKind};
 use crate::ir::{
     Action, ActionProposal, ActionResult, ActionStatus, ActionType, Compensation, CostSummary, FailureBehavior,
     Operator, Precondition, ProposalResult, Reversibility, StateChanges, StateMutation, ToolFailure, json_eq,
@@ -1602,10 +1602,8 @@ fn action_event(ctx: &Ctx, i: usize, phase: ActionPhase, attempt: u32) -> Action
         index: i,
         attempt,
         duration_ms: None,
-        error: None,
-        error_class: None,
+        detail: None,
         terminal: false,
-        cached: None,
     }
 }
 
@@ -1640,7 +1638,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 let duration = ms(t0.elapsed());
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
-                ev.cached = done.cached;
+                ev.detail = ActionDetail::boxed(None, None, done.cached);
                 let (_, at) = events.append_stamped(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
                 // The result carries its ActionSucceeded event's time.
                 let r = ActionResult {
@@ -1665,8 +1663,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 {
                     ctx.retries.fetch_add(1, Ordering::Relaxed);
                     let mut ev = action_event(ctx, i, ActionPhase::Retrying, attempt + 1);
-                    ev.error = Some(f.message);
-                    ev.error_class = Some(f.class.as_str());
+                    ev.detail = ActionDetail::boxed(Some(f.message), Some(f.class.as_str()), None);
                     events.append(EventKind::ActionRetrying, pid, Some(aid), EventData::Action(ev));
                     let base = ctx.stage.retry_backoff_ms().unwrap_or(opts.retry_backoff_ms);
                     if base > 0 {
@@ -1683,8 +1680,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 let duration = ms(t0.elapsed());
                 let mut ev = action_event(ctx, i, ActionPhase::Failed, attempt);
                 ev.duration_ms = Some(duration);
-                ev.error = Some(f.message.clone());
-                ev.error_class = Some(f.class.as_str());
+                ev.detail = ActionDetail::boxed(Some(f.message.clone()), Some(f.class.as_str()), None);
                 ev.terminal = f.terminal;
                 events.append(EventKind::ActionFailed, pid, Some(aid), EventData::Action(ev));
                 let skip = !f.terminal && a.failure_behavior == FailureBehavior::Skip;

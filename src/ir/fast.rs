@@ -49,7 +49,7 @@ const MAX_DEPTH: usize = 64;
 /// docs). `unknown`, when given, receives the path of every field no part
 /// of the IR knows, in document order, as `serde_ignored` reports them.
 pub(super) fn parse(text: &str, unknown: Option<&mut Vec<Vec<Seg>>>) -> Option<ActionProposal> {
-    let mut r = Reader { s: text, b: text.as_bytes(), i: 0, unknown };
+    let mut r = Reader { s: text, b: text.as_bytes(), i: 0, unknown, entries: Vec::new() };
     let p = r.proposal()?;
     r.ws();
     (r.i == r.b.len()).then_some(p)
@@ -95,6 +95,10 @@ struct Reader<'a, 'u> {
     b: &'a [u8],
     i: usize,
     unknown: Option<&'u mut Vec<Vec<Seg>>>,
+    /// Where [`Reader::object`] gathers an object's entries before moving
+    /// them into a list of exactly their number (a proposal's objects are
+    /// kept as long as its events are: no spare slots).
+    entries: Vec<(String, Value)>,
 }
 
 /// The wire names of [`Action`]'s fields, in the order of the bit that
@@ -414,21 +418,22 @@ impl<'a> Reader<'a, '_> {
         if self.peek()? != b'{' {
             return self.serde(Vec::new);
         }
-        let mut entries: Vec<(String, Value)> = Vec::new();
+        // Values are read by `value`, never by this function, so one
+        // gathering list serves every object of the text.
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.clear();
         self.members(|r, k| {
             if entries.len() < SCAN_MAX && entries.iter().any(|(e, _)| e == k) {
                 return None;
-            }
-            if entries.capacity() == 0 {
-                // The capacity a first push would give, without its slow
-                // path (growing an empty vector costs twice a fresh one).
-                entries = Vec::with_capacity(4);
             }
             let v = r.value()?;
             entries.push((k.to_string(), v));
             Some(())
         })?;
-        let o = Object::from_unique_entries(entries);
+        let mut exact = Vec::with_capacity(entries.len());
+        exact.append(&mut entries);
+        self.entries = entries;
+        let o = Object::from_unique_entries(exact);
         (o.len() <= SCAN_MAX || o.first_repeat().is_none()).then_some(o)
     }
 
@@ -595,6 +600,7 @@ impl<'a> Reader<'a, '_> {
         let mut out = Vec::with_capacity(hint);
         if self.peek()? == b']' {
             self.i += 1;
+            super::parse::fit_actions(&mut out);
             return Some(out);
         }
         loop {
@@ -603,6 +609,7 @@ impl<'a> Reader<'a, '_> {
             let index = out.len() - 1;
             self.action(index, &mut out[index])?;
             if !self.next(b']')? {
+                super::parse::fit_actions(&mut out);
                 return Some(out);
             }
         }

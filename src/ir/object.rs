@@ -49,6 +49,12 @@ impl Object {
         Object { entries: Vec::with_capacity(n) }
     }
 
+    /// The slots the entries' list holds (a test's view of spare room).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
     /// The number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -363,6 +369,8 @@ impl<'de> Visitor<'de> for ObjectVisitor {
             let v = map.next_value::<super::strict::StrictValue>()?.0;
             entries.push((k, v));
         }
+        // Kept as long as the proposal is: no spare slots.
+        entries.shrink_to_fit();
         let o = Object { entries };
         if o.len() > SCAN_MAX
             && let Some(k) = o.first_repeat()

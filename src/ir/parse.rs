@@ -88,6 +88,18 @@ fn count_byte(bytes: &[u8], needle: u8) -> usize {
 /// list grows as usual).
 const MAX_ACTIONS_HINT: usize = 1 << 16;
 
+/// Gives back the `actions` list's spare slots when the estimate was
+/// generous by more than an eighth: a proposal is kept as long as its
+/// events are (they render from it), and each spare slot is an `Action`'s
+/// size, so a proposal of actions with parameters (two objects an action,
+/// two slots) would otherwise hold twice its actions' memory for the life
+/// of the log. One copy of the list, once a proposal.
+pub(super) fn fit_actions(actions: &mut Vec<super::Action>) {
+    if actions.capacity() - actions.len() > actions.len() / 8 {
+        actions.shrink_to_fit();
+    }
+}
+
 /// Parses a proposal from JSON text, filling every default.
 ///
 /// The `actions` list is sized up front from the number of `{` in the text
@@ -138,11 +150,26 @@ mod tests {
     }
 
     #[test]
-    fn the_actions_list_is_allocated_once_at_the_estimated_size() {
-        let p = parse_proposal(&proposal(1000)).unwrap();
-        assert_eq!(p.actions.len(), 1000);
-        // One slot per object in the text: each action and its parameters.
-        assert_eq!(p.actions.capacity(), 2001);
+    fn the_actions_list_is_sized_from_the_text_and_fitted_to_its_actions() {
+        // One slot per object in the text (each action and its parameters):
+        // twice the actions, so the spare half is given back, on both readers.
+        for p in [parse_proposal(&proposal(1000)).unwrap(), parse_proposal_serde(&proposal(1000)).unwrap()] {
+            assert_eq!(p.actions.len(), 1000);
+            assert_eq!(p.actions.capacity(), 1000);
+            // Every parameters object holds exactly its two entries.
+            assert!(p.actions.iter().all(|a| a.parameters.capacity() == 2));
+        }
+        // An estimate within an eighth is kept as allocated (no copy).
+        let bare: Vec<String> = (0..800).map(|i| format!(r#"{{"id":"b{i}","type":"state_read"}}"#)).collect();
+        let bare = format!(r#"{{"actions":[{}]}}"#, bare.join(","));
+        for p in [parse_proposal(&bare).unwrap(), parse_proposal_serde(&bare).unwrap()] {
+            assert_eq!((p.actions.len(), p.actions.capacity()), (800, 801));
+        }
+        // No action and many objects elsewhere: nothing kept.
+        let empty = format!(r#"{{"actions":[],"context":{{"c":[{}]}}}}"#, vec!["{}"; 500].join(","));
+        for p in [parse_proposal(&empty).unwrap(), parse_proposal_serde(&empty).unwrap()] {
+            assert_eq!(p.actions.capacity(), 0);
+        }
         // The hint is used once: a later parse of the type directly grows as usual.
         let q: ActionProposal = serde_json::from_str(&proposal(3)).unwrap();
         assert_eq!(q.actions.len(), 3);

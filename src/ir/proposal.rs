@@ -72,6 +72,7 @@ fn presized_actions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Action>, D::E
             while let Some(a) = seq.next_element()? {
                 actions.push(a);
             }
+            super::parse::fit_actions(&mut actions);
             Ok(actions)
         }
     }

@@ -669,7 +669,7 @@ pub fn tool_history(events: &[crate::events::Event]) -> HashMap<String, (u64, u6
         }
         let Some(tool) = action.tool.as_deref() else { continue };
         match e.kind {
-            EventKind::ActionSucceeded if a.cached.is_none() => out.entry(tool.to_string()).or_default().0 += 1,
+            EventKind::ActionSucceeded if a.cached().is_none() => out.entry(tool.to_string()).or_default().0 += 1,
             EventKind::ActionRetrying | EventKind::ActionFailed => out.entry(tool.to_string()).or_default().1 += 1,
             _ => {}
         }

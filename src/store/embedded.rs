@@ -87,7 +87,11 @@ impl EventBackend for EventLog {
     }
 
     async fn chain_head(&self) -> Result<Option<ChainHead>> {
-        Ok(self.events().into_iter().rev().find_map(|e| e.hash.map(|hash| ChainHead { id: e.id, hash })))
+        Ok(self
+            .events()
+            .into_iter()
+            .rev()
+            .find_map(|e| e.hash().map(|hash| ChainHead { id: e.id, hash: hash.to_string() })))
     }
 
     async fn verify(&self) -> Result<ChainVerification> {

@@ -694,8 +694,7 @@ mod tests {
             proposal_id: proposal.map(Arc::from),
             action_id: action.map(Arc::from),
             data: EventData::Value(data),
-            prev_hash: Some("in-memory chain, not the file's".into()),
-            hash: Some("x".into()),
+            chain: crate::events::ChainLink::boxed(Some("in-memory chain, not the file's".into()), Some("x".into())),
         }
     }
 

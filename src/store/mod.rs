@@ -274,7 +274,6 @@ pub(crate) fn stored_event(
         proposal_id: proposal_id.map(Arc::from),
         action_id: action_id.map(Arc::from),
         data: crate::events::EventData::Value(data),
-        prev_hash,
-        hash,
+        chain: crate::events::ChainLink::boxed(prev_hash, hash),
     }
 }
