@@ -101,6 +101,10 @@ struct Reader<'a, 'u> {
     entries: Vec<(String, Value)>,
 }
 
+/// Actions read into one allocation before the list is read in chunks
+/// ([`Reader::actions`]): 1,024 actions are about 400 KB.
+const ACTION_CHUNK: usize = 1024;
+
 /// The wire names of [`Action`]'s fields, in the order of the bit that
 /// marks each as seen.
 const ACTION_FIELDS: [&str; 19] = [
@@ -596,23 +600,46 @@ impl<'a> Reader<'a, '_> {
             return None;
         }
         self.i += 1;
+        // A list of up to ACTION_CHUNK actions is read into one allocation
+        // of the estimated size (at most that many slots), fitted at the
+        // end when the estimate was generous. A longer one is read in
+        // chunks of ACTION_CHUNK and moved into one list of exactly its
+        // length: the proposal is kept as long as its events are, and a
+        // list sized from the estimate (two to four slots an action) would
+        // be several megabytes of fresh memory every run, where chunks of
+        // one size are reused run after run.
         let hint = super::parse::take_actions_capacity();
-        let mut out = Vec::with_capacity(hint);
+        let mut out = Vec::with_capacity(hint.min(ACTION_CHUNK));
+        let mut full: Vec<Vec<Action>> = Vec::new();
         if self.peek()? == b']' {
             self.i += 1;
             super::parse::fit_actions(&mut out);
             return Some(out);
         }
+        let mut index = 0;
         loop {
+            if out.len() == ACTION_CHUNK {
+                full.push(std::mem::replace(&mut out, Vec::with_capacity(ACTION_CHUNK)));
+            }
             // Read into its place in the list rather than moved there.
             out.push(Action::blank(ActionType::ToolCall));
-            let index = out.len() - 1;
-            self.action(index, &mut out[index])?;
+            let last = out.len() - 1;
+            self.action(index, &mut out[last])?;
+            index += 1;
             if !self.next(b']')? {
-                super::parse::fit_actions(&mut out);
-                return Some(out);
+                break;
             }
         }
+        if full.is_empty() {
+            super::parse::fit_actions(&mut out);
+            return Some(out);
+        }
+        let mut all = Vec::with_capacity(index);
+        for mut chunk in full {
+            all.append(&mut chunk);
+        }
+        all.append(&mut out);
+        Some(all)
     }
 
     /// An action's object, read into `a` (a blank one: `type` is required, and
@@ -919,6 +946,38 @@ mod tests {
             if depth > MAX_DEPTH {
                 assert!(parse(&deep, None).is_none());
             }
+        }
+    }
+
+    /// A list longer than a chunk is read in chunks and moved into one list
+    /// of exactly its length, in order, with every unknown field's path
+    /// naming its action's index past the first chunk.
+    #[test]
+    fn a_long_list_is_read_in_chunks_into_one_exact_list() {
+        for n in [ACTION_CHUNK - 1, ACTION_CHUNK, ACTION_CHUNK + 1, 2 * ACTION_CHUNK + 5] {
+            let actions: Vec<String> = (0..n)
+                .map(|i| match i % 3 {
+                    0 => format!(r#"{{"id":"a{i}","type":"state_write","parameters":{{"key":"k{i}","value":{i}}}}}"#),
+                    1 => format!(r#"{{"type":"tool_call","tool":"t","expected_effects":{{"e{i}":[{i}]}},"zz{i}":1}}"#),
+                    _ => {
+                        format!(r#"{{"id":"a{i}","type":"state_read","parameters":{{"key":"k{i}"}},"metadata":{{}}}}"#)
+                    }
+                })
+                .collect();
+            let text = format!(r#"{{"actions":[{}]}}"#, actions.join(","));
+            let found = taken(&text);
+            assert_eq!(found.len(), n / 3 + usize::from(n % 3 == 2), "{n}");
+            let last = &found.last().unwrap().path;
+            let i = (n - 1) - (n - 1 + 2) % 3;
+            assert_eq!(*last, format!("actions[{i}].zz{i}"), "{n}");
+            let p = parse_proposal(&text).unwrap();
+            assert_eq!(p.actions.len(), n);
+            if n > ACTION_CHUNK {
+                assert_eq!(p.actions.capacity(), n);
+            } else {
+                assert!(p.actions.capacity() - n <= n / 8, "{n}: {}", p.actions.capacity());
+            }
+            assert!(p.actions.iter().enumerate().all(|(j, a)| j % 3 == 1 || a.id == format!("a{j}")));
         }
     }
 
