@@ -5,6 +5,7 @@
 //! ```text
 //! cargo build --release --example log_memory
 //! target/.../release/examples/log_memory 1000 20
+//! target/.../release/examples/log_memory 1000 5 call
 //! ```
 //!
 //! Runs the proposal once to warm up, then `runs` more times on the same
@@ -14,6 +15,9 @@
 //! chunks, each proposal's list of actions). The log keeps every event it
 //! holds, and each event keeps its proposal (events render from it), so
 //! this is the memory a run leaves behind for as long as the log holds it.
+//! With `call` as the third argument it runs `N x runs` proposals of one
+//! tool call each instead (a daemon client's usual submit) and counts per
+//! proposal.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering::Relaxed};
@@ -91,23 +95,32 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
     let runs: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20).max(1);
+    // `call`: n proposals of one tool call each (a daemon client's submit),
+    // per proposal; else one proposal of n state writes, per action.
+    let one_call = args.get(3).is_some_and(|s| s == "call");
     let core = car_runtime::api::runtime::CarRuntime::new();
     let (_, ex) = engine_shapes::runtime();
-    let text = car_runtime::api::proposal_to_json(&engine_shapes::writes(n));
+    let (text, each) = if one_call {
+        (car_runtime::api::proposal_to_json(&engine_shapes::independent(1)), n)
+    } else {
+        (car_runtime::api::proposal_to_json(&engine_shapes::writes(n)), 1)
+    };
     let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     tokio_rt.block_on(core.execute_proposal(&text, ex.clone(), None, None)).unwrap();
     let live0 = LIVE.load(Relaxed);
     let (small0, large0) = snapshot();
-    for _ in 0..runs {
+    for _ in 0..runs * each {
         tokio_rt.block_on(core.execute_proposal(&text, ex.clone(), None, None)).unwrap();
     }
     let actions = (n * runs) as f64;
     let (small1, large1) = snapshot();
+    let what = if one_call { "one-call proposals" } else { "state_writes" };
+    let per = if one_call { "proposal" } else { "action" };
     println!(
-        "{n} state_writes x {runs} on one runtime: {:.0} bytes kept per action",
+        "{n} {what} x {runs} on one runtime: {:.0} bytes kept per {per}",
         (LIVE.load(Relaxed) - live0) as f64 / actions
     );
-    println!("{:>10} {:>16} {:>16}", "block size", "blocks / action", "bytes / action");
+    println!("{:>10} {:>16} {:>16}", "block size", format!("blocks / {per}"), format!("bytes / {per}"));
     let mut rows: Vec<(usize, i64)> = (0..=SMALL)
         .map(|s| (s, small1[s] - small0[s]))
         .chain(large1.iter().zip(&large0).map(|(&(s, c1), &(_, c0))| (s, c1 - c0)))

@@ -313,6 +313,67 @@ pub enum EventData {
     },
     /// An admission decision, rendered on demand.
     Admission(Box<AdmissionData>),
+    /// A proposal's completion, rendered on demand.
+    Completed(Box<CompletedData>),
+}
+
+/// The data of a `ProposalCompleted` event: `{aborted, cost,
+/// cancelled_tools?}` (the tools a cancelled run left running, when any).
+/// Kept typed: a long-lived runtime's log holds one a proposal, and as a
+/// JSON value it was about a kilobyte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletedData {
+    /// The proposal aborted.
+    pub aborted: bool,
+    /// What it cost.
+    pub cost: crate::ir::CostSummary,
+    /// `{action_id, tool, handle}` of each tool left running; empty when none.
+    pub cancelled_tools: Vec<Value>,
+}
+
+impl CompletedData {
+    /// [`CompletedData::to_value`]'s RFC 8785 text, written straight from
+    /// the record; `false` when it would not read back exactly.
+    fn write_canonical(&self, out: &mut Vec<u8>) -> bool {
+        let mut m = crate::canonical::Members::new(out);
+        m.bool("aborted", self.aborted);
+        if !self.cancelled_tools.is_empty() {
+            m.exact &= self.cancelled_tools.iter().all(crate::canonical::reads_back);
+            m.list("cancelled_tools", &self.cancelled_tools, |out, v| crate::canonical::write_canonical(v, out));
+        }
+        // Every field named: one added to the summary does not compile
+        // until it is written here too.
+        let crate::ir::CostSummary {
+            tool_calls,
+            actions_executed,
+            actions_rejected,
+            actions_skipped,
+            total_duration_ms,
+            retries,
+        } = &self.cost;
+        let mut cost = crate::canonical::Members::new(m.raw("cost"));
+        cost.value("actions_executed", &Value::from(*actions_executed));
+        cost.value("actions_rejected", &Value::from(*actions_rejected));
+        cost.value("actions_skipped", &Value::from(*actions_skipped));
+        cost.value("retries", &Value::from(*retries));
+        cost.value("tool_calls", &Value::from(*tool_calls));
+        cost.value("total_duration_ms", &Value::from(*total_duration_ms));
+        let cost_exact = cost.exact;
+        cost.end();
+        let exact = m.exact && cost_exact;
+        m.end();
+        exact
+    }
+
+    fn to_value(&self) -> Value {
+        let mut m = Map::with_capacity(3);
+        m.insert("aborted".into(), Value::Bool(self.aborted));
+        m.insert("cost".into(), serde_json::to_value(&self.cost).unwrap_or(Value::Null));
+        if !self.cancelled_tools.is_empty() {
+            m.insert("cancelled_tools".into(), Value::Array(self.cancelled_tools.clone()));
+        }
+        Value::Object(m)
+    }
 }
 
 /// The data of an `AdmissionDecided` event: `{verdict, layer, rule?, reason,
@@ -457,6 +518,7 @@ impl EventData {
                 }
             }
             EventData::Admission(a) => a.to_value(),
+            EventData::Completed(c) => c.to_value(),
         }
     }
 
@@ -470,6 +532,7 @@ impl EventData {
         let exact = match self {
             EventData::Action(a) => a.write_canonical(out),
             EventData::Admission(a) => a.write_canonical(out),
+            EventData::Completed(c) => c.write_canonical(out),
             EventData::ActionState { proposal, index, effect, tenant, version } => {
                 match action_state(proposal, *index, *effect) {
                     Some((key, value)) => write_state(out, key, tenant.as_deref(), *version, value),
@@ -1274,6 +1337,18 @@ mod tests {
                 datas.push(EventData::ActionState { proposal: proposal.clone(), index: usize::from(flags & 1), effect,
                                                     tenant: text.as_deref().map(Arc::from), version });
             }
+            datas.push(EventData::Completed(Box::new(CompletedData {
+                aborted: flags & 2 != 0,
+                cost: crate::ir::CostSummary {
+                    tool_calls: version,
+                    actions_executed: u64::from(attempt),
+                    actions_rejected: u64::from(flags),
+                    actions_skipped: version / 3,
+                    total_duration_ms: duration.unwrap_or(0.5),
+                    retries: u64::from(flags & 7),
+                },
+                cancelled_tools: if flags & 1 != 0 { vec![value.clone(), json!({"action_id": "a", "tool": text, "handle": "h"})] } else { Vec::new() },
+            })));
             datas.push(EventData::Value(value.clone()));
             for d in datas {
                 let v = d.to_value();

@@ -94,6 +94,13 @@ async fn every_kind_and_digests() {
     assert_eq!(query(&rt, json!({"kinds": ["ActionSkipped"]}))[0]["action_id"], "after");
     let done = query(&rt, json!({"kinds": ["ProposalCompleted"]}));
     assert_eq!(done[0]["data"]["aborted"], true);
+    // The whole record: the result's cost under `cost`, members in this order.
+    assert_eq!(done[0]["data"], json!({"aborted": true, "cost": r["cost"]}));
+    let keys: Vec<&String> = done[0]["data"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["aborted", "cost"]);
+    let cost: Vec<&String> = done[0]["data"]["cost"].as_object().unwrap().keys().collect();
+    let result_cost: Vec<&String> = r["cost"].as_object().unwrap().keys().collect();
+    assert_eq!(cost, result_cost);
     assert_eq!(rt.state_get("done", None).unwrap(), "null", "rolled back");
 
     let stats: Value = serde_json::from_str(&rt.event_stats()).unwrap();

@@ -751,11 +751,13 @@ impl Runtime {
             data["cost"] = json!(cost);
             self.inner.events.record(EventKind::ProposalSuspended, Some(&pid), None, data);
         } else {
-            let mut completed = json!({"aborted": aborted, "cost": cost});
-            if !cancelled_tools.is_empty() {
-                completed["cancelled_tools"] = Value::Array(cancelled_tools);
-            }
-            self.inner.events.record(EventKind::ProposalCompleted, Some(&pid), None, completed);
+            let completed = crate::events::CompletedData { aborted, cost: cost.clone(), cancelled_tools };
+            self.inner.events.append(
+                EventKind::ProposalCompleted,
+                Some(&pid),
+                None,
+                crate::events::EventData::Completed(Box::new(completed)),
+            );
         }
         // The proposal answers once its completion event is durable in the
         // audit log a daemon attached (a database sink writes in batches).
