@@ -99,6 +99,7 @@ fn main() {
     // per proposal; else one proposal of n state writes, per action.
     let one_call = args.get(3).is_some_and(|s| s == "call");
     let core = car_runtime::api::runtime::CarRuntime::new();
+    core.register_tool("noop").unwrap();
     let (_, ex) = engine_shapes::runtime();
     let (text, each) = if one_call {
         (car_runtime::api::proposal_to_json(&engine_shapes::independent(1)), n)
@@ -106,7 +107,8 @@ fn main() {
         (car_runtime::api::proposal_to_json(&engine_shapes::writes(n)), 1)
     };
     let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    tokio_rt.block_on(core.execute_proposal(&text, ex.clone(), None, None)).unwrap();
+    let first = tokio_rt.block_on(core.execute_proposal(&text, ex.clone(), None, None)).unwrap();
+    assert!(first.contains(r#""status":"succeeded""#) && !first.contains(r#""status":"rejected""#), "{first}");
     let live0 = LIVE.load(Relaxed);
     let (small0, large0) = snapshot();
     for _ in 0..runs * each {
