@@ -161,6 +161,18 @@ impl Decision {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Stages built on this thread ([`AdmissionStage::build`]).
+    static BUILDS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Stages built on this thread so far (tests count a host's rebuilds).
+#[cfg(test)]
+pub(crate) fn builds_on_this_thread() -> usize {
+    BUILDS.with(std::cell::Cell::get)
+}
+
 /// What the stage decides for one action at admission.
 pub enum StageVerdict {
     /// Admitted (the decision that admitted it; `None` when no layer of
@@ -472,6 +484,8 @@ impl AdmissionStage {
     /// already-open approvals store (else one is opened at
     /// `config.approvals_dir`). Any error leaves nothing built.
     pub fn build(config: AdmissionConfig, host: &HostLayers, approvals: Option<Arc<ApprovalStore>>) -> Result<Self> {
+        #[cfg(test)]
+        BUILDS.with(|b| b.set(b.get() + 1));
         let mut defs = builtin_definitions();
         for t in &config.tools {
             let def = ToolDefinition::from_value(t.clone())?;
@@ -728,6 +742,12 @@ impl AdmissionStage {
     /// The supervisor of whole proposals, when one is attached.
     pub fn supervisor(&self) -> Option<&SupervisorFn> {
         self.supervisor.as_ref()
+    }
+
+    /// The reviewer whose tier approvals do not count, when one is set.
+    #[cfg(test)]
+    pub(crate) fn discounted_reviewer(&self) -> Option<&str> {
+        self.discounted_reviewer.as_deref()
     }
 
     /// The session answers and breaker counts this stage shares.

@@ -1414,17 +1414,71 @@ impl CarRuntime {
         self.update_host(|h| h.discounted_reviewer = reviewer)
     }
 
+    /// The supervisor and the discounted reviewer
+    /// ([`CarRuntime::set_supervisor`], [`CarRuntime::set_discounted_reviewer`])
+    /// in one rebuild of the stage: a daemon connection's identity.
+    pub(crate) fn set_admission_identity(
+        &self,
+        supervisor: Option<crate::admission::SupervisorFn>,
+        reviewer: Option<String>,
+    ) -> Result<()> {
+        self.update_host(|h| {
+            h.supervisor = supervisor;
+            h.discounted_reviewer = reviewer;
+        })
+    }
+
+    /// Configures a host's session in one build of the admission stage:
+    /// what [`CarRuntime::permission_set_tier`], [`CarRuntime::set_tier_ledger`],
+    /// [`CarRuntime::configure_admission`], the approvals store or shared
+    /// backend and the identity would each rebuild it for. The document's
+    /// own `tier` wins over `tier`, as it does over an earlier
+    /// `permission_set_tier`. On error nothing changes.
+    pub(crate) fn configure_session(&self, setup: SessionSetup) -> Result<()> {
+        let SessionSetup {
+            tier,
+            tier_ledger,
+            document,
+            approvals_store,
+            shared_approvals,
+            supervisor,
+            discounted_reviewer,
+        } = setup;
+        let mut config = document.unwrap_or_else(|| self.rt.admission_stage().config().clone());
+        config.tier = config.tier.or(Some(tier));
+        let previous_store = std::mem::replace(&mut lock(&self.approvals).shared, approvals_store);
+        let installed = self.update_host_installing(
+            |h| {
+                h.tier_ledger = tier_ledger;
+                h.shared_approvals = shared_approvals;
+                h.supervisor = supervisor;
+                h.discounted_reviewer = discounted_reviewer;
+            },
+            config,
+        );
+        if installed.is_err() {
+            lock(&self.approvals).shared = previous_store;
+        }
+        installed
+    }
+
     /// Changes the host parts of admission and rebuilds the stage with the
     /// document in force; on error the previous parts stay.
     fn update_host(&self, change: impl FnOnce(&mut HostLayers)) -> Result<()> {
+        let current = self.rt.admission_stage().config().clone();
+        self.update_host_installing(change, current)
+    }
+
+    /// Changes the host parts of admission and installs the stage of
+    /// `config` with them; on error the previous parts stay.
+    fn update_host_installing(&self, change: impl FnOnce(&mut HostLayers), config: AdmissionConfig) -> Result<()> {
         let previous = {
             let mut h = self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner);
             let previous = h.clone();
             change(&mut h);
             previous
         };
-        let current = self.rt.admission_stage();
-        match self.install_admission(current.config().clone()) {
+        match self.install_admission(config) {
             Ok(()) => Ok(()),
             Err(e) => {
                 *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
@@ -1563,6 +1617,25 @@ impl CarRuntime {
     }
 }
 
+/// What a host sets on a session's admission in one step
+/// ([`CarRuntime::configure_session`]): a daemon connection's runtime.
+pub(crate) struct SessionSetup {
+    /// The granted tier, unless the document names one.
+    pub tier: crate::policy::PermissionTier,
+    /// The tier layer's approvals ledger (the daemon's, shared).
+    pub tier_ledger: Option<crate::store::ledger::TierLedger>,
+    /// The admission document; `None`: the one in force.
+    pub document: Option<AdmissionConfig>,
+    /// The approvals store used when the document names no `approvals_dir`.
+    pub approvals_store: Option<Arc<ApprovalStore>>,
+    /// A shared approvals backend (a daemon's `--store`).
+    pub shared_approvals: Option<crate::admission::SharedApprovals>,
+    /// The supervisor of whole proposals.
+    pub supervisor: Option<crate::admission::SupervisorFn>,
+    /// Tier approvals recorded by this reviewer do not count.
+    pub discounted_reviewer: Option<String>,
+}
+
 /// The call a tool log entry belongs to ([`CarRuntime::tool_log_entry`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ToolLogEntry<'a> {
@@ -1606,4 +1679,58 @@ fn compact_len(v: &Value) -> usize {
     let mut c = Count(0);
     let _ = serde_json::to_writer(&mut c, v);
     c.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PermissionTier;
+
+    fn setup(document: Option<AdmissionConfig>, store: &Arc<ApprovalStore>) -> SessionSetup {
+        let supervisor: crate::admission::SupervisorFn = Arc::new(|_, _| Box::pin(std::future::ready(None)));
+        SessionSetup {
+            tier: PermissionTier::ReadOnly,
+            tier_ledger: None,
+            document,
+            approvals_store: Some(store.clone()),
+            shared_approvals: None,
+            supervisor: Some(supervisor),
+            discounted_reviewer: Some("r".into()),
+        }
+    }
+
+    /// A session configured in one step: a document that cannot be built
+    /// changes nothing (the stage, the host's layers, the approvals store);
+    /// a good setup installs every part in one build, and the document's
+    /// own tier wins over the host's.
+    #[test]
+    fn a_session_is_configured_in_one_build_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("car-session-setup-{}", uuid::Uuid::new_v4()));
+        let store = Arc::new(ApprovalStore::open(&dir).unwrap());
+        let rt = CarRuntime::new();
+        let before = (rt.admission_config(), rt.runtime().admission_stage().tier());
+
+        let bad = AdmissionConfig::from_json(r#"{"tools":[{"name":"x","parameters":{"type":"nonsense"}}]}"#).unwrap();
+        let err = rt.configure_session(setup(Some(bad), &store)).unwrap_err();
+        assert!(err.to_string().contains('x'), "{err}");
+        let stage = rt.runtime().admission_stage();
+        assert_eq!((rt.admission_config(), stage.tier()), before);
+        assert!(stage.supervisor().is_none() && stage.discounted_reviewer().is_none() && stage.approvals().is_none());
+        assert!(lock(&rt.approvals).shared.is_none());
+        let host = rt.host_layers.read().unwrap().clone();
+        assert!(host.supervisor.is_none() && host.discounted_reviewer.is_none());
+
+        let n = crate::admission::builds_on_this_thread();
+        rt.configure_session(setup(None, &store)).unwrap();
+        assert_eq!(crate::admission::builds_on_this_thread() - n, 1);
+        let stage = rt.runtime().admission_stage();
+        assert_eq!(stage.tier(), Some(PermissionTier::ReadOnly));
+        assert!(stage.supervisor().is_some() && stage.approvals().is_some());
+        assert_eq!(stage.discounted_reviewer(), Some("r"));
+
+        let doc = AdmissionConfig::from_json(r#"{"tier":"full_access"}"#).unwrap();
+        rt.configure_session(setup(Some(doc), &store)).unwrap();
+        assert_eq!(rt.runtime().admission_stage().tier(), Some(PermissionTier::FullAccess));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -291,15 +291,20 @@ impl Approvals {
         Ok((key, r))
     }
 
-    /// Gives a session's runtime the daemon's approvals: the local store,
-    /// or the shared backend (with the daemon's `always` rules).
-    pub(crate) fn install(&self, rt: &crate::api::runtime::CarRuntime) -> crate::Result<()> {
+    /// The daemon's approvals for a session's runtime: the local store, or
+    /// else the shared backend (with the daemon's `always` rules).
+    pub(crate) fn for_session(
+        &self,
+    ) -> (Option<Arc<crate::gate::ApprovalStore>>, Option<crate::admission::SharedApprovals>) {
         match &self.local {
-            Some(store) => rt.set_approvals_store(Some(store.clone())),
-            None => rt.set_shared_approvals(Some(crate::admission::SharedApprovals {
-                backend: self.backend.clone(),
-                rules_dir: self.rules_dir.clone(),
-            })),
+            Some(store) => (Some(store.clone()), None),
+            None => (
+                None,
+                Some(crate::admission::SharedApprovals {
+                    backend: self.backend.clone(),
+                    rules_dir: self.rules_dir.clone(),
+                }),
+            ),
         }
     }
 

@@ -297,13 +297,13 @@ impl crate::events::EventSink for RunsTap {
 /// `definitions` are admission definitions (`{name, risk, ...}`) of tools
 /// the session serves itself, added to the operator's document unless it
 /// declares the same name (the operator's wins).
-pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[Value]) -> Result<CarRuntime, String> {
+pub(crate) fn session_runtime(
+    config: &Config,
+    daemon: &Daemon,
+    definitions: &[Value],
+    identity: Option<AdmissionIdentity>,
+) -> Result<CarRuntime, String> {
     let rt = CarRuntime::new();
-    // The session's tier layer: on from the start (`sandbox_edit`),
-    // reading the daemon's one approvals ledger (websocket-methods.md).
-    let _ = rt.permission_set_tier(crate::policy::PermissionTier::default().as_str());
-    rt.set_tier_ledger(daemon.ledger.clone().map(Into::into))
-        .map_err(|e| format!("connection refused: tier ledger: {e}"))?;
     // The audit log, behind the tap that hands run trace records to the
     // `runs.subscribe` subscribers of every connection.
     rt.runtime()
@@ -338,20 +338,46 @@ pub(crate) fn session_runtime(config: &Config, daemon: &Daemon, definitions: &[V
     if doc.is_none() && !definitions.is_empty() {
         doc = Some((crate::admission::AdmissionConfig::default(), "(the session's own tools)".to_string()));
     }
-    if let Some((mut d, source)) = doc {
+    let mut source = None;
+    let document = doc.map(|(mut d, from)| {
         let declared: std::collections::HashSet<String> =
             d.tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect();
         d.tools
             .extend(definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned());
-        rt.configure_admission(d).map_err(|e| format!("connection refused: admission document `{source}`: {e}"))?;
-    }
+        source = Some(from);
+        d
+    });
     // The daemon's one ask-approvals store: an ask of any session (a
     // WebSocket connection or an MCP endpoint session) waits for an approver
     // (`host.resolve_approval`, the dashboard) instead of being refused.
-    if let Some(a) = &daemon.approvals {
-        a.install(&rt).map_err(|e| format!("connection refused: the approvals store: {e}"))?;
-    }
+    let (approvals_store, shared_approvals) = daemon.approvals.as_ref().map(|a| a.for_session()).unwrap_or_default();
+    let identity = identity.unwrap_or_default();
+    // Admission in one build of the stage: the tier layer on from the start
+    // (`sandbox_edit`) reading the daemon's one approvals ledger
+    // (websocket-methods.md), the document, the approvals and the identity.
+    rt.configure_session(crate::api::runtime::SessionSetup {
+        tier: crate::policy::PermissionTier::default(),
+        tier_ledger: daemon.ledger.clone().map(Into::into),
+        document,
+        approvals_store,
+        shared_approvals,
+        supervisor: identity.supervisor,
+        discounted_reviewer: identity.discounted_reviewer,
+    })
+    .map_err(|e| match &source {
+        Some(source) => format!("connection refused: admission document `{source}`: {e}"),
+        None => format!("connection refused: admission: {e}"),
+    })?;
     Ok(rt)
+}
+
+/// Who a session's admission stage acts for ([`Conn::admission_identity`]).
+#[derive(Default)]
+pub(crate) struct AdmissionIdentity {
+    /// Parks this principal's proposals for the daemon's supervisors.
+    supervisor: Option<crate::admission::SupervisorFn>,
+    /// Tier approvals this reviewer recorded do not count.
+    discounted_reviewer: Option<String>,
 }
 
 impl Conn {
@@ -409,17 +435,13 @@ impl Conn {
     /// session id. Nothing the client picks (a policy session, a
     /// `session_id` param) enters it.
     pub(crate) fn principal(&self) -> String {
-        match self.identity() {
-            Some(Identity { agent_id: Some(a), .. }) => format!("agent:{a}"),
-            _ => self.session_id.clone(),
-        }
+        principal_of(&self.session_id, self.identity().as_ref())
     }
 
     /// The reviewer stamped on this connection's decisions:
     /// `car-server:<role>:<principal>`.
     pub(crate) fn reviewer(&self) -> String {
-        let role = self.role().map_or("unauthenticated", Role::as_str);
-        format!("car-server:{role}:{}", self.principal())
+        reviewer_of(&self.session_id, self.identity().as_ref())
     }
 
     fn set_identity(&self, id: Option<Identity>) {
@@ -1024,7 +1046,16 @@ impl Conn {
         out: Outbox,
         slot: UnauthSlot,
     ) -> Result<Conn, String> {
-        let rt = session_runtime(&config, daemon, &[])?;
+        let session_id = format!("sess-{}", uuid::Uuid::new_v4());
+        let open = config.token.is_none();
+        let identity = open.then_some(Identity { role: Role::Operator, agent_id: None });
+        // The runtime's stage is built once, with this identity.
+        let admission = admission_identity(
+            daemon.supervisors.clone(),
+            principal_of(&session_id, identity.as_ref()),
+            (!config.allow_self_approval).then(|| reviewer_of(&session_id, identity.as_ref())),
+        );
+        let rt = session_runtime(&config, daemon, &[], Some(admission))?;
         let protected_policies = rt
             .list_policies(None)
             .ok()
@@ -1033,17 +1064,16 @@ impl Conn {
             .iter()
             .filter_map(|p| p.get("name").and_then(Value::as_str).map(str::to_string))
             .collect();
-        let open = config.token.is_none();
         let conn = Conn {
             rt,
             supervisors: daemon.supervisors.clone(),
             approvals: daemon.approvals.clone(),
-            session_id: format!("sess-{}", uuid::Uuid::new_v4()),
+            session_id,
             peer,
             out,
             pending: Mutex::new(HashMap::new()),
             halted: AtomicBool::new(false),
-            identity: Mutex::new(open.then_some(Identity { role: Role::Operator, agent_id: None })),
+            identity: Mutex::new(identity),
             unauth_since: Mutex::new((!open).then(Instant::now)),
             slot: Mutex::new(slot),
             negotiated: AtomicBool::new(false),
@@ -1055,7 +1085,6 @@ impl Conn {
             daemon: daemon.clone(),
             config,
         };
-        conn.sync_admission_identity()?;
         daemon.activity.open(
             &conn.session_id,
             super::activity::Session {
@@ -1072,28 +1101,61 @@ impl Conn {
     /// supervision layer parks this principal's proposals for the daemon's
     /// supervisors, and (unless the daemon allows self-approval) the tier
     /// layer does not count approvals this connection recorded itself.
-    /// Called when the connection is made and whenever its identity changes.
+    /// Called whenever its identity changes (the connection's runtime is
+    /// made with the first, [`Conn::new`]).
     fn sync_admission_identity(&self) -> Result<(), String> {
-        let principal = self.principal();
-        let supervisors = self.supervisors.clone();
-        let supervisor: crate::admission::SupervisorFn = Arc::new(move |proposal, _session| {
-            if !supervisors.has_subscribers() {
-                return Box::pin(std::future::ready(None));
-            }
-            let (supervisors, principal, proposal) = (supervisors.clone(), principal.clone(), proposal.clone());
-            Box::pin(async move {
-                // The identity the server assigned, never the client's policy session.
-                match supervisors.admit(&proposal, &principal).await {
-                    Ok(super::supervision::Admission::Run) => None,
-                    Ok(super::supervision::Admission::Refuse(reason)) => Some(reason),
-                    Err(e) => Some(format!("refused: supervision failed: {}", e.message)),
-                }
-            })
-        });
-        self.rt.set_supervisor(Some(supervisor)).map_err(|e| e.to_string())?;
-        let discounted = (!self.config.allow_self_approval).then(|| self.reviewer());
-        self.rt.set_discounted_reviewer(discounted).map_err(|e| e.to_string())
+        let AdmissionIdentity { supervisor, discounted_reviewer } = self.admission_identity();
+        self.rt.set_admission_identity(supervisor, discounted_reviewer).map_err(|e| e.to_string())
     }
+
+    /// The connection's identity as its admission stage takes it
+    /// ([`Conn::sync_admission_identity`]).
+    fn admission_identity(&self) -> AdmissionIdentity {
+        admission_identity(
+            self.supervisors.clone(),
+            self.principal(),
+            (!self.config.allow_self_approval).then(|| self.reviewer()),
+        )
+    }
+}
+
+/// The supervision layer parks `principal`'s proposals for the daemon's
+/// supervisors; tier approvals `discounted` recorded do not count.
+fn admission_identity(
+    supervisors: Arc<super::supervision::Supervisors>,
+    principal: String,
+    discounted: Option<String>,
+) -> AdmissionIdentity {
+    let supervisor: crate::admission::SupervisorFn = Arc::new(move |proposal, _session| {
+        if !supervisors.has_subscribers() {
+            return Box::pin(std::future::ready(None));
+        }
+        let (supervisors, principal, proposal) = (supervisors.clone(), principal.clone(), proposal.clone());
+        Box::pin(async move {
+            // The identity the server assigned, never the client's policy session.
+            match supervisors.admit(&proposal, &principal).await {
+                Ok(super::supervision::Admission::Run) => None,
+                Ok(super::supervision::Admission::Refuse(reason)) => Some(reason),
+                Err(e) => Some(format!("refused: supervision failed: {}", e.message)),
+            }
+        })
+    });
+    AdmissionIdentity { supervisor: Some(supervisor), discounted_reviewer: discounted }
+}
+
+/// A connection's principal: `agent:<id>` for an agent, else its session id.
+fn principal_of(session_id: &str, identity: Option<&Identity>) -> String {
+    match identity {
+        Some(Identity { agent_id: Some(a), .. }) => format!("agent:{a}"),
+        _ => session_id.to_string(),
+    }
+}
+
+/// The reviewer stamped on a connection's decisions:
+/// `car-server:<role>:<principal>`.
+fn reviewer_of(session_id: &str, identity: Option<&Identity>) -> String {
+    let role = identity.map_or("unauthenticated", |i| i.role.as_str());
+    format!("car-server:{role}:{}", principal_of(session_id, identity))
 }
 
 fn close_frame(code: CloseCode, reason: &str) -> Message {
@@ -1759,6 +1821,50 @@ mod tests {
         let (out, rx) = Outbox::new(&Config::default());
         drop(rx);
         assert!(!out.send(Message::text("b")));
+    }
+
+    /// A connection's runtime is configured in one step: its admission
+    /// stage is built once, with the default tier, the daemon's ledger and
+    /// approvals store, the operator's document, the connection's
+    /// supervisor and (unless self-approval is allowed) its reviewer
+    /// discounted; a change of identity rebuilds it once more.
+    #[test]
+    fn a_connection_builds_its_admission_stage_once_with_every_part() {
+        let dir = std::env::temp_dir().join(format!("car-conn-stage-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let doc = dir.join("admission.toml");
+        std::fs::write(&doc, "[[tools]]\nname = \"lookup\"\nrisk = \"read\"\n").unwrap();
+        for allow_self_approval in [false, true] {
+            let config = Arc::new(Config {
+                token: Some("t".into()),
+                admission_path: Some(doc.clone()),
+                ledger_path: Some(dir.join("ledger.jsonl")),
+                approvals_dir: Some(dir.join("approvals")),
+                allow_self_approval,
+                ..Config::default()
+            });
+            let daemon = Arc::new(Daemon::new(&config));
+            let (out, _rx) = Outbox::new(&config);
+            let before = crate::admission::builds_on_this_thread();
+            let conn = Conn::new(config.clone(), &daemon, ([127, 0, 0, 1], 0).into(), out, UnauthSlot::none()).unwrap();
+            assert_eq!(crate::admission::builds_on_this_thread() - before, 1);
+            let stage = conn.rt.runtime().admission_stage();
+            assert_eq!(stage.tier(), Some(crate::policy::PermissionTier::default()));
+            assert!(stage.ledger().is_some(), "the daemon's ledger");
+            assert!(stage.approvals().is_some(), "the daemon's approvals store");
+            assert!(stage.supervisor().is_some());
+            assert!(stage.config().tools.iter().any(|t| t["name"] == "lookup"), "the operator's document");
+            let reviewer = format!("car-server:unauthenticated:{}", conn.session_id);
+            assert_eq!(stage.discounted_reviewer(), (!allow_self_approval).then_some(reviewer.as_str()));
+
+            conn.set_identity(Some(Identity { role: Role::Agent, agent_id: Some("a1".into()) }));
+            assert_eq!(crate::admission::builds_on_this_thread() - before, 2);
+            let stage = conn.rt.runtime().admission_stage();
+            assert_eq!(stage.discounted_reviewer(), (!allow_self_approval).then_some("car-server:agent:agent:a1"));
+            assert!(stage.ledger().is_some() && stage.approvals().is_some() && stage.supervisor().is_some());
+            assert_eq!(stage.tier(), Some(crate::policy::PermissionTier::default()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A daemon connection (no auth) over a loopback socket, and its task.

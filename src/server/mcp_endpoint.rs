@@ -133,7 +133,7 @@ impl Endpoint {
             .filter(|(n, _, _)| *n != "submit_proposal")
             .map(|(n, _, _)| json!({"name": n, "risk": "read"}))
             .collect();
-        let rt = super::conn::session_runtime(config, daemon, &defs)?;
+        let rt = super::conn::session_runtime(config, daemon, &defs, None)?;
         for (name, description, schema) in tools() {
             let s = json!({"name": name, "description": description, "parameters": schema});
             rt.register_tool_schema(&s.to_string()).map_err(|e| format!("cannot register `{name}`: {e}"))?;

@@ -387,7 +387,7 @@ pub async fn serve_all(
 /// `sweep_interval`, the runs of any daemon whose runner died (its lease
 /// ran out) are rolled back in the store (`Runtime::sweep`).
 async fn sweep(config: Arc<Config>, daemon: Arc<Daemon>) {
-    let rt = match conn::session_runtime(&config, &daemon, &[]) {
+    let rt = match conn::session_runtime(&config, &daemon, &[], None) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("car-server: sweeper not started: {e}");
