@@ -359,6 +359,19 @@ async fn the_plan_and_the_run_decide_alike() {
     }
 }
 
+/// The operator's decision on `action` recorded in the tier ledger at `path`.
+fn record_decision(action: &Value, approve: bool, reason: &str, path: &std::path::Path) {
+    car_runtime::api::policy::permission_record_decision(
+        &action.to_string(),
+        approve,
+        "operator",
+        reason,
+        path.to_str().unwrap(),
+        None,
+    )
+    .unwrap();
+}
+
 /// A runtime granted `read_only`, with a `deploy` tool and a tier ledger
 /// attached in a fresh directory: `(runtime, directory, ledger path)`.
 fn read_only_with_ledger(tag: &str) -> (CarRuntime, std::path::PathBuf, std::path::PathBuf) {
@@ -384,15 +397,7 @@ async fn an_attached_tier_ledger_survives_every_reconfiguration() {
     let p = proposal(json!([action.clone()]));
     let out = run(&rt, &p, None, &calls).await;
     assert_eq!(statuses(&out), [("d".into(), "rejected".into())], "unapproved: {out}");
-    car_runtime::api::policy::permission_record_decision(
-        &action.to_string(),
-        true,
-        "operator",
-        "ok",
-        path.to_str().unwrap(),
-        None,
-    )
-    .unwrap();
+    record_decision(&action, true, "ok", &path);
     let reconfigure: [&dyn Fn(); 3] =
         [&|| (), &|| rt.set_permissions(Some(&json!({"preset": "open"}).to_string()), None).unwrap(), &|| {
             rt.register_tool_schema(&json!({"name": "other", "parameters": {"type": "object"}}).to_string())
@@ -589,17 +594,7 @@ async fn a_ledger_change_while_the_supervisor_holds_a_proposal_counts() {
     let deploy =
         json!({"id": "d", "type": "tool_call", "tool": "deploy", "parameters": {}, "failure_behavior": "skip"});
     let read = json!({"id": "r", "type": "state_read", "parameters": {"key": "x"}});
-    let record = |approve: bool| {
-        car_runtime::api::policy::permission_record_decision(
-            &deploy.to_string(),
-            approve,
-            "operator",
-            "changed while held",
-            path.to_str().unwrap(),
-            None,
-        )
-        .unwrap();
-    };
+    let record = |approve: bool| record_decision(&deploy, approve, "changed while held", &path);
     record(true);
     for revoke_while_held in [false, true] {
         let calls = Arc::new(AtomicUsize::new(0));
