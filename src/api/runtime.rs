@@ -1417,6 +1417,7 @@ impl CarRuntime {
     /// The supervisor and the discounted reviewer
     /// ([`CarRuntime::set_supervisor`], [`CarRuntime::set_discounted_reviewer`])
     /// in one rebuild of the stage: a daemon connection's identity.
+    #[cfg(any(feature = "server", test))] // the daemon's connections
     pub(crate) fn set_admission_identity(
         &self,
         supervisor: Option<crate::admission::SupervisorFn>,
@@ -1434,6 +1435,7 @@ impl CarRuntime {
     /// backend and the identity would each rebuild it for. The document's
     /// own `tier` wins over `tier`, as it does over an earlier
     /// `permission_set_tier`. On error nothing changes.
+    #[cfg(any(feature = "server", test))] // the daemon's connections
     pub(crate) fn configure_session(&self, setup: SessionSetup) -> Result<()> {
         let SessionSetup {
             tier,
@@ -1619,6 +1621,7 @@ impl CarRuntime {
 
 /// What a host sets on a session's admission in one step
 /// ([`CarRuntime::configure_session`]): a daemon connection's runtime.
+#[cfg(any(feature = "server", test))] // the daemon's connections
 pub(crate) struct SessionSetup {
     /// The granted tier, unless the document names one.
     pub tier: crate::policy::PermissionTier,
