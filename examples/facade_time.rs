@@ -11,6 +11,7 @@
 //! Prints one JSON object per file and function: `{"file", "function",
 //! "best_ms", "median_ms"}` over REPEATS runs after one warm-up. `verify`
 //! gets `max_actions` = the number of actions, as `compare.py` passes it.
+//! `FACADE_ONLY=NAME` times that function alone (to profile one).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -44,6 +45,8 @@ fn main() {
         eprintln!("usage: facade_time REPEATS FILE...");
         std::process::exit(2);
     };
+    // `FACADE_ONLY=optimize`: time that function alone (for a profiler).
+    let only = std::env::var("FACADE_ONLY").ok();
     for file in &args[1..] {
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,
@@ -66,6 +69,9 @@ fn main() {
             ("transaction_check", Box::new(|| drop(black_box(verify::transaction_check(&text, None, None))))),
         ];
         for (name, f) in cases {
+            if only.as_deref().is_some_and(|o| o != name) {
+                continue;
+            }
             let (best, median) = time(repeats, f);
             let file = serde_json::Value::from(file.as_str());
             println!(r#"{{"file":{file},"function":"{name}","best_ms":{best:.4},"median_ms":{median:.4}}}"#);

@@ -79,7 +79,7 @@ pub fn simulate_monte_carlo(
     goal_json: Option<&str>,
     config_json: Option<&str>,
 ) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     let input = monte_carlo_input(initial_state_json, tool_success_rates_json, goal_json, config_json)?;
     Ok(to_text(&planning::simulate_monte_carlo(&p, &input)?))
 }
@@ -90,7 +90,7 @@ pub(crate) fn simulate_monte_carlo_with_history(
     mut input: MonteCarloInput,
     history: HashMap<String, (u64, u64)>,
 ) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     input.history = history;
     Ok(to_text(&planning::simulate_monte_carlo(&p, &input)?))
 }
@@ -135,7 +135,7 @@ pub fn simulate_with_predictions(
     min_accuracy: f64,
     initial_state_json: Option<&str>,
 ) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     let preds: BTreeMap<String, EffectPrediction> =
         parse_arg("predictions", Some(predictions_json))?.unwrap_or_default();
     let state: Map<String, Value> = parse_arg("initial_state", initial_state_json)?.unwrap_or_default();
@@ -151,7 +151,7 @@ pub fn transaction_check_with_predictions(
     versions_json: Option<&str>,
     state_json: Option<&str>,
 ) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     let preds: BTreeMap<String, Vec<String>> = parse_arg("predictions", Some(predictions_json))?.unwrap_or_default();
     let versions: HashMap<String, u64> = parse_arg("versions", versions_json)?.unwrap_or_default();
     let state: Option<Map<String, Value>> = parse_arg("state", state_json)?;

@@ -38,7 +38,7 @@ pub enum RuleSource<'a> {
 /// limits start empty and count this proposal's calls); trace rules are
 /// evaluated as if every admitted `tool_call` ran and succeeded in that order.
 pub fn check_policies(rules: RuleSource<'_>, proposal_json: &str) -> Result<String> {
-    let proposal = crate::ir::parse_proposal(proposal_json)?;
+    let proposal = crate::ir::parse_proposal_transient(proposal_json)?;
     Ok(check_policies_value(rules, &proposal)?.to_string())
 }
 
@@ -161,7 +161,7 @@ fn lint_set(set: &PolicySet) -> Vec<(String, String)> {
 /// [{action_id, tool, required_tier, reversibility, missing_compensation}],
 /// declared_rollback_contract}`.
 pub fn permission_classify(proposal_json: &str) -> Result<String> {
-    Ok(classify_value(&crate::ir::parse_proposal(proposal_json)?).to_string())
+    Ok(classify_value(&crate::ir::parse_proposal_transient(proposal_json)?).to_string())
 }
 
 fn classify_value(p: &ActionProposal) -> Value {
@@ -206,7 +206,7 @@ fn gate(ledger_path: Option<&str>, ledger_key_path: Option<&str>) -> Result<Perm
 /// approvals ledger: `{decisions: [{action_id, fingerprint, decision,
 /// required, granted, reversibility, reason?}]}`.
 pub fn permission_evaluate(proposal_json: &str, granted_tier: &str, ledger_path: Option<&str>) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     Ok(evaluate_value(&p, parse_tier(granted_tier)?, ledger_path, None)?.to_string())
 }
 

@@ -38,7 +38,7 @@ pub(crate) fn proposal_arg(params: &Value, name: &str) -> Result<ActionProposal>
 /// (JSON text or a value alike).
 fn proposal_arg_reporting(params: &Value, name: &str) -> Result<(ActionProposal, Vec<crate::ir::UnknownField>)> {
     match super::required(params, name)? {
-        Value::String(text) => crate::ir::parse_proposal_reporting(text),
+        Value::String(text) => crate::ir::parse_proposal_reporting_transient(text),
         other => crate::ir::parse_proposal_value_reporting(other.clone()),
     }
 }
@@ -62,7 +62,7 @@ pub fn verify(
     max_actions: Option<u64>,
     tool_schemas_json: Option<&str>,
 ) -> Result<String> {
-    let (p, unknown) = crate::ir::parse_proposal_reporting(proposal_json)?;
+    let (p, unknown) = crate::ir::parse_proposal_reporting_transient(proposal_json)?;
     let state = parse_arg("initial_state", initial_state_json)?;
     let schemas = parse_arg("tool_schemas", tool_schemas_json)?;
     let r = with_unknown(verify::verify(&p, &options(state, tool_names, max_actions, schemas)), &unknown);
@@ -81,7 +81,7 @@ pub(crate) fn with_unknown(
 
 /// `simulate(proposal, initial_state?)` → the final state as JSON text.
 pub fn simulate(proposal_json: &str, initial_state_json: Option<&str>) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     let state: Map<String, Value> = parse_arg("initial_state", initial_state_json)?.unwrap_or_default();
     Ok(crate::ir::map_to_json(&verify::simulate(&p, &state)))
 }
@@ -89,7 +89,7 @@ pub fn simulate(proposal_json: &str, initial_state_json: Option<&str>) -> Result
 /// `optimize(proposal)` → the proposal with phantom `state_dependencies`
 /// dropped, as JSON text.
 pub fn optimize(proposal_json: &str) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     Ok(super::proposal_to_json(&optimize_proposal(p)))
 }
 
@@ -102,8 +102,8 @@ pub fn optimize_proposal(mut proposal: ActionProposal) -> ActionProposal {
 /// `equivalent(p1, p2, test_states?)`: `test_states_json` is an array of
 /// state objects; default `[{}, {"x":1,"y":2}]`.
 pub fn equivalent(p1_json: &str, p2_json: &str, test_states_json: Option<&str>) -> Result<bool> {
-    let p1 = crate::ir::parse_proposal(p1_json)?;
-    let p2 = crate::ir::parse_proposal(p2_json)?;
+    let p1 = crate::ir::parse_proposal_transient(p1_json)?;
+    let p2 = crate::ir::parse_proposal_transient(p2_json)?;
     let probes: Option<Vec<Map<String, Value>>> = parse_arg("test_states", test_states_json)?;
     Ok(verify::equivalent(&p1, &p2, probes.as_deref()))
 }
@@ -111,7 +111,7 @@ pub fn equivalent(p1_json: &str, p2_json: &str, test_states_json: Option<&str>) 
 /// `transaction_check(proposal, versions?, state?)` →
 /// `{consistent, conflicts}` as JSON text. `versions_json` maps key → version.
 pub fn transaction_check(proposal_json: &str, versions_json: Option<&str>, state_json: Option<&str>) -> Result<String> {
-    let p = crate::ir::parse_proposal(proposal_json)?;
+    let p = crate::ir::parse_proposal_transient(proposal_json)?;
     let versions: HashMap<String, u64> = parse_arg("versions", versions_json)?.unwrap_or_default();
     let state: Option<Map<String, Value>> = parse_arg("state", state_json)?;
     Ok(to_text(&verify::transaction_check(&p, &versions, state.as_ref())))

@@ -48,8 +48,14 @@ const MAX_DEPTH: usize = 64;
 /// Reads `text` as a proposal, or `None` when serde must (see the module
 /// docs). `unknown`, when given, receives the path of every field no part
 /// of the IR knows, in document order, as `serde_ignored` reports them.
-pub(super) fn parse(text: &str, unknown: Option<&mut Vec<Vec<Seg>>>) -> Option<ActionProposal> {
-    let mut r = Reader { s: text, b: text.as_bytes(), i: 0, unknown, entries: Vec::new() };
+///
+/// `kept`: the proposal is kept after the call (run: its events render
+/// from it), so a long `actions` list is read in chunks into one list of
+/// exactly its length and a short one fitted; otherwise (a pure function's
+/// proposal, dropped when it answers) the list is read in place into one
+/// list of the estimated size, with no copy.
+pub(super) fn parse(text: &str, unknown: Option<&mut Vec<Vec<Seg>>>, kept: bool) -> Option<ActionProposal> {
+    let mut r = Reader { s: text, b: text.as_bytes(), i: 0, unknown, entries: Vec::new(), kept };
     let p = r.proposal()?;
     r.ws();
     (r.i == r.b.len()).then_some(p)
@@ -99,6 +105,8 @@ struct Reader<'a, 'u> {
     /// them into a list of exactly their number (a proposal's objects are
     /// kept as long as its events are: no spare slots).
     entries: Vec<(String, Value)>,
+    /// The proposal outlives the call ([`parse`]).
+    kept: bool,
 }
 
 /// Actions read into one allocation before the list is read in chunks
@@ -608,17 +616,22 @@ impl<'a> Reader<'a, '_> {
         // list sized from the estimate (two to four slots an action) would
         // be several megabytes of fresh memory every run, where chunks of
         // one size are reused run after run.
+        // A proposal not kept is read in place into the estimated size
+        // (one list, no copy): its memory is given back when the call ends.
         let hint = super::parse::take_actions_capacity();
-        let mut out = Vec::with_capacity(hint.min(ACTION_CHUNK));
+        let chunk = if self.kept { ACTION_CHUNK } else { usize::MAX };
+        let mut out = Vec::with_capacity(hint.min(chunk));
         let mut full: Vec<Vec<Action>> = Vec::new();
         if self.peek()? == b']' {
             self.i += 1;
-            super::parse::fit_actions(&mut out);
+            if self.kept {
+                super::parse::fit_actions(&mut out);
+            }
             return Some(out);
         }
         let mut index = 0;
         loop {
-            if out.len() == ACTION_CHUNK {
+            if out.len() == chunk {
                 full.push(std::mem::replace(&mut out, Vec::with_capacity(ACTION_CHUNK)));
             }
             // Read into its place in the list rather than moved there.
@@ -631,7 +644,9 @@ impl<'a> Reader<'a, '_> {
             }
         }
         if full.is_empty() {
-            super::parse::fit_actions(&mut out);
+            if self.kept {
+                super::parse::fit_actions(&mut out);
+            }
             return Some(out);
         }
         let mut all = Vec::with_capacity(index);
@@ -796,7 +811,7 @@ mod tests {
     /// The direct reader took `text` (did not give up) and agrees with serde.
     fn taken(text: &str) -> Vec<UnknownField> {
         let mut unknown = Vec::new();
-        let p = parse(text, Some(&mut unknown)).unwrap_or_else(|| panic!("the direct reader gave up on {text}"));
+        let p = parse(text, Some(&mut unknown), true).unwrap_or_else(|| panic!("the direct reader gave up on {text}"));
         let p = validate(p).unwrap();
         let (mut q, mut found) = parse_proposal_reporting_serde(text).unwrap();
         align(&p, &mut q);
@@ -808,7 +823,7 @@ mod tests {
     }
 
     fn given_up(text: &str) {
-        assert!(parse(text, None).is_none(), "the direct reader took {text}");
+        assert!(parse(text, None, true).is_none(), "the direct reader took {text}");
         same_as_serde(text).unwrap();
     }
 
@@ -933,7 +948,7 @@ mod tests {
             given_up(text);
         }
         // Read directly, refused after (a tool call names its tool).
-        assert!(parse(r#"{"actions":[{"type":"tool_call"}]}"#, None).is_some());
+        assert!(parse(r#"{"actions":[{"type":"tool_call"}]}"#, None, true).is_some());
         same_as_serde(r#"{"actions":[{"type":"tool_call"}]}"#).unwrap();
         // Nesting beyond MAX_DEPTH inside a value is left to serde (and its limit).
         for depth in [MAX_DEPTH, MAX_DEPTH + 1, 200] {
@@ -944,7 +959,7 @@ mod tests {
             );
             same_as_serde(&deep).unwrap();
             if depth > MAX_DEPTH {
-                assert!(parse(&deep, None).is_none());
+                assert!(parse(&deep, None, true).is_none());
             }
         }
     }
@@ -1281,7 +1296,7 @@ mod tests {
         for _ in 0..300 {
             let text = strategy.new_tree(&mut runner).unwrap().current();
             total += 1;
-            if parse(&text, None).is_some() {
+            if parse(&text, None, true).is_some() {
                 read += 1;
             }
         }

@@ -19,6 +19,7 @@ mod verification;
 pub(crate) mod write;
 
 pub use object::Object;
+pub(crate) use parse::parse_proposal_transient;
 pub use parse::{from_json_str, from_value, parse_proposal, parse_proposal_value, to_json_path_error};
 pub use precondition::{Operator, Precondition, json_eq};
 pub use proposal::{Action, ActionProposal, ActionType, FailureBehavior, StateAssumption, short_id};
@@ -32,6 +33,7 @@ pub use stream::{
     ToolControl, ToolHandle, ToolInvocationMode, ToolPollResult, ToolStatus, ToolStreamChunk, ToolStreamEvent,
 };
 pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
+pub(crate) use unknown::parse_proposal_reporting_transient;
 pub use unknown::{UnknownField, parse_proposal_reporting, parse_proposal_value_reporting, refuse_unknown};
 pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};
 pub(crate) use write::{map_to_json, proposal_to_json, verification_to_json};

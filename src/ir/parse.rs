@@ -109,7 +109,17 @@ pub(super) fn fit_actions(actions: &mut Vec<super::Action>) {
 /// `"type"` cost more than the reallocations it saves), capped by
 /// `MAX_ACTIONS_HINT`.
 pub fn parse_proposal(text: &str) -> Result<ActionProposal, Error> {
-    match fast_proposal(text, None) {
+    match fast_proposal(text, None, true) {
+        Some(p) => validate(p),
+        None => parse_proposal_serde(text),
+    }
+}
+
+/// [`parse_proposal`] for a proposal dropped when the call ends (a pure
+/// function's): its `actions` list is read in place, neither chunked nor
+/// fitted (see `fast::parse`). The same proposal, the same errors.
+pub(crate) fn parse_proposal_transient(text: &str) -> Result<ActionProposal, Error> {
+    match fast_proposal(text, None, false) {
         Some(p) => validate(p),
         None => parse_proposal_serde(text),
     }
@@ -127,9 +137,14 @@ pub(super) fn parse_proposal_serde(text: &str) -> Result<ActionProposal, Error> 
 
 /// [`super::fast::parse`] with the `actions` list sized as
 /// [`parse_proposal`] sizes it; `None` when serde must read the text.
-pub(super) fn fast_proposal(text: &str, unknown: Option<&mut Vec<Vec<super::unknown::Seg>>>) -> Option<ActionProposal> {
+/// `kept`: the proposal outlives the call (`fast::parse`).
+pub(super) fn fast_proposal(
+    text: &str,
+    unknown: Option<&mut Vec<Vec<super::unknown::Seg>>>,
+    kept: bool,
+) -> Option<ActionProposal> {
     ACTIONS_CAPACITY.with(|c| c.set(count_byte(text.as_bytes(), b'{').min(MAX_ACTIONS_HINT)));
-    let p = super::fast::parse(text, unknown);
+    let p = super::fast::parse(text, unknown, kept);
     take_actions_capacity();
     p
 }
@@ -148,6 +163,45 @@ mod tests {
             .map(|i| format!(r#"{{"id":"w{i}","type":"state_write","parameters":{{"key":"k{i}","value":{i}}}}}"#))
             .collect();
         format!(r#"{{"actions":[{}]}}"#, actions.join(","))
+    }
+
+    /// A pure function's proposal, dropped when the call answers, is read
+    /// in place into the list sized from the text (no chunks, no fitting:
+    /// a copy of the whole list every call, 2 MB for 5,000 actions), and is
+    /// the same proposal, with the same unknown fields and the same errors,
+    /// as a kept one.
+    #[test]
+    fn a_transient_proposal_is_read_in_place_and_equals_a_kept_one() {
+        for n in [0, 5, 1023, 1025, 3000] {
+            let mut actions: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"id":"w{i}","type":"state_write","parameters":{{"key":"k{i}","value":{i}}}}}"#))
+                .collect();
+            if n > 0 {
+                actions[n - 1] = format!(r#"{{"id":"x","type":"tool_call","tool":"t","zz{n}":1}}"#);
+            }
+            let text = format!(
+                r#"{{"id":"p","timestamp":"2026-01-01T00:00:00Z","actions":[{}],"extra":true}}"#,
+                actions.join(",")
+            );
+            let kept = parse_proposal(&text).unwrap();
+            let transient = parse_proposal_transient(&text).unwrap();
+            assert_eq!(transient, kept, "{n}");
+            assert_eq!(transient.actions.capacity(), count_byte(text.as_bytes(), b'{'), "{n}: read in place");
+            let (kept_r, kept_unknown) = crate::ir::parse_proposal_reporting(&text).unwrap();
+            let (transient_r, transient_unknown) = crate::ir::parse_proposal_reporting_transient(&text).unwrap();
+            assert_eq!((&transient_r, &transient_unknown), (&kept_r, &kept_unknown), "{n}");
+            assert_eq!(transient_r.actions.capacity(), transient.actions.capacity(), "{n}");
+            let paths: Vec<&str> = transient_unknown.iter().map(|u| u.path.as_str()).collect();
+            let expected =
+                if n > 0 { vec![format!("actions[{}].zz{n}", n - 1), "extra".into()] } else { vec!["extra".into()] };
+            assert_eq!(paths, expected, "{n}");
+        }
+        for bad in [r#"{"actions":[{"id":"a","type":"tool_call"}]}"#, r#"{"actions":[{"id":"a"}]}"#, "{", ""] {
+            let kept = parse_proposal(bad).unwrap_err().to_string();
+            assert_eq!(parse_proposal_transient(bad).unwrap_err().to_string(), kept, "{bad}");
+            let reporting = crate::ir::parse_proposal_reporting(bad).unwrap_err().to_string();
+            assert_eq!(crate::ir::parse_proposal_reporting_transient(bad).unwrap_err().to_string(), reporting, "{bad}");
+        }
     }
 
     #[test]

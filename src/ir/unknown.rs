@@ -57,8 +57,18 @@ impl UnknownField {
 /// Parses a proposal from JSON text as [`super::parse_proposal`] does (the
 /// same errors), and returns the unknown fields it had, in document order.
 pub fn parse_proposal_reporting(text: &str) -> Result<(ActionProposal, Vec<UnknownField>), Error> {
+    reporting(text, true)
+}
+
+/// [`parse_proposal_reporting`] for a proposal dropped when the call ends
+/// (see [`super::parse::parse_proposal_transient`]).
+pub(crate) fn parse_proposal_reporting_transient(text: &str) -> Result<(ActionProposal, Vec<UnknownField>), Error> {
+    reporting(text, false)
+}
+
+fn reporting(text: &str, kept: bool) -> Result<(ActionProposal, Vec<UnknownField>), Error> {
     let mut paths: Vec<Vec<Seg>> = Vec::new();
-    if let Some(p) = super::parse::fast_proposal(text, Some(&mut paths)) {
+    if let Some(p) = super::parse::fast_proposal(text, Some(&mut paths), kept) {
         let proposal = super::parse::validate(p)?;
         let found = paths.iter().map(|segs| describe(segs, &proposal)).collect();
         return Ok((proposal, found));
