@@ -15,6 +15,7 @@
 //! cancel out). Workloads: `state_write`, `independent`, `chain`; with
 //! `ADMISSION=full`, every admission layer configured. With
 //! `FACADE=1`, through the JSON facade the bindings call (text in and out);
+//! `MAX_EVENTS=N` bounds the facade runtime's event log;
 //! with `SIZES=1` set it also prints the sizes of the event and result types (the
 //! event log holds up to `max_events` of them).
 
@@ -49,6 +50,11 @@ fn main() {
     // parse, the front end's admission defaults, the result's JSON).
     if std::env::var_os("FACADE").is_some() {
         let core = car_runtime::api::runtime::CarRuntime::new();
+        // `MAX_EVENTS=N`: the log bounded (a profile of the steady state
+        // without the first touch of the memory a growing log takes).
+        if let Some(max) = std::env::var("MAX_EVENTS").ok().and_then(|m| m.parse::<u64>().ok()) {
+            core.event_retention(Some(&format!(r#"{{"max_events":{max}}}"#))).unwrap();
+        }
         let (_, ex) = engine_shapes::runtime();
         let text = car_runtime::api::proposal_to_json(&proposal(kind, n));
         let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
