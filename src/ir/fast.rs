@@ -608,16 +608,16 @@ impl<'a> Reader<'a, '_> {
             return None;
         }
         self.i += 1;
-        // A list of up to ACTION_CHUNK actions is read into one allocation
-        // of the estimated size (at most that many slots), fitted at the
-        // end when the estimate was generous. A longer one is read in
-        // chunks of ACTION_CHUNK and moved into one list of exactly its
-        // length: the proposal is kept as long as its events are, and a
-        // list sized from the estimate (two to four slots an action) would
-        // be several megabytes of fresh memory every run, where chunks of
-        // one size are reused run after run.
         // A proposal not kept is read in place into the estimated size
         // (one list, no copy): its memory is given back when the call ends.
+        // A kept one is kept as long as its events are: a list of up to
+        // ACTION_CHUNK actions is read into one allocation of the estimated
+        // size (at most that many slots), fitted at the end when the
+        // estimate was generous; a longer one is read in chunks of
+        // ACTION_CHUNK and moved into one list of exactly its length, where
+        // a list sized from the estimate (two to four slots an action)
+        // would be megabytes of fresh memory every run, and chunks of one
+        // size are reused run after run.
         let hint = super::parse::take_actions_capacity();
         let chunk = if self.kept { ACTION_CHUNK } else { usize::MAX };
         let mut out = Vec::with_capacity(hint.min(chunk));

@@ -109,17 +109,19 @@ pub(super) fn fit_actions(actions: &mut Vec<super::Action>) {
 /// `"type"` cost more than the reallocations it saves), capped by
 /// `MAX_ACTIONS_HINT`.
 pub fn parse_proposal(text: &str) -> Result<ActionProposal, Error> {
-    match fast_proposal(text, None, true) {
-        Some(p) => validate(p),
-        None => parse_proposal_serde(text),
-    }
+    parse_text(text, true)
 }
 
 /// [`parse_proposal`] for a proposal dropped when the call ends (a pure
 /// function's): its `actions` list is read in place, neither chunked nor
 /// fitted (see `fast::parse`). The same proposal, the same errors.
 pub(crate) fn parse_proposal_transient(text: &str) -> Result<ActionProposal, Error> {
-    match fast_proposal(text, None, false) {
+    parse_text(text, false)
+}
+
+/// The direct reader, else serde; `kept`: the proposal outlives the call.
+fn parse_text(text: &str, kept: bool) -> Result<ActionProposal, Error> {
+    match fast_proposal(text, None, kept) {
         Some(p) => validate(p),
         None => parse_proposal_serde(text),
     }
