@@ -893,6 +893,10 @@ impl Chunks {
         self.chunks.front().and_then(VecDeque::front)
     }
 
+    fn back(&self) -> Option<&Event> {
+        self.chunks.back().and_then(VecDeque::back)
+    }
+
     fn pop_front(&mut self) -> Option<Event> {
         let first = self.chunks.front_mut()?;
         let e = first.pop_front();
@@ -925,9 +929,74 @@ struct LogInner {
     /// Where every event is also recorded (the durable audit log), when
     /// attached.
     sink: Option<Arc<dyn EventSink>>,
+    /// The wall clock read beside the monotonic one, for the events stamped
+    /// with a monotonic time already read ([`EventLog::append_at`]).
+    base: Option<WallBase>,
+}
+
+/// A wall-clock reading and the monotonic reading taken beside it: a time
+/// read on the monotonic clock (an action's start or end, read for its
+/// duration) gives its wall time without reading the clock again. Read
+/// again once it is [`REBASE`] old, so the wall clock's adjustments are
+/// followed within that.
+#[derive(Debug, Clone, Copy)]
+struct WallBase {
+    mono: std::time::Instant,
+    unix_nanos: u128,
+}
+
+/// How long a [`WallBase`] is used.
+const REBASE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl WallBase {
+    /// Both clocks now; `None` when the wall clock is before 1970.
+    fn read() -> Option<WallBase> {
+        let mono = std::time::Instant::now();
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(WallBase { mono, unix_nanos: wall.as_nanos() })
+    }
+
+    /// The wall time of the monotonic time `at`.
+    fn wall(&self, at: std::time::Instant) -> DateTime<Utc> {
+        let n = match at.checked_duration_since(self.mono) {
+            Some(after) => self.unix_nanos.saturating_add(after.as_nanos()),
+            None => self.unix_nanos.saturating_sub(self.mono.duration_since(at).as_nanos()),
+        };
+        match u64::try_from(n / 1_000_000_000) {
+            Ok(secs) => from_unix(secs, (n % 1_000_000_000) as u32),
+            Err(_) => Utc::now(),
+        }
+    }
 }
 
 impl LogInner {
+    /// The next event's time: the wall clock now, or the wall time of the
+    /// monotonic time `at`. Never before the last event's by less than
+    /// [`REBASE`]: an `at` read before another task appended, or the two
+    /// clocks' drift within a pairing, does not make the log's times
+    /// decrease; a wall clock set back by more does.
+    fn stamp(&mut self, at: Option<std::time::Instant>) -> DateTime<Utc> {
+        let t = match at {
+            None => wall_now(),
+            Some(at) => {
+                let base = match self.base {
+                    Some(b) if at.max(b.mono) - at.min(b.mono) < REBASE => Some(b),
+                    _ => {
+                        self.base = WallBase::read();
+                        self.base
+                    }
+                };
+                base.map_or_else(wall_now, |b| b.wall(at))
+            }
+        };
+        match self.events.back() {
+            Some(last) if last.timestamp > t && (last.timestamp - t).to_std().is_ok_and(|d| d < REBASE) => {
+                last.timestamp
+            }
+            _ => t,
+        }
+    }
+
     fn apply_retention(&mut self, now: DateTime<Utc>) -> usize {
         let before = self.events.len();
         if let Some(max) = self.retention.max_events {
@@ -1005,8 +1074,9 @@ impl EventLog {
 
     /// Appends an event; returns its id and timestamp (so a record made
     /// together with the event can carry the same time without reading the
-    /// clock again). The timestamp is read under the log's lock, so
-    /// timestamps never decrease along the log unless the wall clock does.
+    /// clock again). The timestamp is read under the log's lock and never
+    /// before the last event's unless the wall clock was set back (by more
+    /// than a second).
     pub fn append_stamped(
         &self,
         kind: EventKind,
@@ -1014,12 +1084,40 @@ impl EventLog {
         action_id: Option<&Arc<str>>,
         data: EventData,
     ) -> (u64, DateTime<Utc>) {
+        self.append_with(kind, proposal_id, action_id, data, None)
+    }
+
+    /// [`EventLog::append_stamped`] for an event that happened at `at`, a
+    /// monotonic time the caller has read already (an action's start or
+    /// end): its wall time comes from the log's last pairing of the two
+    /// clocks (at most a second old) instead of another clock reading, and
+    /// is never before the last event's.
+    pub(crate) fn append_at(
+        &self,
+        kind: EventKind,
+        proposal_id: Option<&Arc<str>>,
+        action_id: Option<&Arc<str>>,
+        data: EventData,
+        at: std::time::Instant,
+    ) -> (u64, DateTime<Utc>) {
+        self.append_with(kind, proposal_id, action_id, data, Some(at))
+    }
+
+    fn append_with(
+        &self,
+        kind: EventKind,
+        proposal_id: Option<&Arc<str>>,
+        action_id: Option<&Arc<str>>,
+        data: EventData,
+        at: Option<std::time::Instant>,
+    ) -> (u64, DateTime<Utc>) {
         let Ok(mut log) = self.inner.lock() else { return (0, wall_now()) };
         log.next_id += 1;
+        let timestamp = log.stamp(at);
         let mut e = Event {
             id: log.next_id,
             kind,
-            timestamp: wall_now(),
+            timestamp,
             proposal_id: proposal_id.cloned(),
             action_id: action_id.cloned(),
             data,
@@ -1207,6 +1305,46 @@ mod tests {
         }
         let (a, b, c) = (Utc::now(), wall_now(), Utc::now());
         assert!(a <= b && b <= c);
+    }
+
+    #[test]
+    fn a_time_already_read_is_stamped_with_its_wall_time() {
+        let log = EventLog::new();
+        let before = Utc::now();
+        let at = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        // The log pairs the clocks now, 30 ms after `at`: the event still
+        // carries the time `at` was read, not the time it was appended.
+        let (_, t) = log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(json!({})), at);
+        let after = Utc::now();
+        assert!((t - before).num_milliseconds().abs() < 10, "{t} is not about {before} (appended at {after})");
+        // A later time on the same pairing: the difference of the readings.
+        let later = at + std::time::Duration::from_millis(7);
+        let (_, t2) = log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(json!({})), later);
+        assert_eq!((t2 - t).num_microseconds(), Some(7_000));
+        assert!(log.events().iter().all(|e| e.timestamp <= after));
+    }
+
+    #[test]
+    fn times_read_before_a_later_event_do_not_make_the_log_go_back() {
+        let log = EventLog::new();
+        // Another task's reading, appended after an event of this one.
+        let early = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let (_, first) = log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(json!({})));
+        let (_, second) = log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(json!({})), early);
+        assert_eq!(second, first);
+        // Generated: readings taken in one order and appended in another.
+        let mut readings: Vec<std::time::Instant> = (0..64).map(|_| std::time::Instant::now()).collect();
+        readings.reverse();
+        for (i, at) in readings.into_iter().enumerate() {
+            if i % 3 == 0 {
+                log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(json!({})));
+            }
+            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(json!({})), at);
+        }
+        let times: Vec<_> = log.events().iter().map(|e| e.timestamp).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
     }
 
     #[test]

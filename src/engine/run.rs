@@ -1537,7 +1537,12 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
         ctx.holds.lock().unwrap_or_else(PoisonError::into_inner).remove(&i);
         return s.defer(a, i, None);
     }
-    match await_hold(ctx, i).await {
+    let hold = await_hold(ctx, i).await;
+    // Nothing has waited since `t0` was read (no hold, no shared store's
+    // read, no interactive tool's turn): it is the time the action starts
+    // executing too.
+    let mut waited = !matches!(hold, HoldEnd::Admitted);
+    match hold {
         HoldEnd::Parked(key) => {
             if let Some(s) = &ctx.suspend {
                 return s.defer(a, i, Some(key));
@@ -1567,6 +1572,7 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
             return Outcome { result: r, abort: false };
         }
     }
+    waited |= ctx.shared.is_some();
     if let Some(shared) = &ctx.shared
         && let Err(e) = Box::pin(refresh_keys(ctx, shared, a)).await
     {
@@ -1583,11 +1589,12 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
     {
         return ctx.reject(a, d, "dispatch");
     }
-    let _one_at_a_time = match a.tool.as_deref() {
+    let one_at_a_time = match a.tool.as_deref() {
         Some(name) if ctx.stage.is_interactive(name) => Some(ctx.interactive.lock().await),
         _ => None,
     };
-    let outcome = run_attempts(ctx, i, a, t0).await;
+    waited |= one_at_a_time.is_some();
+    let outcome = run_attempts(ctx, i, a, t0, (!waited).then_some(t0)).await;
     if traced {
         let p = ctx.rt.inner.policies.read().unwrap_or_else(PoisonError::into_inner);
         p.record_dispatch(a, ctx.session_id.as_deref(), outcome.result.status == ActionStatus::Succeeded);
@@ -1609,7 +1616,9 @@ fn action_event(ctx: &Ctx, i: usize, phase: ActionPhase, attempt: u32) -> Action
     }
 }
 
-async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
+/// `started`: when the first attempt starts, if the caller read it (else
+/// its `ActionExecuting` reads the clock).
+async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, started: Option<Instant>) -> Outcome {
     let events = &ctx.rt.inner.events;
     let aid = &ctx.action_ids[i];
     let pid = Some(&ctx.pid);
@@ -1627,21 +1636,26 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
             return ctx.reject(a, d, "dispatch");
         }
         let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
-        events.append(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev));
+        match started.filter(|_| attempt == 1) {
+            Some(at) => events.append_at(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev), at),
+            None => events.append_stamped(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev)),
+        };
         let attempted = match read_version_conflict(ctx, a) {
             Some(f) => Err(f),
-            None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx)).await,
+            None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx), started.filter(|_| attempt == 1)).await,
         };
         match attempted {
             Ok(done) => {
                 if ctx.rt.inner.model_retries_held.load(Ordering::Relaxed) {
                     ctx.rt.model_retry_chain_ends(&model_retry_chain(ctx, a));
                 }
-                let duration = ms(t0.elapsed());
+                // One reading for the duration and the event's time.
+                let end = Instant::now();
+                let duration = ms(end.saturating_duration_since(t0));
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
                 ev.detail = ActionDetail::boxed(None, None, done.cached);
-                let (_, at) = events.append_stamped(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev));
+                let (_, at) = events.append_at(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev), end);
                 // The result carries its ActionSucceeded event's time.
                 let r = ActionResult {
                     action_id: a.id.clone(),
@@ -1679,18 +1693,20 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant) -> Outcome {
                 if f.class == ErrorClass::ModelRetry {
                     model_retry_bound(ctx, a, &mut f);
                 }
-                let duration = ms(t0.elapsed());
+                let end = Instant::now();
+                let duration = ms(end.saturating_duration_since(t0));
                 let mut ev = action_event(ctx, i, ActionPhase::Failed, attempt);
                 ev.duration_ms = Some(duration);
                 ev.detail = ActionDetail::boxed(Some(f.message.clone()), Some(f.class.as_str()), None);
                 ev.terminal = f.terminal;
-                events.append(EventKind::ActionFailed, pid, Some(aid), EventData::Action(ev));
+                let (_, at) = events.append_at(EventKind::ActionFailed, pid, Some(aid), EventData::Action(ev), end);
                 let skip = !f.terminal && a.failure_behavior == FailureBehavior::Skip;
                 let mut r =
                     ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
                 r.error = Some(f.message);
                 r.terminal = f.terminal;
                 r.duration_ms = Some(duration);
+                r.timestamp = at;
                 return Outcome { result: r, abort: !skip };
             }
         }
@@ -1759,6 +1775,7 @@ fn write_state(
     tx: Option<&Transaction>,
     changes: &mut StateChanges,
     remote: Option<u64>,
+    at: Option<Instant>,
 ) -> Result<(), Fail> {
     let phys = ctx.scope.physical(key).ok_or_else(|| {
         Fail::new(format!("state key '{key}' is a tenant key; use a tenant scope instead"), ErrorClass::Validation)
@@ -1793,12 +1810,26 @@ fn write_state(
         tenant: ctx.tenant.clone(),
         version,
     };
-    ctx.rt.inner.events.append(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data);
+    let events = &ctx.rt.inner.events;
+    match at {
+        Some(at) => events.append_at(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data, at),
+        None => events.append_stamped(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data),
+    };
     changes.push_new(key.to_string(), change);
     Ok(())
 }
 
-async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Transaction>) -> Result<Done, Fail> {
+/// `started`: when the action started, read by the caller with nothing
+/// waited on since (a `state_write`'s change is stamped with it: the write
+/// follows at once).
+async fn attempt_action(
+    ctx: &Ctx,
+    i: usize,
+    a: &Action,
+    attempt: u32,
+    tx: Option<&Transaction>,
+    started: Option<Instant>,
+) -> Result<Done, Fail> {
     match a.action_type {
         ActionType::StateWrite => {
             let key = a
@@ -1814,7 +1845,8 @@ async fn attempt_action(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Optio
                 Some(w) => Some(w.await?),
                 None => None,
             };
-            write_state(ctx, a, i, None, key, value, tx, &mut changes, remote)?;
+            let at = started.filter(|_| remote.is_none());
+            write_state(ctx, a, i, None, key, value, tx, &mut changes, remote, at)?;
             let mut out = String::with_capacity(9 + key.len());
             out.push_str("written: ");
             out.push_str(key);
@@ -2009,7 +2041,7 @@ async fn tool_call(ctx: &Ctx, i: usize, a: &Action, attempt: u32, tx: Option<&Tr
             Some(w) => Some(w.await?),
             None => None,
         };
-        write_state(ctx, a, i, Some(e), k, value, tx, &mut changes, remote)?;
+        write_state(ctx, a, i, Some(e), k, value, tx, &mut changes, remote, None)?;
     }
     Ok(Done { output: Some(output), changes, cached: cached_by })
 }
@@ -2109,11 +2141,11 @@ async fn compensate(ctx: &Ctx, a: &Action, comp: &Compensation) -> Result<(), St
                 return Err(d.reason);
             }
             match admit_compensation(ctx, target).await? {
-                None => attempt_action(ctx, j, target, 1, None).await,
+                None => attempt_action(ctx, j, target, 1, None, None).await,
                 Some(params) => {
                     let mut b = target.clone();
                     b.parameters = params.into();
-                    attempt_action(ctx, j, &b, 1, None).await
+                    attempt_action(ctx, j, &b, 1, None, None).await
                 }
             }
             .map(|_| ())
