@@ -175,23 +175,15 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
         id: &'a RawValue,
         method: &'a str,
         #[serde(borrow)]
-        params: &'a RawValue,
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct SubmitParams<'a> {
-        #[serde(borrow)]
-        proposal: &'a RawValue,
-        #[serde(default)]
-        session_id: Option<String>,
+        params: SubmitParams<'a>,
     }
     // Most frames are not submits: do not read them twice. A frame nested
     // past the frame reader's limit is refused by that reader.
-    if !text.contains("\"proposal.submit\"") || nesting(text) >= FRAME_DEPTH {
+    if !text.contains("\"proposal.submit\"") || too_deep(text) {
         return None;
     }
-    // The derived readers would take an array as the struct's members in
-    // order: objects only. A repeated member is their error (`None` here).
+    // The derived reader would take an array as the struct's members in
+    // order: objects only. A repeated member is its error (`None` here).
     if !text.trim_start().starts_with('{') {
         return None;
     }
@@ -203,15 +195,55 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
     if !matches!(id, Value::String(_) | Value::Number(_)) {
         return None;
     }
-    if !r.params.get().starts_with('{') {
-        return None;
-    }
-    let p: SubmitParams = serde_json::from_str(r.params.get()).ok()?;
-    let proposal = p.proposal.get();
+    let proposal = r.params.proposal.get();
     if !proposal.starts_with('{') {
         return None;
     }
-    Some(SubmitFrame { id, proposal: proposal.to_string(), session_id: p.session_id })
+    Some(SubmitFrame { id, proposal: proposal.to_string(), session_id: r.params.session_id })
+}
+
+/// A submit's params, read in the same pass as the frame: an object (not
+/// an array, which a derived reader would take as the members in order)
+/// of `proposal` and an optional `session_id`, each once; anything else is
+/// an error (the frame goes to [`classify`]).
+struct SubmitParams<'a> {
+    proposal: &'a serde_json::value::RawValue,
+    session_id: Option<String>,
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for SubmitParams<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::{Error as _, MapAccess, Visitor};
+        struct Members<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Members<'a> {
+            type Value = SubmitParams<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object {proposal, session_id?}")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> std::result::Result<Self::Value, M::Error> {
+                let (mut proposal, mut session_id) = (None, None);
+                // A key with an escape cannot be borrowed: an error too.
+                while let Some(key) = m.next_key::<&'de str>()? {
+                    match key {
+                        "proposal" if proposal.is_none() => proposal = Some(m.next_value()?),
+                        "session_id" if session_id.is_none() => session_id = Some(m.next_value::<Option<String>>()?),
+                        other => return Err(M::Error::custom(format_args!("member `{other}` repeated or unknown"))),
+                    }
+                }
+                let proposal = proposal.ok_or_else(|| M::Error::missing_field("proposal"))?;
+                Ok(SubmitParams { proposal, session_id: session_id.flatten() })
+            }
+        }
+        d.deserialize_map(Members(std::marker::PhantomData))
+    }
+}
+
+/// Whether a text is nested at least [`FRAME_DEPTH`] deep. Its depth is at
+/// most its count of opening brackets, counted first (a loop the compiler
+/// vectorizes): only a text with that many is walked.
+fn too_deep(text: &str) -> bool {
+    let opening = text.bytes().filter(|&b| b == b'[' || b == b'{').count();
+    opening >= FRAME_DEPTH && nesting(text) >= FRAME_DEPTH
 }
 
 /// The nesting at which serde_json refuses a text (its recursion limit):
@@ -380,6 +412,59 @@ mod tests {
         assert!(serde_json::from_str::<Value>(&deep(FRAME_DEPTH - 1)).is_ok());
         assert!(serde_json::from_str::<Value>(&deep(FRAME_DEPTH)).is_err());
         assert_eq!(nesting(&deep(FRAME_DEPTH)), FRAME_DEPTH);
+    }
+
+    /// The bracket count only lets through texts the walk would: generated
+    /// nestings around the limit, with brackets inside strings as well.
+    #[test]
+    fn the_bracket_count_agrees_with_the_walk() {
+        for depth in [0, 1, 2, FRAME_DEPTH - 2, FRAME_DEPTH - 1, FRAME_DEPTH, FRAME_DEPTH + 1, 300] {
+            for in_strings in [0, 1, FRAME_DEPTH, 2 * FRAME_DEPTH] {
+                for open in ["[", "{\"k\":"] {
+                    let close = if open == "[" { "]" } else { "}" };
+                    let text = format!(
+                        "{{\"s\":\"{}\",\"v\":{}1{}}}",
+                        "[{".repeat(in_strings),
+                        open.repeat(depth),
+                        close.repeat(depth)
+                    );
+                    assert_eq!(
+                        too_deep(&text),
+                        nesting(&text) >= FRAME_DEPTH,
+                        "depth {depth}, {in_strings} in strings"
+                    );
+                    assert_eq!(nesting(&text), depth + 1);
+                }
+            }
+        }
+    }
+
+    /// What the one-pass reader takes: a plain submit; any other shape of
+    /// its params (an array, a repeated, unknown or escaped member, no
+    /// proposal) is left to `classify`.
+    #[test]
+    fn the_submit_reader_takes_plain_submits_only() {
+        let frame =
+            |params: &str| format!(r#"{{"jsonrpc":"2.0","id":7,"method":"proposal.submit","params":{params}}}"#);
+        let p = r#"{"actions":[]}"#;
+        let read = submit_frame(&frame(&format!(r#"{{"proposal":{p},"session_id":"s1"}}"#))).unwrap();
+        assert_eq!(read, SubmitFrame { id: json!(7), proposal: p.to_string(), session_id: Some("s1".into()) });
+        let read = submit_frame(&frame(&format!(r#"{{"session_id":null,"proposal":{p}}}"#))).unwrap();
+        assert_eq!(read.session_id, None);
+        for params in [
+            format!("[{p}]"),
+            format!("[{p},\"s1\"]"),
+            format!(r#"{{"proposal":{p},"proposal":{p}}}"#),
+            format!(r#"{{"proposal":{p},"session_id":"a","session_id":"b"}}"#),
+            format!(r#"{{"proposal":{p},"scope":"x"}}"#),
+            format!(r#"{{"propos\u0061l":{p}}}"#),
+            r#"{"session_id":"s1"}"#.to_string(),
+            r#"{"proposal":[]}"#.to_string(),
+            r#"{"proposal":"{}"}"#.to_string(),
+            "7".to_string(),
+        ] {
+            assert_eq!(submit_frame(&frame(&params)), None, "{params}");
+        }
     }
 
     fn invalid(text: &str) -> (Value, i64, String) {
