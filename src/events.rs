@@ -292,7 +292,7 @@ impl ActionEvent {
 #[derive(Debug, Clone)]
 pub enum EventData {
     /// A JSON object.
-    Value(Value),
+    Value(Box<Value>),
     /// The submitted proposal, serialized on demand.
     Proposal(Arc<ActionProposal>),
     /// A per-action record.
@@ -508,7 +508,7 @@ impl EventData {
     /// The payload as JSON.
     pub fn to_value(&self) -> Value {
         match self {
-            EventData::Value(v) => v.clone(),
+            EventData::Value(v) => (**v).clone(),
             EventData::Proposal(p) => serde_json::to_value(&**p).unwrap_or(Value::Null),
             EventData::Action(a) => a.to_value(),
             EventData::ActionState { proposal, index, effect, tenant, version } => {
@@ -1146,7 +1146,7 @@ impl EventLog {
     /// Appends an event whose data is a JSON value.
     pub fn record(&self, kind: EventKind, proposal_id: Option<&Arc<str>>, action_id: Option<&str>, data: Value) -> u64 {
         let aid: Option<Arc<str>> = action_id.map(Arc::from);
-        self.append(kind, proposal_id, aid.as_ref(), EventData::Value(data))
+        self.append(kind, proposal_id, aid.as_ref(), EventData::Value(Box::new(data)))
     }
 
     /// Number of events held.
@@ -1315,12 +1315,13 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(30));
         // The log pairs the clocks now, 30 ms after `at`: the event still
         // carries the time `at` was read, not the time it was appended.
-        let (_, t) = log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(json!({})), at);
+        let (_, t) = log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(Box::new(json!({}))), at);
         let after = Utc::now();
         assert!((t - before).num_milliseconds().abs() < 10, "{t} is not about {before} (appended at {after})");
         // A later time on the same pairing: the difference of the readings.
         let later = at + std::time::Duration::from_millis(7);
-        let (_, t2) = log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(json!({})), later);
+        let (_, t2) =
+            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(Box::new(json!({}))), later);
         assert_eq!((t2 - t).num_microseconds(), Some(7_000));
         assert!(log.events().iter().all(|e| e.timestamp <= after));
     }
@@ -1331,17 +1332,18 @@ mod tests {
         // Another task's reading, appended after an event of this one.
         let early = std::time::Instant::now();
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let (_, first) = log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(json!({})));
-        let (_, second) = log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(json!({})), early);
+        let (_, first) = log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(Box::new(json!({}))));
+        let (_, second) =
+            log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(Box::new(json!({}))), early);
         assert_eq!(second, first);
         // Generated: readings taken in one order and appended in another.
         let mut readings: Vec<std::time::Instant> = (0..64).map(|_| std::time::Instant::now()).collect();
         readings.reverse();
         for (i, at) in readings.into_iter().enumerate() {
             if i % 3 == 0 {
-                log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(json!({})));
+                log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(Box::new(json!({}))));
             }
-            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(json!({})), at);
+            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(Box::new(json!({}))), at);
         }
         let times: Vec<_> = log.events().iter().map(|e| e.timestamp).collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
@@ -1387,7 +1389,7 @@ mod tests {
         }
         assert_eq!(log.verify_chain(), ChainVerification::Verified(4));
         let mut evs = log.events();
-        evs[3].data = EventData::Value(json!({"key": 99}));
+        evs[3].data = EventData::Value(Box::new(json!({"key": 99})));
         assert_eq!(verify_chain(&evs), ChainVerification::TamperedAt(3));
         let mut evs = log.events();
         evs.remove(2);
@@ -1415,7 +1417,7 @@ mod tests {
                 timestamp: wall_now(),
                 proposal_id: pid.map(|p| Arc::from(p.as_str())),
                 action_id: aid.map(|a| Arc::from(a.as_str())),
-                data: EventData::Value(data),
+                data: EventData::Value(Box::new(data)),
                 chain: ChainLink::boxed(prev, None),
             };
             let expected = crate::canonical::sha256_hex(&crate::canonical::canonical_object(&e.content()));
@@ -1487,7 +1489,7 @@ mod tests {
                 },
                 cancelled_tools: if flags & 1 != 0 { vec![value.clone(), json!({"action_id": "a", "tool": text, "handle": "h"})] } else { Vec::new() },
             })));
-            datas.push(EventData::Value(value.clone()));
+            datas.push(EventData::Value(Box::new(value.clone())));
             for d in datas {
                 let v = d.to_value();
                 let mut out = Vec::new();

@@ -152,7 +152,7 @@ async fn retention_clear_and_chain() {
     assert_eq!(chained[0]["hash"].as_str().unwrap().len(), 64);
 
     let mut events = rt.runtime().events().events();
-    events[3].data = EventData::Value(json!({"forged": true}));
+    events[3].data = EventData::Value(Box::new(json!({"forged": true})));
     assert_eq!(verify_chain(&events), ChainVerification::TamperedAt(3));
 
     let set: Value = serde_json::from_str(&rt.event_retention(Some(r#"{"max_events": 3}"#)).unwrap()).unwrap();

@@ -98,7 +98,7 @@ fn rollback_contract_and_missing_compensation() {
     assert_eq!(p.rollback_contract(), Reversibility::Reversible);
     a.reversibility = Reversibility::Compensable;
     assert!(a.missing_required_compensation());
-    a.compensation = Some(Compensation::Tool { tool: "db.delete".into(), parameters: Map::new() });
+    a.compensation = Some(Box::new(Compensation::Tool { tool: "db.delete".into(), parameters: Map::new() }));
     assert!(!a.missing_required_compensation());
     p.actions.push(a);
     assert_eq!(p.rollback_contract(), Reversibility::Compensable);

@@ -587,7 +587,7 @@ async fn tamper_detection(u: &Under) {
             // Alter a copy of the log and verify it.
             let q = e.query(&EventQuery::default()).await.unwrap();
             let mut evs: Vec<_> = q.into_iter().rev().collect();
-            evs[2].data = car_runtime::events::EventData::Value(json!({"n": 99}));
+            evs[2].data = car_runtime::events::EventData::Value(Box::new(json!({"n": 99})));
             assert_eq!(car_runtime::events::verify_chain(&evs), ChainVerification::TamperedAt(2));
             let mut evs: Vec<_> = e.query(&EventQuery::default()).await.unwrap().into_iter().rev().collect();
             evs.remove(1);

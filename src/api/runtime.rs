@@ -1242,7 +1242,7 @@ impl CarRuntime {
                 }
             }
             // A `tool` compensation passes admission when it runs: its own verdict.
-            if let Some(crate::ir::Compensation::Tool { tool, parameters }) = &a.compensation {
+            if let Some(crate::ir::Compensation::Tool { tool, parameters }) = a.compensation.as_deref() {
                 let mut c = crate::ir::Action::tool_call(tool.clone());
                 c.id = compensation_handle(&a.id);
                 c.parameters = parameters.into();

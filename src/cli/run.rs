@@ -274,7 +274,7 @@ fn print_plan(
             Some((name, reason)) => out.line(format!("            policy {name}: {reason}")),
             None => out.line(format!("            permission {}: {}", item.verdict.as_str(), item.why)),
         }
-        if let Some(Compensation::Tool { tool, parameters }) = &a.compensation {
+        if let Some(Compensation::Tool { tool, parameters }) = a.compensation.as_deref() {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone().into();
             let verdict = item.compensation.as_ref().map_or("allow", |(v, _, _)| v.as_str());
@@ -395,7 +395,7 @@ fn decide(a: &RunArgs, out: Out, proposal: &ActionProposal, items: &[PlanItem]) 
             keys.push(item.id.clone());
         }
         if let (Some((Verdict::Ask, why, _)), Some(handle), Some(Compensation::Tool { tool, parameters })) =
-            (&item.compensation, &item.compensation_handle, &act.compensation)
+            (&item.compensation, &item.compensation_handle, act.compensation.as_deref())
         {
             let mut c = Action::tool_call(tool.clone());
             c.parameters = parameters.clone().into();

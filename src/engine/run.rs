@@ -717,7 +717,7 @@ impl Runtime {
                     if a.reversibility != Reversibility::Compensable {
                         continue;
                     }
-                    let Some(comp) = &a.compensation else { continue };
+                    let Some(comp) = a.compensation.as_deref() else { continue };
                     let outcome = compensate(&ctx, a, comp).await;
                     let (kind, data) = match &outcome {
                         Ok(()) => (EventKind::CompensationSucceeded, json!({"compensation": comp})),

@@ -307,7 +307,7 @@ pub struct Action {
     pub reversibility: Reversibility,
     /// How to undo the action; omitted when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compensation: Option<Compensation>,
+    pub compensation: Option<Box<Compensation>>,
     /// Enables result caching and safe retry.
     #[serde(default)]
     pub idempotent: bool,
@@ -467,7 +467,7 @@ impl Action {
     /// unchanged ([`Action::compensated_by`] also makes it `compensable`).
     #[must_use]
     pub fn with_compensation(mut self, compensation: Compensation) -> Self {
-        self.compensation = Some(compensation);
+        self.compensation = Some(Box::new(compensation));
         self
     }
 
@@ -517,7 +517,7 @@ impl Action {
     #[must_use]
     pub fn compensated_by(mut self, compensation: Compensation) -> Self {
         self.reversibility = Reversibility::Compensable;
-        self.compensation = Some(compensation);
+        self.compensation = Some(Box::new(compensation));
         self
     }
 
@@ -614,7 +614,7 @@ mod tests {
             assumptions: vec![assumption],
             invocation_mode: ToolInvocationMode::Streaming,
             reversibility: Reversibility::Reversible,
-            compensation: Some(undo.clone()),
+            compensation: Some(Box::new(undo.clone())),
             idempotent: true,
             max_retries: 7,
             failure_behavior: FailureBehavior::Retry,

@@ -439,7 +439,7 @@ mod tests {
             |a| a.assumptions.push(StateAssumption::new("k")),
             |a| a.invocation_mode = ToolInvocationMode::Streaming,
             |a| a.reversibility = Reversibility::Reversible,
-            |a| a.compensation = Some(Compensation::ActionRef { action_id: "b".into() }),
+            |a| a.compensation = Some(Box::new(Compensation::ActionRef { action_id: "b".into() })),
             |a| a.idempotent = true,
             |a| a.max_retries = 4,
             |a| a.failure_behavior = FailureBehavior::Skip,

@@ -69,7 +69,7 @@ impl EventBackend for EventLog {
         for e in events {
             let pid = e.proposal_id.map(std::sync::Arc::from);
             let aid = e.action_id.map(std::sync::Arc::from);
-            ids.push(EventLog::append(self, e.kind, pid.as_ref(), aid.as_ref(), EventData::Value(e.data)));
+            ids.push(EventLog::append(self, e.kind, pid.as_ref(), aid.as_ref(), EventData::Value(Box::new(e.data))));
         }
         Ok(ids)
     }

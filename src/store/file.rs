@@ -693,7 +693,7 @@ mod tests {
             timestamp: crate::events::wall_now(),
             proposal_id: proposal.map(Arc::from),
             action_id: action.map(Arc::from),
-            data: EventData::Value(data),
+            data: EventData::Value(Box::new(data)),
             chain: crate::events::ChainLink::boxed(Some("in-memory chain, not the file's".into()), Some("x".into())),
         }
     }

@@ -273,7 +273,7 @@ pub(crate) fn stored_event(
         timestamp,
         proposal_id: proposal_id.map(Arc::from),
         action_id: action_id.map(Arc::from),
-        data: crate::events::EventData::Value(data),
+        data: crate::events::EventData::Value(Box::new(data)),
         chain: crate::events::ChainLink::boxed(prev_hash, hash),
     }
 }

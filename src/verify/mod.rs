@@ -353,7 +353,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
             regions.add(a);
         }
         uses_explicit_deps |= !a.dependencies.is_empty();
-        compensation_refs |= matches!(a.compensation, Some(Compensation::ActionRef { .. }));
+        compensation_refs |= matches!(a.compensation.as_deref(), Some(Compensation::ActionRef { .. }));
     });
     let max = opts.max_actions.unwrap_or(DEFAULT_MAX_ACTIONS);
     let mut f = Findings::default();
@@ -440,7 +440,7 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
             ));
             f.compensation += 1;
         }
-        match &a.compensation {
+        match a.compensation.as_deref() {
             Some(Compensation::Tool { tool, .. }) => {
                 if let Some(reg) = &registry
                     && !reg.contains(tool.as_str())
