@@ -62,8 +62,16 @@ const MAX_EXACT_INT: u64 = 1 << 53;
 
 /// Appends the RFC 8785 text of a string (JSON's own escaping).
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    // A string always serialises.
-    let _ = serde_json::to_writer(&mut *out, s);
+    if crate::ir::write::escapes(s) {
+        // A string always serialises.
+        let _ = serde_json::to_writer(&mut *out, s);
+    } else {
+        // Nothing to escape (nearly every string of a record): copied whole.
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
 }
 
 /// Whether the canonical text of `v` reads back as `v` itself: every number
@@ -287,6 +295,26 @@ fn to_hex(bytes: &[u8]) -> String {
 pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_string_is_written_as_serde_writes_it() {
+        // Every ASCII byte and a few others, at the start, middle and end of
+        // strings either side of the short/long split (32 bytes).
+        let others = ["é", "✓", "𝄞", "\u{7f}", "\u{2028}"];
+        let mut specials: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+        specials.extend(others.iter().map(|s| s.to_string()));
+        for len in [0usize, 1, 7, 8, 9, 31, 32, 33, 64, 200] {
+            for sp in &specials {
+                for at in [0, len / 2, len] {
+                    let mut t: String = "a".repeat(len);
+                    t.insert_str(at, sp);
+                    let mut out = Vec::new();
+                    write_str(&mut out, &t);
+                    assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&t).unwrap(), "{t:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn digest_of_empty_and_canonical_order() {

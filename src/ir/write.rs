@@ -22,21 +22,25 @@ use super::{Action, ActionProposal, Precondition, VerificationIssue, Verificatio
 /// characters below 0x20; a string containing one of those takes
 /// serde_json's own path, any other is copied whole.
 pub(crate) fn str(out: &mut String, s: &str) {
-    // A short string (nearly every id, tool and key) is tested eight bytes
-    // at a time; a long one in a pass with no early exit, which compiles to
-    // a vectorised one.
-    let escapes = if s.len() <= 32 {
-        super::fast::scan(s.as_bytes(), 0) < s.len()
-    } else {
-        s.bytes().fold(false, |acc, b| acc | (b < 0x20) | (b == b'"') | (b == b'\\'))
-    };
-    if escapes {
+    if escapes(s) {
         serde_into(out, s);
     } else {
         out.reserve(s.len() + 2);
         out.push('"');
         out.push_str(s);
         out.push('"');
+    }
+}
+
+/// Whether serde_json would escape anything in `s` (`"`, `\\` or a control
+/// character below 0x20). A short string (nearly every id, tool and key)
+/// is tested eight bytes at a time; a long one in a pass with no early
+/// exit, which compiles to a vectorised one.
+pub(crate) fn escapes(s: &str) -> bool {
+    if s.len() <= 32 {
+        super::fast::scan(s.as_bytes(), 0) < s.len()
+    } else {
+        s.bytes().fold(false, |acc, b| acc | (b < 0x20) | (b == b'"') | (b == b'\\'))
     }
 }
 
