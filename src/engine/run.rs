@@ -1538,9 +1538,9 @@ async fn run_held_action(ctx: &Ctx, i: usize) -> Outcome {
         return s.defer(a, i, None);
     }
     let hold = await_hold(ctx, i).await;
-    // Nothing has waited since `t0` was read (no hold, no shared store's
-    // read, no interactive tool's turn): it is the time the action starts
-    // executing too.
+    // Whether anything was waited on since `t0` was read (an approval
+    // hold, the shared store's read, an interactive tool's turn): when
+    // nothing was, `t0` is also when the action starts executing.
     let mut waited = !matches!(hold, HoldEnd::Admitted);
     match hold {
         HoldEnd::Parked(key) => {
