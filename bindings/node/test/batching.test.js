@@ -134,27 +134,48 @@ for (const [mode, wrap] of Object.entries(MODES)) test(`built-in tools finish on
   const fs = require('node:fs');
   const os = require('node:os');
   const path = require('node:path');
-  // `shell` is not a published built-in: a grep through ~3 MB (a good
-  // 25 ms even in a release build) is the built-in's slow work.
+  // `shell` is not a published built-in: a grep through files of ~3 MB
+  // each is the built-in's slow work. A loop blocked for all of it would
+  // tick once afterwards (an overdue interval runs once), and once more at
+  // most while the JS tool after it answers; three ticks need it to turn
+  // during the grep. How long a grep takes depends on the machine (a file
+  // was 25 ms on one, 6 ms on another): the files double until the run
+  // takes 60 ms, long enough for a dozen ticks of a loop that turns.
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'car-node-batch-'));
+  fs.writeFileSync(path.join(root, 'filler.txt'), `${'x'.repeat(60)}\n`.repeat(48000));
   fs.writeFileSync(path.join(root, 'big.txt'), `${'x'.repeat(60)}\n`.repeat(48000) + 'needle 1\n');
   const rt = new car.CarRuntime();
   await rt.registerAgentBasics(root);
   await rt.registerTool('after');
-  const grep = { id: 's', type: 'tool_call', tool: 'grep_files', parameters: { pattern: 'needle [0-9]+', path: 'big.txt' } };
-  let ticks = 0;
-  const timer = setInterval(() => { ticks += 1; }, 5);
-  const out = JSON.parse(await car.executeProposal(rt, wrap({
-    actions: [grep, { id: 'j', type: 'tool_call', tool: 'after', dependencies: ['s'] }],
-  }), (c) => ({ saw: JSON.parse(c).action_id })));
-  clearInterval(timer);
-  const r = byId(out);
-  assert.deepEqual(r.s.output.matches.map((m) => m.text), ['needle 1']);
-  assert.deepEqual(r.j.output, { saw: 'j' });
-  assert.ok(ticks >= 5, `the event loop ran while the built-in grepped (${ticks} ticks)`);
+  let grep;
+  for (let files = 1; ; files *= 2) {
+    // A pattern of its own each time: a read-only built-in's result is
+    // cached for the same parameters.
+    grep = { id: 's', type: 'tool_call', tool: 'grep_files', parameters: { pattern: `needle [0-9]+|zq${files}zq`, path: '.' } };
+    // More names for one filler file (hard links: no more disk).
+    for (let k = 2; k < files; k += 1) {
+      const f = path.join(root, `filler${k}.txt`);
+      if (!fs.existsSync(f)) fs.linkSync(path.join(root, 'filler.txt'), f);
+    }
+    let ticks = 0;
+    const timer = setInterval(() => { ticks += 1; }, 5);
+    const started = Date.now();
+    const out = JSON.parse(await car.executeProposal(rt, wrap({
+      actions: [grep, { id: 'j', type: 'tool_call', tool: 'after', dependencies: ['s'] }],
+    }), (c) => ({ saw: JSON.parse(c).action_id })));
+    const took = Date.now() - started;
+    clearInterval(timer);
+    const r = byId(out);
+    assert.deepEqual(r.s.output.matches.map((m) => m.text), ['needle 1']);
+    assert.deepEqual(r.j.output, { saw: 'j' });
+    if (took < 60 && files < 64) continue;
+    assert.ok(ticks >= 3, `the event loop ran while the built-in grepped ${files} files (${ticks} ticks in ${took} ms)`);
+    break;
+  }
   // Nothing but the blocking pool is pending here: the proposal keeps Node alive.
   const again = JSON.parse(await car.executeProposal(rt, wrap({ actions: [grep] }), () => '{}'));
   assert.equal(again.results[0].output.matches.length, 1);
+  fs.rmSync(root, { recursive: true });
 });
 
 test('a large proposal runs off the JS thread: the event loop keeps turning', async () => {
