@@ -1635,14 +1635,16 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, started: Opt
         {
             return ctx.reject(a, d, "dispatch");
         }
+        // Only the first attempt starts when the action did.
+        let start = started.filter(|_| attempt == 1);
         let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
-        match started.filter(|_| attempt == 1) {
+        match start {
             Some(at) => events.append_at(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev), at),
             None => events.append_stamped(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev)),
         };
         let attempted = match read_version_conflict(ctx, a) {
             Some(f) => Err(f),
-            None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx), started.filter(|_| attempt == 1)).await,
+            None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx), start).await,
         };
         match attempted {
             Ok(done) => {

@@ -338,15 +338,16 @@ pub(crate) fn session_runtime(
     if doc.is_none() && !definitions.is_empty() {
         doc = Some((crate::admission::AdmissionConfig::default(), "(the session's own tools)".to_string()));
     }
-    let mut source = None;
-    let document = doc.map(|(mut d, from)| {
-        let declared: std::collections::HashSet<String> =
-            d.tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect();
-        d.tools
-            .extend(definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned());
-        source = Some(from);
-        d
-    });
+    let (document, source) = doc
+        .map(|(mut d, from)| {
+            let declared: std::collections::HashSet<String> =
+                d.tools.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect();
+            d.tools.extend(
+                definitions.iter().filter(|t| !declared.contains(t["name"].as_str().unwrap_or_default())).cloned(),
+            );
+            (d, from)
+        })
+        .unzip();
     // The daemon's one ask-approvals store: an ask of any session (a
     // WebSocket connection or an MCP endpoint session) waits for an approver
     // (`host.resolve_approval`, the dashboard) instead of being refused.
@@ -371,7 +372,7 @@ pub(crate) fn session_runtime(
     Ok(rt)
 }
 
-/// Who a session's admission stage acts for ([`Conn::admission_identity`]).
+/// Who a session's admission stage acts for ([`admission_identity`]).
 #[derive(Default)]
 pub(crate) struct AdmissionIdentity {
     /// Parks this principal's proposals for the daemon's supervisors.
@@ -1050,11 +1051,7 @@ impl Conn {
         let open = config.token.is_none();
         let identity = open.then_some(Identity { role: Role::Operator, agent_id: None });
         // The runtime's stage is built once, with this identity.
-        let admission = admission_identity(
-            daemon.supervisors.clone(),
-            principal_of(&session_id, identity.as_ref()),
-            (!config.allow_self_approval).then(|| reviewer_of(&session_id, identity.as_ref())),
-        );
+        let admission = admission_identity(&daemon.supervisors, &config, &session_id, identity.as_ref());
         let rt = session_runtime(&config, daemon, &[], Some(admission))?;
         let protected_policies = rt
             .list_policies(None)
@@ -1104,28 +1101,24 @@ impl Conn {
     /// Called whenever its identity changes (the connection's runtime is
     /// made with the first, [`Conn::new`]).
     fn sync_admission_identity(&self) -> Result<(), String> {
-        let AdmissionIdentity { supervisor, discounted_reviewer } = self.admission_identity();
+        let AdmissionIdentity { supervisor, discounted_reviewer } =
+            admission_identity(&self.supervisors, &self.config, &self.session_id, self.identity().as_ref());
         self.rt.set_admission_identity(supervisor, discounted_reviewer).map_err(|e| e.to_string())
-    }
-
-    /// The connection's identity as its admission stage takes it
-    /// ([`Conn::sync_admission_identity`]).
-    fn admission_identity(&self) -> AdmissionIdentity {
-        admission_identity(
-            self.supervisors.clone(),
-            self.principal(),
-            (!self.config.allow_self_approval).then(|| self.reviewer()),
-        )
     }
 }
 
-/// The supervision layer parks `principal`'s proposals for the daemon's
-/// supervisors; tier approvals `discounted` recorded do not count.
+/// A connection's identity as its admission stage takes it: the
+/// supervision layer parks its principal's proposals for the daemon's
+/// supervisors; unless the daemon allows self-approval, tier approvals its
+/// reviewer recorded do not count.
 fn admission_identity(
-    supervisors: Arc<super::supervision::Supervisors>,
-    principal: String,
-    discounted: Option<String>,
+    supervisors: &Arc<super::supervision::Supervisors>,
+    config: &Config,
+    session_id: &str,
+    identity: Option<&Identity>,
 ) -> AdmissionIdentity {
+    let discounted = (!config.allow_self_approval).then(|| reviewer_of(session_id, identity));
+    let (supervisors, principal) = (supervisors.clone(), principal_of(session_id, identity));
     let supervisor: crate::admission::SupervisorFn = Arc::new(move |proposal, _session| {
         if !supervisors.has_subscribers() {
             return Box::pin(std::future::ready(None));
