@@ -60,6 +60,16 @@ pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 
 const MAX_EXACT_INT: u64 = 1 << 53;
 
+/// Appends the RFC 8785 text of the JSON number `n` (past 2^53, the
+/// nearest double's).
+pub(crate) fn write_u64(out: &mut Vec<u8>, n: u64) {
+    if n <= MAX_EXACT_INT {
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    } else {
+        write_canonical(&Value::from(n), out);
+    }
+}
+
 /// Appends the RFC 8785 text of a string (JSON's own escaping).
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     if crate::ir::write::escapes(s) {
@@ -203,33 +213,22 @@ fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::Number(n) => {
-            use std::io::Write;
-            let written = if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
-                write!(out, "{i}")
+            if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
+                out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
             } else if let Some(u) = n.as_u64().filter(|u| *u <= MAX_EXACT_INT) {
-                write!(out, "{u}")
+                out.extend_from_slice(itoa::Buffer::new().format(u).as_bytes());
             } else {
                 // Every other number as RFC 8785 (and `serde_jcs`) writes it:
                 // the IEEE double nearest, in ECMAScript's shortest form.
                 #[allow(clippy::cast_precision_loss)]
                 let f = n.as_f64().or_else(|| n.as_u64().map(|u| u as f64)).or_else(|| n.as_i64().map(|i| i as f64));
                 match f.filter(|f| f.is_finite()) {
-                    Some(f) => {
-                        out.extend_from_slice(ryu_js::Buffer::new().format_finite(f).as_bytes());
-                        Ok(())
-                    }
+                    Some(f) => out.extend_from_slice(ryu_js::Buffer::new().format_finite(f).as_bytes()),
                     None => return false,
                 }
-            };
-            if written.is_err() {
-                return false;
             }
         }
-        Value::String(s) => {
-            if serde_json::to_writer(&mut *out, s).is_err() {
-                return false;
-            }
-        }
+        Value::String(s) => write_str(out, s),
         Value::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -277,18 +276,19 @@ fn write_members(mut members: Vec<(&String, &Value)>, out: &mut Vec<u8>) -> bool
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    to_hex(&Sha256::digest(bytes))
+    // Hex digits are ASCII.
+    String::from_utf8_lossy(&sha256_hex_bytes(bytes)).into_owned()
 }
 
-/// Lowercase hex, without the per-character iterator of `hex::encode`.
-fn to_hex(bytes: &[u8]) -> String {
+/// [`sha256_hex`]'s digits, without a `String` to hold them.
+pub(crate) fn sha256_hex_bytes(bytes: &[u8]) -> [u8; 64] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    let mut out = [0u8; 64];
+    for (i, b) in Sha256::digest(bytes).iter().enumerate() {
+        out[2 * i] = HEX[usize::from(b >> 4)];
+        out[2 * i + 1] = HEX[usize::from(b & 0xf)];
     }
-    s
+    out
 }
 
 #[cfg(test)]

@@ -667,7 +667,7 @@ impl Event {
         c.extend_from_slice(data);
         c.extend_from_slice(br#","id":"#);
         // As a JSON number is canonicalised (past 2^53, the nearest double).
-        crate::canonical::write_canonical(&Value::from(id), c);
+        crate::canonical::write_u64(c, id);
         c.extend_from_slice(br#","kind":"#);
         string(c, Some(self.kind.as_str()));
         if prev.is_some() {

@@ -258,6 +258,8 @@ struct Writer {
     len: u64,
     /// The batch's bytes (kept for its capacity).
     buf: Vec<u8>,
+    /// A record's parts as it is written (kept for their capacity).
+    scratch: Scratch,
     /// The batch's events, taken from the queue (kept for its capacity).
     batch: Vec<Event>,
 }
@@ -373,23 +375,35 @@ impl Shared {
         }
         let locked = rustix::fs::flock(&w.file, rustix::fs::FlockOperation::LockExclusive);
         let outcome = locked.map_err(std::io::Error::from).and_then(|()| {
-            let cur = w.file.metadata()?.len();
+            // The file's end (an `lseek`, cheaper than a `stat`): the
+            // file's length, as it is open for appending.
+            let cur = std::io::Seek::seek(&mut w.file, std::io::SeekFrom::End(0))?;
             if cur != w.len {
                 self.catch_up(w, cur)?;
             }
             let mut buf = std::mem::take(&mut w.buf);
             buf.clear();
-            let (mut id, mut last) = (w.next_id, w.last_hash.take());
-            let mut scratch = Scratch::default();
+            let mut id = w.next_id;
+            // The hash the next record links to: the file's head, then
+            // each record's as it is written.
+            let mut last: Option<[u8; 64]> = None;
             for e in events {
-                last = Some(write_record(&mut buf, &mut scratch, e, id, last.as_deref())?);
+                let prev = match &last {
+                    Some(h) => Some(hex_str(h)),
+                    None => w.last_hash.as_deref(),
+                };
+                last = Some(write_record(&mut buf, &mut w.scratch, e, id, prev)?);
                 id += 1;
             }
             let written = w.file.write_all(&buf);
             if written.is_ok() {
                 w.len += buf.len() as u64;
                 w.next_id = id;
-                w.last_hash = last;
+                if let Some(h) = &last {
+                    let head = w.last_hash.get_or_insert_with(String::new);
+                    head.clear();
+                    head.push_str(hex_str(h));
+                }
             }
             w.buf = buf;
             written
@@ -446,7 +460,13 @@ struct Scratch {
 /// 8785 form, and the line holds that text too unless it would not read
 /// back as the data (a number the canonical form changes), when the line
 /// has the data as serde writes it.
-fn write_record(buf: &mut Vec<u8>, s: &mut Scratch, e: &Event, id: u64, prev: Option<&str>) -> std::io::Result<String> {
+fn write_record(
+    buf: &mut Vec<u8>,
+    s: &mut Scratch,
+    e: &Event,
+    id: u64,
+    prev: Option<&str>,
+) -> std::io::Result<[u8; 64]> {
     fn string(out: &mut Vec<u8>, v: Option<&str>) {
         match v {
             Some(v) => crate::canonical::write_str(out, v),
@@ -461,10 +481,10 @@ fn write_record(buf: &mut Vec<u8>, s: &mut Scratch, e: &Event, id: u64, prev: Op
     let c = &mut s.canonical;
     c.clear();
     e.write_canonical(id, prev, &s.data, &s.timestamp, c);
-    let hash = crate::canonical::sha256_hex(c);
+    let hash = crate::canonical::sha256_hex_bytes(c);
     // The line, in the record's own order.
     buf.extend_from_slice(br#"{"id":"#);
-    write!(buf, "{id}")?;
+    buf.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
     buf.extend_from_slice(br#","kind":"#);
     string(buf, Some(e.kind.as_str()));
     buf.extend_from_slice(br#","timestamp":"#);
@@ -483,9 +503,15 @@ fn write_record(buf: &mut Vec<u8>, s: &mut Scratch, e: &Event, id: u64, prev: Op
         string(buf, prev);
     }
     buf.extend_from_slice(br#","hash":""#);
-    buf.extend_from_slice(hash.as_bytes());
+    buf.extend_from_slice(&hash);
     buf.extend_from_slice(b"\"}\n");
     Ok(hash)
+}
+
+/// A hash's lowercase hex digits as text.
+fn hex_str(h: &[u8; 64]) -> &str {
+    // Hex digits are ASCII.
+    std::str::from_utf8(h).unwrap_or_default()
 }
 
 impl std::fmt::Debug for AuditFile {
@@ -518,6 +544,7 @@ impl AuditFile {
             failed: None,
             len,
             buf: Vec::new(),
+            scratch: Scratch::default(),
             batch: Vec::new(),
         };
         let shared = Arc::new(Shared {
@@ -703,7 +730,7 @@ mod tests {
     /// the one verification computes.
     fn check(e: &Event, prev: Option<&str>) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
         let mut buf = Vec::new();
-        let hash = write_record(&mut buf, &mut Scratch::default(), e, 42, prev).unwrap();
+        let hash = hex_str(&write_record(&mut buf, &mut Scratch::default(), e, 42, prev).unwrap()).to_string();
         let line = std::str::from_utf8(&buf).unwrap();
         proptest::prop_assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         let Value::Object(rec) = serde_json::from_str::<Value>(line).unwrap() else { panic!("{line}") };
