@@ -1174,7 +1174,8 @@ fn on_text(conn: &Arc<Conn>, text: &str, handlers: &mut Handlers) -> Option<Stri
             let step = call(conn, id, "proposal.submit".into(), Params::Submit(Box::new(sub)), handlers.len());
             single(conn, step, handlers)
         }
-        None => on_frame(conn, rpc::classify(text), handlers),
+        // A tool's answer is read without a value of its frame first.
+        None => on_frame(conn, rpc::response_frame(text).unwrap_or_else(|| rpc::classify(text)), handlers),
     }
 }
 

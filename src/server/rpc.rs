@@ -202,6 +202,30 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
     Some(SubmitFrame { id, proposal: proposal.to_string(), session_id: r.params.session_id })
 }
 
+/// The response when `text` is one well-formed success response with a
+/// string id, `{jsonrpc: "2.0", id, result}` with each member once and no
+/// other, read without a value of the frame around its result (the
+/// result is read as [`classify`] reads it, refusing a repeated key);
+/// `None` for every other frame, which [`classify`] reads and, when it is
+/// wrong, names what is wrong. Where both read a frame they agree.
+pub fn response_frame(text: &str) -> Option<Frame> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Response<'a> {
+        jsonrpc: &'a str,
+        id: String,
+        result: crate::ir::strict::StrictValue,
+    }
+    // Calls and notifications are most frames: not read twice. The derived
+    // reader would take an array as the struct's members in order: objects
+    // only. A repeated member is its error (`None` here).
+    if !text.contains("\"result\"") || !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let r: Response = serde_json::from_str(text).ok()?;
+    (r.jsonrpc == "2.0").then(|| Frame::Response { id: Value::String(r.id), outcome: Ok(r.result.0) })
+}
+
 /// A submit's params, read in the same pass as the frame: an object (not
 /// an array, which a derived reader would take as the members in order)
 /// of `proposal` and an optional `session_id`, each once; anything else is
@@ -465,6 +489,49 @@ mod tests {
         ] {
             assert_eq!(submit_frame(&frame(&params)), None, "{params}");
         }
+    }
+
+    /// Every frame the response reader takes, [`classify`] reads as the same
+    /// response; what it leaves (every other shape) goes to `classify`.
+    #[test]
+    fn the_response_reader_agrees_with_classify() {
+        let results =
+            [r#"{"i":1}"#, "null", r#"[1,{"a":[]}]"#, r#""x\"y""#, "2.5", r#"{"a":1,"a":2}"#, r#"{"a":{"b":1,"b":1}}"#];
+        let ids = [r#""req-1""#, r#""r\u0031""#, "7", "null", "[1]", r#""""#];
+        let mut taken = 0;
+        for result in results {
+            for id in ids {
+                let frames = [
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
+                    format!(r#" {{ "result" : {result}, "id" : {id}, "jsonrpc" : "2.0" }} "#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result},"result":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"id":{id},"result":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"1.0","id":{id},"result":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","jsonrpc":"2.0","id":{id},"result":{result}}}"#),
+                    format!(r#"{{"id":{id},"result":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","result":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result},"error":{{"code":1,"message":"m"}}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result},"x":1}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"r\u0065sult":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m","params":{{"result":{result}}}}}"#),
+                    format!(r#"[{{"jsonrpc":"2.0","id":{id},"result":{result}}}]"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}} x"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}"#),
+                ];
+                for f in frames {
+                    if let Some(read) = response_frame(&f) {
+                        assert_eq!(read, classify(&f), "{f}");
+                        taken += 1;
+                    }
+                }
+            }
+        }
+        // The two plain spellings of each string id (three ids), with each
+        // result that has no repeated key (five).
+        assert_eq!(taken, 5 * 3 * 2, "the reader took other frames than plain responses");
+        let deep = format!(r#"{{"jsonrpc":"2.0","id":"r","result":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+        assert_eq!(response_frame(&deep), None);
+        assert!(matches!(classify(&deep), Frame::Invalid { .. }));
     }
 
     fn invalid(text: &str) -> (Value, i64, String) {
