@@ -420,8 +420,10 @@ impl Runtime {
         let mut ids: Vec<&str> = Vec::with_capacity(n);
         let (dag, writes) = Dag::build_visiting(&proposal.actions, |_, a| ids.push(&a.id));
         // Results, events and compensation refer to actions by id, so ids must
-        // be unique (agent-ir-spec: "unique within the proposal").
-        if let Some(&(i, first)) = crate::dag::duplicates(&crate::bytesort::sort(n, |i| ids[i].as_bytes())).first() {
+        // be unique (agent-ir-spec: "unique within the proposal"); one action's is.
+        if n > 1
+            && let Some(&(i, first)) = crate::dag::duplicates(&crate::bytesort::sort(n, |i| ids[i].as_bytes())).first()
+        {
             let id = &proposal.actions[i].id;
             return Err(crate::error::InputError::Shape {
                 path: format!("actions[{i}].id"),
