@@ -276,8 +276,13 @@ fn write_members(mut members: Vec<(&String, &Value)>, out: &mut Vec<u8>) -> bool
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex_text(&sha256_hex_bytes(bytes)).to_string()
+}
+
+/// [`sha256_hex_bytes`]'s digits as text.
+pub(crate) fn hex_text(digits: &[u8; 64]) -> &str {
     // Hex digits are ASCII.
-    String::from_utf8_lossy(&sha256_hex_bytes(bytes)).into_owned()
+    std::str::from_utf8(digits).unwrap_or_default()
 }
 
 /// [`sha256_hex`]'s digits, without a `String` to hold them.

@@ -1103,7 +1103,9 @@ impl EventLog {
         self.append_with(kind, proposal_id, action_id, data, Some(at))
     }
 
-    fn append_with(
+    /// [`EventLog::append_at`] when `at` is given, else
+    /// [`EventLog::append_stamped`].
+    pub(crate) fn append_with(
         &self,
         kind: EventKind,
         proposal_id: Option<&Arc<str>>,

@@ -1640,10 +1640,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, started: Opt
         // Only the first attempt starts when the action did.
         let start = started.filter(|_| attempt == 1);
         let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
-        match start {
-            Some(at) => events.append_at(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev), at),
-            None => events.append_stamped(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev)),
-        };
+        events.append_with(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev), start);
         let attempted = match read_version_conflict(ctx, a) {
             Some(f) => Err(f),
             None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx), start).await,
@@ -1814,11 +1811,7 @@ fn write_state(
         tenant: ctx.tenant.clone(),
         version,
     };
-    let events = &ctx.rt.inner.events;
-    match at {
-        Some(at) => events.append_at(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data, at),
-        None => events.append_stamped(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data),
-    };
+    ctx.rt.inner.events.append_with(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data, at);
     changes.push_new(key.to_string(), change);
     Ok(())
 }

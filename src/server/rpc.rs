@@ -177,14 +177,8 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
         #[serde(borrow)]
         params: SubmitParams<'a>,
     }
-    // Most frames are not submits: do not read them twice. A frame nested
-    // past the frame reader's limit is refused by that reader.
-    if !text.contains("\"proposal.submit\"") || too_deep(text) {
-        return None;
-    }
-    // The derived reader would take an array as the struct's members in
-    // order: objects only. A repeated member is its error (`None` here).
-    if !text.trim_start().starts_with('{') {
+    // A frame nested past the frame reader's limit is refused by that reader.
+    if !may_read(text, "\"proposal.submit\"") || too_deep(text) {
         return None;
     }
     let r: Request = serde_json::from_str(text).ok()?;
@@ -208,7 +202,7 @@ pub(crate) fn submit_frame(text: &str) -> Option<SubmitFrame> {
 /// result is read as [`classify`] reads it, refusing a repeated key);
 /// `None` for every other frame, which [`classify`] reads and, when it is
 /// wrong, names what is wrong. Where both read a frame they agree.
-pub fn response_frame(text: &str) -> Option<Frame> {
+pub(crate) fn response_frame(text: &str) -> Option<Frame> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Response<'a> {
@@ -216,14 +210,20 @@ pub fn response_frame(text: &str) -> Option<Frame> {
         id: String,
         result: crate::ir::strict::StrictValue,
     }
-    // Calls and notifications are most frames: not read twice. The derived
-    // reader would take an array as the struct's members in order: objects
-    // only. A repeated member is its error (`None` here).
-    if !text.contains("\"result\"") || !text.trim_start().starts_with('{') {
+    if !may_read(text, "\"result\"") {
         return None;
     }
     let r: Response = serde_json::from_str(text).ok()?;
     (r.jsonrpc == "2.0").then(|| Frame::Response { id: Value::String(r.id), outcome: Ok(r.result.0) })
+}
+
+/// Whether a one-pass reader ([`submit_frame`], [`response_frame`]) should
+/// try `text`: it holds `marker` (a frame without it is not the reader's:
+/// not read twice) and is an object (a derived reader would take an array
+/// as the struct's members in order). A repeated member is the reader's
+/// error, which leaves the frame to [`classify`].
+fn may_read(text: &str, marker: &str) -> bool {
+    text.contains(marker) && text.trim_start().starts_with('{')
 }
 
 /// A submit's params, read in the same pass as the frame: an object (not

@@ -389,7 +389,7 @@ impl Shared {
             let mut last: Option<[u8; 64]> = None;
             for e in events {
                 let prev = match &last {
-                    Some(h) => Some(hex_str(h)),
+                    Some(h) => Some(crate::canonical::hex_text(h)),
                     None => w.last_hash.as_deref(),
                 };
                 last = Some(write_record(&mut buf, &mut w.scratch, e, id, prev)?);
@@ -402,7 +402,7 @@ impl Shared {
                 if let Some(h) = &last {
                     let head = w.last_hash.get_or_insert_with(String::new);
                     head.clear();
-                    head.push_str(hex_str(h));
+                    head.push_str(crate::canonical::hex_text(h));
                 }
             }
             w.buf = buf;
@@ -506,12 +506,6 @@ fn write_record(
     buf.extend_from_slice(&hash);
     buf.extend_from_slice(b"\"}\n");
     Ok(hash)
-}
-
-/// A hash's lowercase hex digits as text.
-fn hex_str(h: &[u8; 64]) -> &str {
-    // Hex digits are ASCII.
-    std::str::from_utf8(h).unwrap_or_default()
 }
 
 impl std::fmt::Debug for AuditFile {
@@ -730,7 +724,8 @@ mod tests {
     /// the one verification computes.
     fn check(e: &Event, prev: Option<&str>) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
         let mut buf = Vec::new();
-        let hash = hex_str(&write_record(&mut buf, &mut Scratch::default(), e, 42, prev).unwrap()).to_string();
+        let hash = crate::canonical::hex_text(&write_record(&mut buf, &mut Scratch::default(), e, 42, prev).unwrap())
+            .to_string();
         let line = std::str::from_utf8(&buf).unwrap();
         proptest::prop_assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         let Value::Object(rec) = serde_json::from_str::<Value>(line).unwrap() else { panic!("{line}") };
