@@ -1084,28 +1084,15 @@ impl EventLog {
         action_id: Option<&Arc<str>>,
         data: EventData,
     ) -> (u64, DateTime<Utc>) {
-        self.append_with(kind, proposal_id, action_id, data, None)
+        self.append_at(kind, proposal_id, action_id, data, None)
     }
 
-    /// [`EventLog::append_stamped`] for an event that happened at `at`, a
-    /// monotonic time the caller has read already (an action's start or
-    /// end): its wall time comes from the log's last pairing of the two
-    /// clocks (at most a second old) instead of another clock reading, and
-    /// is never before the last event's.
+    /// [`EventLog::append_stamped`] for an event that happened at `at`,
+    /// when given: a monotonic time the caller has read already (an
+    /// action's start or end), whose wall time comes from the log's last
+    /// pairing of the two clocks (at most a second old) instead of another
+    /// clock reading, and is never before the last event's.
     pub(crate) fn append_at(
-        &self,
-        kind: EventKind,
-        proposal_id: Option<&Arc<str>>,
-        action_id: Option<&Arc<str>>,
-        data: EventData,
-        at: std::time::Instant,
-    ) -> (u64, DateTime<Utc>) {
-        self.append_with(kind, proposal_id, action_id, data, Some(at))
-    }
-
-    /// [`EventLog::append_at`] when `at` is given, else
-    /// [`EventLog::append_stamped`].
-    pub(crate) fn append_with(
         &self,
         kind: EventKind,
         proposal_id: Option<&Arc<str>>,
@@ -1319,14 +1306,15 @@ mod tests {
         // carries the time `at` was read, not the time it was appended (a
         // pairing read late only moves it later, by as long as the reads
         // were apart).
-        let (_, t) = log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(Box::new(json!({}))), at);
+        let (_, t) =
+            log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(Box::new(json!({}))), Some(at));
         let after = Utc::now();
         let ms = |d: chrono::TimeDelta| d.num_milliseconds();
         assert!(ms(t - before) >= -5 && ms(after - t) >= 50, "{t}: read after {before}, appended before {after}");
         // A later time on the same pairing: the difference of the readings.
         let later = at + std::time::Duration::from_millis(7);
         let (_, t2) =
-            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(Box::new(json!({}))), later);
+            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(Box::new(json!({}))), Some(later));
         assert_eq!((t2 - t).num_microseconds(), Some(7_000));
         assert!(log.events().iter().all(|e| e.timestamp <= after));
     }
@@ -1339,7 +1327,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         let (_, first) = log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(Box::new(json!({}))));
         let (_, second) =
-            log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(Box::new(json!({}))), early);
+            log.append_at(EventKind::ActionExecuting, None, None, EventData::Value(Box::new(json!({}))), Some(early));
         assert_eq!(second, first);
         // Generated: readings taken in one order and appended in another.
         let mut readings: Vec<std::time::Instant> = (0..64).map(|_| std::time::Instant::now()).collect();
@@ -1348,7 +1336,7 @@ mod tests {
             if i % 3 == 0 {
                 log.append_stamped(EventKind::StateChanged, None, None, EventData::Value(Box::new(json!({}))));
             }
-            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(Box::new(json!({}))), at);
+            log.append_at(EventKind::ActionSucceeded, None, None, EventData::Value(Box::new(json!({}))), Some(at));
         }
         let times: Vec<_> = log.events().iter().map(|e| e.timestamp).collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");

@@ -1640,7 +1640,7 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, started: Opt
         // Only the first attempt starts when the action did.
         let start = started.filter(|_| attempt == 1);
         let ev = action_event(ctx, i, ActionPhase::Executing, attempt);
-        events.append_with(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev), start);
+        events.append_at(EventKind::ActionExecuting, pid, Some(aid), EventData::Action(ev), start);
         let attempted = match read_version_conflict(ctx, a) {
             Some(f) => Err(f),
             None => attempt_action(ctx, i, a, attempt, Some(&ctx.tx), start).await,
@@ -1656,7 +1656,8 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, started: Opt
                 let mut ev = action_event(ctx, i, ActionPhase::Succeeded, attempt);
                 ev.duration_ms = Some(duration);
                 ev.detail = ActionDetail::boxed(None, None, done.cached);
-                let (_, at) = events.append_at(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev), end);
+                let (_, at) =
+                    events.append_at(EventKind::ActionSucceeded, pid, Some(aid), EventData::Action(ev), Some(end));
                 // The result carries its ActionSucceeded event's time.
                 let r = ActionResult {
                     action_id: a.id.clone(),
@@ -1700,7 +1701,8 @@ async fn run_attempts(ctx: &Ctx, i: usize, a: &Action, t0: Instant, started: Opt
                 ev.duration_ms = Some(duration);
                 ev.detail = ActionDetail::boxed(Some(f.message.clone()), Some(f.class.as_str()), None);
                 ev.terminal = f.terminal;
-                let (_, at) = events.append_at(EventKind::ActionFailed, pid, Some(aid), EventData::Action(ev), end);
+                let (_, at) =
+                    events.append_at(EventKind::ActionFailed, pid, Some(aid), EventData::Action(ev), Some(end));
                 let skip = !f.terminal && a.failure_behavior == FailureBehavior::Skip;
                 let mut r =
                     ActionResult::new(a.id.clone(), if skip { ActionStatus::Skipped } else { ActionStatus::Failed });
@@ -1811,7 +1813,7 @@ fn write_state(
         tenant: ctx.tenant.clone(),
         version,
     };
-    ctx.rt.inner.events.append_with(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data, at);
+    ctx.rt.inner.events.append_at(EventKind::StateChanged, Some(&ctx.pid), ctx.action_ids.get(i), data, at);
     changes.push_new(key.to_string(), change);
     Ok(())
 }
