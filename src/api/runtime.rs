@@ -1498,11 +1498,16 @@ impl CarRuntime {
 
     /// Gives this runtime the host's approvals store (the daemon's one
     /// store, shared by its sessions): used whenever the admission document
-    /// names no `approvals_dir`. The stage in force is rebuilt with it.
+    /// names no `approvals_dir`. The stage in force is rebuilt with it; when
+    /// the rebuild fails, the previous store stays.
     pub fn set_approvals_store(&self, store: Option<Arc<ApprovalStore>>) -> Result<()> {
-        lock(&self.approvals).shared = store;
+        let previous = std::mem::replace(&mut lock(&self.approvals).shared, store);
         let current = self.rt.admission_stage();
-        self.install_admission(current.config().clone())
+        let installed = self.install_admission(current.config().clone());
+        if installed.is_err() {
+            lock(&self.approvals).shared = previous;
+        }
+        installed
     }
 
     /// Gives this runtime a shared approvals backend (a daemon's
@@ -1735,5 +1740,35 @@ mod tests {
         rt.configure_session(setup(Some(doc), &store)).unwrap();
         assert_eq!(rt.runtime().admission_stage().tier(), Some(PermissionTier::FullAccess));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The host's approvals store given when the stage in force can no
+    /// longer be rebuilt (its checkpoints directory became a file): the
+    /// error names the cause and the previous store stays; once the stage
+    /// builds again, the store is taken.
+    #[test]
+    fn an_approvals_store_that_cannot_be_installed_changes_nothing() {
+        let base = std::env::temp_dir().join(format!("car-set-approvals-store-{}", uuid::Uuid::new_v4()));
+        let (own, host) = (base.join("own"), base.join("host"));
+        let rt = CarRuntime::new();
+        let doc = serde_json::json!({"approvals_dir": own.display().to_string()}).to_string();
+        rt.install_admission(AdmissionConfig::from_json(&doc).unwrap()).unwrap();
+        let checkpoints = own.join("checkpoints");
+        std::fs::remove_dir_all(&checkpoints).unwrap();
+        std::fs::write(&checkpoints, "not a directory").unwrap();
+
+        let store = Arc::new(ApprovalStore::open(&host).unwrap());
+        for previous in [None, Some(Arc::new(ApprovalStore::open(base.join("previous")).unwrap()))] {
+            lock(&rt.approvals).shared = previous.clone();
+            let err = rt.set_approvals_store(Some(store.clone())).unwrap_err();
+            assert!(err.to_string().contains("checkpoints"), "{err}");
+            let kept = lock(&rt.approvals).shared.clone();
+            assert_eq!(kept.map(|s| s.path().to_path_buf()), previous.map(|s| s.path().to_path_buf()));
+        }
+
+        std::fs::remove_file(&checkpoints).unwrap();
+        rt.set_approvals_store(Some(store.clone())).unwrap();
+        assert!(lock(&rt.approvals).shared.as_ref().is_some_and(|s| Arc::ptr_eq(s, &store)));
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
