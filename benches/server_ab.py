@@ -35,7 +35,7 @@ import server_load  # noqa: E402
 
 def parse_server(spec):
     """(binary, environment additions) of a SERVER argument."""
-    if "@" not in spec:
+    if "@" not in spec or os.path.isfile(spec):
         return spec, {}
     settings, binary = spec.split("@", 1)
     extra = {}

@@ -1448,42 +1448,48 @@ impl CarRuntime {
         } = setup;
         let mut config = document.unwrap_or_else(|| self.rt.admission_stage().config().clone());
         config.tier = config.tier.or(Some(tier));
-        let previous_store = std::mem::replace(&mut lock(&self.approvals).shared, approvals_store);
-        let installed = self.update_host_installing(
+        self.update_host_installing(
             |h| {
                 h.tier_ledger = tier_ledger;
                 h.shared_approvals = shared_approvals;
                 h.supervisor = supervisor;
                 h.discounted_reviewer = discounted_reviewer;
             },
+            Some(approvals_store),
             config,
-        );
-        if installed.is_err() {
-            lock(&self.approvals).shared = previous_store;
-        }
-        installed
+        )
     }
 
     /// Changes the host parts of admission and rebuilds the stage with the
     /// document in force; on error the previous parts stay.
     fn update_host(&self, change: impl FnOnce(&mut HostLayers)) -> Result<()> {
         let current = self.rt.admission_stage().config().clone();
-        self.update_host_installing(change, current)
+        self.update_host_installing(change, None, current)
     }
 
-    /// Changes the host parts of admission and installs the stage of
+    /// Changes the host parts of admission (its layers, and the host's
+    /// approvals store when `store` is given) and installs the stage of
     /// `config` with them; on error the previous parts stay.
-    fn update_host_installing(&self, change: impl FnOnce(&mut HostLayers), config: AdmissionConfig) -> Result<()> {
+    fn update_host_installing(
+        &self,
+        change: impl FnOnce(&mut HostLayers),
+        store: Option<Option<Arc<ApprovalStore>>>,
+        config: AdmissionConfig,
+    ) -> Result<()> {
         let previous = {
             let mut h = self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner);
             let previous = h.clone();
             change(&mut h);
             previous
         };
+        let previous_store = store.map(|s| std::mem::replace(&mut lock(&self.approvals).shared, s));
         match self.install_admission(config) {
             Ok(()) => Ok(()),
             Err(e) => {
                 *self.host_layers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = previous;
+                if let Some(s) = previous_store {
+                    lock(&self.approvals).shared = s;
+                }
                 Err(e)
             }
         }
@@ -1501,13 +1507,8 @@ impl CarRuntime {
     /// names no `approvals_dir`. The stage in force is rebuilt with it; when
     /// the rebuild fails, the previous store stays.
     pub fn set_approvals_store(&self, store: Option<Arc<ApprovalStore>>) -> Result<()> {
-        let previous = std::mem::replace(&mut lock(&self.approvals).shared, store);
-        let current = self.rt.admission_stage();
-        let installed = self.install_admission(current.config().clone());
-        if installed.is_err() {
-            lock(&self.approvals).shared = previous;
-        }
-        installed
+        let current = self.rt.admission_stage().config().clone();
+        self.update_host_installing(|_| {}, Some(store), current)
     }
 
     /// Gives this runtime a shared approvals backend (a daemon's
