@@ -942,7 +942,8 @@ struct LogInner {
 #[derive(Debug, Clone, Copy)]
 struct WallBase {
     mono: std::time::Instant,
-    unix_nanos: u128,
+    /// The wall clock's time since the Unix epoch.
+    unix: std::time::Duration,
 }
 
 /// How long a [`WallBase`] is used.
@@ -952,20 +953,37 @@ impl WallBase {
     /// Both clocks now; `None` when the wall clock is before 1970.
     fn read() -> Option<WallBase> {
         let mono = std::time::Instant::now();
-        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?;
-        Some(WallBase { mono, unix_nanos: wall.as_nanos() })
+        let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(WallBase { mono, unix })
     }
 
-    /// The wall time of the monotonic time `at`.
-    fn wall(&self, at: std::time::Instant) -> DateTime<Utc> {
-        let n = match at.checked_duration_since(self.mono) {
-            Some(after) => self.unix_nanos.saturating_add(after.as_nanos()),
-            None => self.unix_nanos.saturating_sub(self.mono.duration_since(at).as_nanos()),
+    /// The wall time of the monotonic time `at`, when `at` is within
+    /// [`REBASE`] of this pairing (one comparison of the two monotonic
+    /// times, no division: an event is stamped this way two or three times
+    /// an action).
+    fn wall_near(&self, at: std::time::Instant) -> Option<DateTime<Utc>> {
+        let t = match at.checked_duration_since(self.mono) {
+            Some(after) if after < REBASE => self.unix.checked_add(after),
+            Some(_) => return None,
+            None => {
+                let before = self.mono.duration_since(at);
+                if before >= REBASE {
+                    return None;
+                }
+                Some(self.unix.saturating_sub(before))
+            }
         };
-        match u64::try_from(n / 1_000_000_000) {
-            Ok(secs) => from_unix(secs, (n % 1_000_000_000) as u32),
-            Err(_) => Utc::now(),
-        }
+        Some(t.map_or_else(Utc::now, |t| from_unix(t.as_secs(), t.subsec_nanos())))
+    }
+
+    /// The wall time of the monotonic time `at`, however far from this
+    /// pairing.
+    fn wall(&self, at: std::time::Instant) -> DateTime<Utc> {
+        let t = match at.checked_duration_since(self.mono) {
+            Some(after) => self.unix.checked_add(after),
+            None => Some(self.unix.saturating_sub(self.mono.duration_since(at))),
+        };
+        t.map_or_else(Utc::now, |t| from_unix(t.as_secs(), t.subsec_nanos()))
     }
 }
 
@@ -978,16 +996,13 @@ impl LogInner {
     fn stamp(&mut self, at: Option<std::time::Instant>) -> DateTime<Utc> {
         let t = match at {
             None => wall_now(),
-            Some(at) => {
-                let base = match self.base {
-                    Some(b) if at.max(b.mono) - at.min(b.mono) < REBASE => Some(b),
-                    _ => {
-                        self.base = WallBase::read();
-                        self.base
-                    }
-                };
-                base.map_or_else(wall_now, |b| b.wall(at))
-            }
+            Some(at) => match self.base.and_then(|b| b.wall_near(at)) {
+                Some(t) => t,
+                None => {
+                    self.base = WallBase::read();
+                    self.base.map_or_else(wall_now, |b| b.wall(at))
+                }
+            },
         };
         match self.events.back() {
             Some(last) if last.timestamp > t && (last.timestamp - t).to_std().is_ok_and(|d| d < REBASE) => {
@@ -1294,6 +1309,31 @@ mod tests {
         }
         let (a, b, c) = (Utc::now(), wall_now(), Utc::now());
         assert!(a <= b && b <= c);
+    }
+
+    /// A monotonic time within a second of the pairing gets the pairing's
+    /// wall time plus (or minus) the distance, to the nanosecond; one a
+    /// second or more away is left to a new pairing.
+    #[test]
+    fn a_pairing_turns_nearby_monotonic_times_into_wall_times() {
+        use std::time::Duration;
+        let b = WallBase::read().unwrap();
+        let expect = |wall: Duration| DateTime::from_timestamp(wall.as_secs() as i64, wall.subsec_nanos()).unwrap();
+        for d in [0, 1, 999, 1_000_000, 500_000_000, 999_999_999].map(Duration::from_nanos) {
+            assert_eq!(b.wall_near(b.mono + d), Some(expect(b.unix + d)), "{d:?} after");
+            assert_eq!(b.wall(b.mono + d), expect(b.unix + d), "{d:?} after");
+            if let Some(at) = b.mono.checked_sub(d) {
+                assert_eq!(b.wall_near(at), Some(expect(b.unix - d)), "{d:?} before");
+                assert_eq!(b.wall(at), expect(b.unix - d), "{d:?} before");
+            }
+        }
+        for d in [1_000_000_000, 1_000_000_001, 86_400_000_000_000].map(Duration::from_nanos) {
+            assert_eq!(b.wall_near(b.mono + d), None, "{d:?} after");
+            assert_eq!(b.wall(b.mono + d), expect(b.unix + d), "{d:?} after");
+            if let Some(at) = b.mono.checked_sub(d) {
+                assert_eq!(b.wall_near(at), None, "{d:?} before");
+            }
+        }
     }
 
     #[test]

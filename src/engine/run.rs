@@ -84,7 +84,9 @@ struct Done {
 
 /// What the engine's own admission layers found.
 struct FixedLayers {
-    refusals: Vec<Option<Decision>>,
+    /// Boxed: most slots are empty, and a vector of unboxed decisions
+    /// (about 200 bytes a slot) was written out in full for every proposal.
+    refusals: Vec<Option<Box<Decision>>>,
     policy_refused: Vec<bool>,
     tools: Vec<Option<Arc<RegisteredTool>>>,
     /// `(action index, violations)` of every policy that denied.
@@ -934,16 +936,19 @@ impl Runtime {
         scope: &Scope,
     ) -> FixedLayers {
         let n = actions.len();
-        let mut refusals: Vec<Option<Decision>> = vec![None; n];
+        let mut refusals: Vec<Option<Box<Decision>>> = vec![None; n];
         let mut policy_refused = vec![false; n];
         let mut tools_of = vec![None; n];
         let mut violations_of = Vec::new();
         for &i in dag.cyclic() {
-            refusals[i] = Some(Decision::deny(layer::VALIDATION, "action is part of a dependency cycle"));
+            refusals[i] = Some(Box::new(Decision::deny(layer::VALIDATION, "action is part of a dependency cycle")));
         }
         for (i, dep) in dag.unknown_dependencies() {
             refusals[*i].get_or_insert_with(|| {
-                Decision::deny(layer::VALIDATION, format!("dependency '{dep}' is not an action of this proposal"))
+                Box::new(Decision::deny(
+                    layer::VALIDATION,
+                    format!("dependency '{dep}' is not an action of this proposal"),
+                ))
             });
         }
         if let Some(b) = budget {
@@ -956,7 +961,7 @@ impl Runtime {
                 _ => None,
             };
             if let Some(reason) = over {
-                refusals.iter_mut().for_each(|r| *r = Some(Decision::deny(layer::BUDGET, reason.clone())));
+                refusals.iter_mut().for_each(|r| *r = Some(Box::new(Decision::deny(layer::BUDGET, reason.clone()))));
             }
         }
         if let Ok(tools) = self.inner.tools.read() {
@@ -968,7 +973,7 @@ impl Runtime {
                 match tools.get(name) {
                     None => {
                         refusals[i].get_or_insert_with(|| {
-                            Decision::deny(layer::TOOL, format!("tool '{name}' is not registered"))
+                            Box::new(Decision::deny(layer::TOOL, format!("tool '{name}' is not registered")))
                         });
                     }
                     Some(t) => {
@@ -976,8 +981,10 @@ impl Runtime {
                             && refusals[i].is_none()
                             && let Some(e) = t.check_params(&a.parameters.to_value())
                         {
-                            refusals[i] =
-                                Some(Decision::deny(layer::TOOL, format!("tool '{name}' parameter validation: {e}")));
+                            refusals[i] = Some(Box::new(Decision::deny(
+                                layer::TOOL,
+                                format!("tool '{name}' parameter validation: {e}"),
+                            )));
                         }
                         tools_of[i] = Some(t);
                     }
@@ -999,7 +1006,7 @@ impl Runtime {
                         violations.iter().map(|v| format!("policy '{}': {}", v.policy_name, v.reason)).collect();
                     let mut d = Decision::deny(layer::POLICY, reasons.join("; "));
                     d.rule = Some(Value::String(violations[0].policy_name.clone()));
-                    refusals[i] = Some(d);
+                    refusals[i] = Some(Box::new(d));
                 }
                 violations_of.push((i, violations));
             }
@@ -1030,8 +1037,8 @@ impl Runtime {
             .iter()
             .enumerate()
             .map(|(i, a)| {
-                if let Some(d) = fixed.refusals[i].clone() {
-                    return (d, None);
+                if let Some(d) = fixed.refusals[i].as_deref() {
+                    return (d.clone(), None);
                 }
                 let tier_d = tier.get(i).cloned();
                 if let Some((true, d)) = tier_d {
@@ -1105,7 +1112,7 @@ impl Runtime {
                     && let Some(d) = stage.protected(a)
                 {
                     permission_refused[i] = true;
-                    refusals[i] = Some(Decision { reason: format!("permission: {}", d.reason), ..d });
+                    refusals[i] = Some(Box::new(Decision { reason: format!("permission: {}", d.reason), ..d }));
                 }
             }
         } else {
@@ -1116,7 +1123,7 @@ impl Runtime {
                 }
                 if refused {
                     permission_refused[i] = true;
-                    refusals[i].get_or_insert(d);
+                    refusals[i].get_or_insert_with(|| Box::new(d));
                 } else {
                     allowed[i] = Some(d);
                 }
@@ -1125,7 +1132,7 @@ impl Runtime {
                 for (i, r) in refusals.iter_mut().enumerate() {
                     if r.is_none() && !settled[i] {
                         permission_refused[i] = true;
-                        *r = Some(Decision::deny(layer::SUPERVISION, reason.clone()));
+                        *r = Some(Box::new(Decision::deny(layer::SUPERVISION, reason.clone())));
                     }
                 }
             }
@@ -1151,10 +1158,10 @@ impl Runtime {
                         && let Some(e) = t.check_params(&Value::Object(params.clone()))
                     {
                         let name = a.tool.as_deref().unwrap_or("");
-                        refusals[i] = Some(Decision::deny(
+                        refusals[i] = Some(Box::new(Decision::deny(
                             layer::TOOL,
                             format!("tool '{name}' parameter validation of the substituted input: {e}"),
-                        ));
+                        )));
                         continue;
                     }
                     if ctx.overrides.is_empty() {
@@ -1181,7 +1188,7 @@ impl Runtime {
                         }
                         permission_refused[i] = true;
                         d.reason = format!("permission: {}", d.reason);
-                        refusals[i] = Some(d);
+                        refusals[i] = Some(Box::new(d));
                     }
                     StageVerdict::Hold(d, held) => {
                         self.inner.events.append(
@@ -1210,7 +1217,7 @@ impl Runtime {
                     AdmissionVerdict::Admit => {}
                     AdmissionVerdict::Refuse(reason) => {
                         permission_refused[i] = true;
-                        refusals[i] = Some(Decision::deny(layer::HOST, format!("permission: {reason}")));
+                        refusals[i] = Some(Box::new(Decision::deny(layer::HOST, format!("permission: {reason}"))));
                     }
                     AdmissionVerdict::Hold(wait) => {
                         let holds = ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -1248,7 +1255,7 @@ impl Runtime {
                 if let Some(d) = d {
                     permission_refused[i] = true;
                     ctx.holds.get_mut().unwrap_or_else(PoisonError::into_inner).remove(&i);
-                    refusals[i] = Some(d);
+                    refusals[i] = Some(Box::new(d));
                 }
             }
         }

@@ -53,6 +53,8 @@ pub(crate) fn number(out: &mut String, n: &serde_json::Number) {
     } else if let Some(i) = n.as_i64() {
         out.push('-');
         uint(out, i.unsigned_abs());
+    } else if let Some(f) = n.as_f64() {
+        f64(out, f);
     } else {
         use std::fmt::Write as _;
         // Writing to a String cannot fail.
@@ -76,11 +78,15 @@ pub(crate) fn uint(out: &mut String, mut n: u64) {
     out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
-/// An `f64` field: non-finite values are `null`, as in serde_json.
+/// An `f64` field: non-finite values are `null`, as in serde_json; a finite
+/// one in the shortest form that reads back exactly, by the formatter
+/// serde_json's own `Display` and serializer call (`zmij`), without going
+/// through `fmt` (an action's `duration_ms` is one in every result).
 pub(crate) fn f64(out: &mut String, f: f64) {
-    match serde_json::Number::from_f64(f) {
-        Some(n) => number(out, &n),
-        None => out.push_str("null"),
+    if f.is_finite() {
+        out.push_str(zmij::Buffer::new().format_finite(f));
+    } else {
+        out.push_str("null");
     }
 }
 
@@ -399,6 +405,46 @@ mod tests {
 
     fn same(p: &ActionProposal) {
         assert_eq!(proposal_to_json(p), serde_json::to_string(p).unwrap());
+    }
+
+    /// `f64` and `number` write what serde_json writes for the same value:
+    /// generated floats of every magnitude, their bit patterns' edges, and
+    /// non-finite values (`null`).
+    #[test]
+    fn floats_are_written_as_serde_writes_them() {
+        use proptest::prelude::*;
+        fn check(f: f64) {
+            let mut out = String::new();
+            f64(&mut out, f);
+            assert_eq!(out, serde_json::to_string(&f).unwrap(), "{f:e}");
+            if let Some(n) = serde_json::Number::from_f64(f) {
+                let mut out = String::new();
+                number(&mut out, &n);
+                assert_eq!(out, serde_json::to_string(&n).unwrap(), "{f:e}");
+            }
+        }
+        for f in [
+            0.0,
+            -0.0,
+            1.0,
+            0.1,
+            2.5,
+            1e300,
+            1e-300,
+            5e-324,
+            f64::MAX,
+            f64::MIN,
+            f64::EPSILON,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            check(f);
+        }
+        proptest!(ProptestConfig::with_cases(2000), |(bits in any::<u64>(), ms in 0.0f64..1e7)| {
+            check(f64::from_bits(bits));
+            check(ms);
+        });
     }
 
     #[test]
