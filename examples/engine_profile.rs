@@ -15,7 +15,10 @@
 //! cancel out). Workloads: `state_write`, `independent`, `chain`; with
 //! `ADMISSION=full`, every admission layer configured. With
 //! `FACADE=1`, through the JSON facade the bindings call (text in and out);
-//! `MAX_EVENTS=N` bounds the facade runtime's event log;
+//! `MAX_EVENTS=N` bounds the facade runtime's event log; `TEXT=FILE` runs
+//! that proposal text through the facade instead (`N` its number of
+//! actions: the text `benches/compare.py` sends holds only the fields it
+//! sets);
 //! with `SIZES=1` set it also prints the sizes of the event and result types (the
 //! event log holds up to `max_events` of them).
 
@@ -56,7 +59,13 @@ fn main() {
             core.event_retention(Some(&format!(r#"{{"max_events":{max}}}"#))).unwrap();
         }
         let (_, ex) = engine_shapes::runtime();
-        let text = car_runtime::api::proposal_to_json(&proposal(kind, n));
+        // `TEXT=FILE`: this proposal text instead (`benches/compare.py`
+        // sends only the fields it sets; the serialized proposal has every
+        // field); `n` is then the number of actions it holds.
+        let text = match std::env::var_os("TEXT") {
+            Some(path) => std::fs::read_to_string(path).unwrap(),
+            None => car_runtime::api::proposal_to_json(&proposal(kind, n)),
+        };
         let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let mut per_action: Vec<f64> = Vec::with_capacity(iters);
         for _ in 0..iters {
