@@ -957,33 +957,33 @@ impl WallBase {
         Some(WallBase { mono, unix })
     }
 
-    /// The wall time of the monotonic time `at`, when `at` is within
-    /// [`REBASE`] of this pairing (one comparison of the two monotonic
-    /// times, no division: an event is stamped this way two or three times
-    /// an action).
-    fn wall_near(&self, at: std::time::Instant) -> Option<DateTime<Utc>> {
-        let t = match at.checked_duration_since(self.mono) {
-            Some(after) if after < REBASE => self.unix.checked_add(after),
-            Some(_) => return None,
-            None => {
-                let before = self.mono.duration_since(at);
-                if before >= REBASE {
-                    return None;
-                }
-                Some(self.unix.saturating_sub(before))
-            }
+    /// How far `at` is from this pairing: `Ok(after)` or `Err(before)`.
+    fn offset(&self, at: std::time::Instant) -> Result<std::time::Duration, std::time::Duration> {
+        at.checked_duration_since(self.mono).ok_or_else(|| self.mono.duration_since(at))
+    }
+
+    /// The wall time at this offset from the pairing (no division).
+    fn wall_at(&self, offset: Result<std::time::Duration, std::time::Duration>) -> DateTime<Utc> {
+        let t = match offset {
+            Ok(after) => self.unix.checked_add(after),
+            Err(before) => Some(self.unix.saturating_sub(before)),
         };
-        Some(t.map_or_else(Utc::now, |t| from_unix(t.as_secs(), t.subsec_nanos())))
+        t.map_or_else(Utc::now, |t| from_unix(t.as_secs(), t.subsec_nanos()))
+    }
+
+    /// The wall time of the monotonic time `at`, when `at` is within
+    /// [`REBASE`] of this pairing (the two monotonic times compared once:
+    /// an event is stamped this way two or three times an action).
+    fn wall_near(&self, at: std::time::Instant) -> Option<DateTime<Utc>> {
+        let offset = self.offset(at);
+        let (Ok(d) | Err(d)) = offset;
+        (d < REBASE).then(|| self.wall_at(offset))
     }
 
     /// The wall time of the monotonic time `at`, however far from this
     /// pairing.
     fn wall(&self, at: std::time::Instant) -> DateTime<Utc> {
-        let t = match at.checked_duration_since(self.mono) {
-            Some(after) => self.unix.checked_add(after),
-            None => Some(self.unix.saturating_sub(self.mono.duration_since(at))),
-        };
-        t.map_or_else(Utc::now, |t| from_unix(t.as_secs(), t.subsec_nanos()))
+        self.wall_at(self.offset(at))
     }
 }
 
