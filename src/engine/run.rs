@@ -85,7 +85,7 @@ struct Done {
 /// What the engine's own admission layers found.
 struct FixedLayers {
     /// Boxed: most slots are empty, and a vector of unboxed decisions
-    /// (about 200 bytes a slot) was written out in full for every proposal.
+    /// (192 bytes a slot) was written out in full for every proposal.
     refusals: Vec<Option<Box<Decision>>>,
     policy_refused: Vec<bool>,
     tools: Vec<Option<Arc<RegisteredTool>>>,
