@@ -16,9 +16,9 @@
 //! `ADMISSION=full`, every admission layer configured. With
 //! `FACADE=1`, through the JSON facade the bindings call (text in and out);
 //! `MAX_EVENTS=N` bounds the facade runtime's event log; `TEXT=FILE` runs
-//! that proposal text through the facade instead (`N` its number of
-//! actions: the text `benches/compare.py` sends holds only the fields it
-//! sets);
+//! that proposal text through the facade instead (the text
+//! `benches/compare.py` sends holds only the fields it sets; `N` is then
+//! the number of actions the text holds);
 //! with `SIZES=1` set it also prints the sizes of the event and result types (the
 //! event log holds up to `max_events` of them).
 
@@ -61,10 +61,16 @@ fn main() {
         let (_, ex) = engine_shapes::runtime();
         // `TEXT=FILE`: this proposal text instead (`benches/compare.py`
         // sends only the fields it sets; the serialized proposal has every
-        // field); `n` is then the number of actions it holds.
-        let text = match std::env::var_os("TEXT") {
-            Some(path) => std::fs::read_to_string(path).unwrap(),
-            None => car_runtime::api::proposal_to_json(&proposal(kind, n)),
+        // field); per action is then over the actions it holds.
+        let (text, n) = match std::env::var_os("TEXT") {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let held = v["actions"].as_array().map_or(0, Vec::len);
+                assert!(held > 0, "{}: no actions", path.display());
+                (text, held)
+            }
+            None => (car_runtime::api::proposal_to_json(&proposal(kind, n)), n),
         };
         let tokio_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let mut per_action: Vec<f64> = Vec::with_capacity(iters);

@@ -1263,14 +1263,12 @@ impl Runtime {
         let mut abort = false;
         let record_all = !stage.is_empty();
         ctx.refused = refusals.iter().map(Option::is_some).collect();
-        for (i, refusal) in refusals.iter_mut().enumerate() {
+        for (i, refusal) in refusals.into_iter().enumerate() {
             if settled[i] {
                 continue;
             }
             let a = &actions[i];
-            // By reference: moving every (large) slot out costs a memcpy
-            // per action, and most slots are empty.
-            if refusal.is_none() {
+            let Some(d) = refusal else {
                 if record_all && let Some(d) = allowed[i].take() {
                     self.inner.events.append(
                         EventKind::AdmissionDecided,
@@ -1280,8 +1278,7 @@ impl Runtime {
                     );
                 }
                 continue;
-            }
-            let Some(d) = refusal.take() else { continue };
+            };
             self.inner.events.append(
                 EventKind::AdmissionDecided,
                 Some(&ctx.pid),

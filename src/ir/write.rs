@@ -53,8 +53,6 @@ pub(crate) fn number(out: &mut String, n: &serde_json::Number) {
     } else if let Some(i) = n.as_i64() {
         out.push('-');
         uint(out, i.unsigned_abs());
-    } else if let Some(f) = n.as_f64() {
-        f64(out, f);
     } else {
         use std::fmt::Write as _;
         // Writing to a String cannot fail.
