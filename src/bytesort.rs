@@ -88,22 +88,38 @@ pub(crate) fn parts_chunk(parts: &[&[u8]], depth: usize) -> u128 {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut skip = depth * 8;
     let rest = total.saturating_sub(skip);
-    let mut bytes = [0u8; 8];
+    // The window's bytes so far, from the top; `filled` of them.
+    let mut window = 0u64;
     let mut filled = 0;
     for p in parts {
         if skip >= p.len() {
             skip -= p.len();
             continue;
         }
-        let take = (p.len() - skip).min(8 - filled);
-        bytes[filled..filled + take].copy_from_slice(&p[skip..skip + take]);
-        filled += take;
+        let here = &p[skip..];
         skip = 0;
+        let take = here.len().min(8 - filled);
+        window |= leading(here, take) >> (8 * filled);
+        filled += take;
         if filled == 8 {
             break;
         }
     }
-    (u128::from(u64::from_be_bytes(bytes)) << 64) | (u128::from(rest.min(MORE as usize) as u32) << 32)
+    (u128::from(window) << 64) | (u128::from(rest.min(MORE as usize) as u32) << 32)
+}
+
+/// The first `take` (1 to 8) bytes of `s` as the top bytes of a big-endian
+/// word, the rest zero: one load when `s` has 8 bytes, else byte by byte
+/// (short parts: a closing parenthesis, a short id).
+#[inline]
+fn leading(s: &[u8], take: usize) -> u64 {
+    debug_assert!((1..=8).contains(&take) && take <= s.len());
+    match s.first_chunk::<8>() {
+        Some(b) if take == 8 => u64::from_be_bytes(*b),
+        // The top `take` bytes kept (`take` < 8: the shift is under 64).
+        Some(b) => u64::from_be_bytes(*b) & !(u64::MAX >> (8 * take)),
+        None => s[..take].iter().enumerate().fold(0, |w, (k, &c)| w | u64::from(c) << (56 - 8 * k)),
+    }
 }
 
 /// The length mark of a string with more than 8 bytes left.
@@ -177,6 +193,19 @@ mod tests {
                     for depth in 0..8 {
                         assert_eq!(parts_chunk(&[a, b, c], depth), chunk(&joined, depth), "{joined:?} at {depth}");
                     }
+                }
+            }
+        }
+        // Parts of every length from 0 to 17 (a window taken whole from one
+        // part, or cut from its start, middle or end), bytes 0x00 and 0xff
+        // among them.
+        let bytes: Vec<u8> = (0u8..=17).map(|k| k.wrapping_mul(37).wrapping_add(0xf0)).collect();
+        for la in 0..=17 {
+            for lb in 0..=17 {
+                let (a, b) = (&bytes[..la], &bytes[17 - lb..]);
+                let joined = [a, b, b")"].concat();
+                for depth in 0..6 {
+                    assert_eq!(parts_chunk(&[a, b, b")"], depth), chunk(&joined, depth), "{joined:?} at {depth}");
                 }
             }
         }

@@ -36,4 +36,4 @@ pub use tool::{ToolRateLimit, ToolSchema, ToolSource};
 pub(crate) use unknown::parse_proposal_reporting_transient;
 pub use unknown::{UnknownField, parse_proposal_reporting, parse_proposal_value_reporting, refuse_unknown};
 pub use verification::{Evidence, EvidenceCheck, EvidenceTier, Severity, VerificationIssue, VerificationResult};
-pub(crate) use write::{map_to_json, proposal_to_json, verification_to_json};
+pub(crate) use write::{StrList, map_to_json, proposal_to_json, str_contents, verification_to_json};

@@ -32,6 +32,26 @@ pub(crate) fn str(out: &mut String, s: &str) {
     }
 }
 
+/// The inside of a JSON string (no quotes): `s` as serde_json escapes it,
+/// for a string written in pieces.
+pub(crate) fn str_contents(out: &mut String, s: &str) {
+    if escapes(s) {
+        let quoted = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        out.push_str(&quoted[1..quoted.len() - 1]);
+    } else {
+        out.push_str(s);
+    }
+}
+
+/// A list of strings its owner writes as a JSON list itself, without making
+/// each string first (`verify`'s untested regions).
+pub(crate) trait StrList {
+    /// About how many bytes its JSON takes.
+    fn json_bytes(&self) -> usize;
+    /// Appends its JSON: what `serde_json` writes for the strings as a list.
+    fn write_json(&self, out: &mut String);
+}
+
 /// Whether serde_json would escape anything in `s` (`"`, `\\` or a control
 /// character below 0x20). A short string (nearly every id, tool and key)
 /// is tested eight bytes at a time; a long one in a pass with no early
@@ -348,14 +368,20 @@ pub(crate) fn map_to_json(m: &Map<String, Value>) -> String {
 /// `serde_json::to_string(result)` for a verification result, written
 /// directly: `verify`'s answer lists every action's id, every key of the
 /// simulated state and every untested region.
-pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
+/// With `untested`, the untested regions are the ones it writes, in place of
+/// `r`'s own (which are then not read).
+pub(crate) fn verification_to_json(r: &VerificationResult, untested: Option<&dyn StrList>) -> String {
     let ev = &r.evidence;
     // Sized from what it holds (the untested regions, the issues' messages),
     // so that the answer is not copied to a larger buffer halfway.
+    let regions = match untested {
+        Some(u) => u.json_bytes(),
+        None => ev.untested_regions.iter().map(|s| 3 + s.len()).sum::<usize>(),
+    };
     let mut out = String::with_capacity(
         1024 + 24 * r.simulated_state.len()
             + r.issues.iter().map(|i| 96 + i.message.len() + i.action_id.len()).sum::<usize>()
-            + ev.untested_regions.iter().map(|s| 3 + s.len()).sum::<usize>()
+            + regions
             + 16 * r.execution_levels.iter().map(Vec::len).sum::<usize>(),
     );
     out.push_str(if r.valid { "{\"valid\":true,\"issues\":" } else { "{\"valid\":false,\"issues\":" });
@@ -371,7 +397,10 @@ pub(crate) fn verification_to_json(r: &VerificationResult) -> String {
     out.push_str(",\"assumptions\":");
     strs(&mut out, &ev.assumptions);
     out.push_str(",\"untested_regions\":");
-    strs(&mut out, &ev.untested_regions);
+    match untested {
+        Some(u) => u.write_json(&mut out),
+        None => strs(&mut out, &ev.untested_regions),
+    }
     out.push_str(",\"residual_risks\":");
     strs(&mut out, &ev.residual_risks);
     out.push_str(",\"confidence\":");
@@ -523,7 +552,7 @@ mod tests {
         ] {
             let r = verify(&p, &opts);
             assert!(!r.issues.is_empty() && !r.conflicts.is_empty());
-            assert_eq!(verification_to_json(&r), serde_json::to_string(&r).unwrap());
+            assert_eq!(verification_to_json(&r, None), serde_json::to_string(&r).unwrap());
             assert_eq!(map_to_json(&r.simulated_state), serde_json::to_string(&r.simulated_state).unwrap());
         }
         let mut r = verify(&ActionProposal::new(vec![]), &VerifyOptions::default());
@@ -536,6 +565,6 @@ mod tests {
             message: nasty.into(),
             tier: None,
         });
-        assert_eq!(verification_to_json(&r), serde_json::to_string(&r).unwrap());
+        assert_eq!(verification_to_json(&r, None), serde_json::to_string(&r).unwrap());
     }
 }

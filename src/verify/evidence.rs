@@ -45,7 +45,7 @@ const KEY_MID: &str = "' (value set at runtime by action ";
 
 /// What no static check can see: each tool call's runtime output and each
 /// state key a tool call sets, gathered action by action ([`Regions::add`])
-/// and listed sorted, without repeats ([`Regions::finish`]).
+/// and listed sorted, without repeats ([`Regions::sorted`]).
 ///
 /// Every "runtime output ..." line sorts before every "state key ..." line,
 /// so each kind is sorted on its own. Within a kind the lines differ only in
@@ -81,37 +81,45 @@ impl Lines {
 
     /// Line `j`'s name and id.
     fn parts(&self, j: usize) -> (&str, &str) {
-        let (start, mid) = self.starts[j];
-        let end = self.starts.get(j + 1).map_or(self.text.len(), |s| s.0);
+        let (start, mid, end) = self.bounds(j);
         (&self.text[start..mid], &self.text[mid..end])
     }
 
-    /// Appends the lines, sorted and without repeats, to `out`.
-    fn finish(&self, prefix: &str, mid: &str, out: &mut Vec<String>) {
-        let items = (0..self.starts.len())
-            .map(|j| {
-                let (name, id) = self.parts(j);
-                crate::bytesort::parts_chunk(&[name.as_bytes(), mid.as_bytes(), id.as_bytes(), b")"], 0) | j as u128
-            })
-            .collect();
-        let sorted = crate::bytesort::sort_chunked(items, |j, depth| {
-            let (name, id) = self.parts(j);
-            crate::bytesort::parts_chunk(&[name.as_bytes(), mid.as_bytes(), id.as_bytes(), b")"], depth)
-        });
-        out.reserve(self.starts.len());
-        for (&j, &same) in sorted.order.iter().zip(&sorted.same) {
-            if same {
-                continue;
-            }
-            let (name, id) = self.parts(j as usize);
-            let mut line = String::with_capacity(prefix.len() + name.len() + mid.len() + id.len() + 1);
-            line.push_str(prefix);
-            line.push_str(name);
-            line.push_str(mid);
-            line.push_str(id);
-            line.push(')');
-            out.push(line);
-        }
+    /// [`Lines::parts`] as bytes (for the sort: no character boundary to
+    /// check).
+    fn part_bytes(&self, j: usize) -> (&[u8], &[u8]) {
+        let (start, mid, end) = self.bounds(j);
+        let b = self.text.as_bytes();
+        (&b[start..mid], &b[mid..end])
+    }
+
+    /// Where line `j`'s name starts, its id starts and its id ends in `text`.
+    fn bounds(&self, j: usize) -> (usize, usize, usize) {
+        let (start, mid) = self.starts[j];
+        (start, mid, self.starts.get(j + 1).map_or(self.text.len(), |s| s.0))
+    }
+
+    /// The lines in order, each once: their indices.
+    fn order(&self, mid: &str) -> Vec<u32> {
+        let chunk = |j: usize, depth: usize| {
+            let (name, id) = self.part_bytes(j);
+            crate::bytesort::parts_chunk(&[name, mid.as_bytes(), id, b")"], depth)
+        };
+        let items = (0..self.starts.len()).map(|j| chunk(j, 0) | j as u128).collect();
+        let sorted = crate::bytesort::sort_chunked(items, chunk);
+        sorted.order.iter().zip(&sorted.same).filter(|&(_, &same)| !same).map(|(&j, _)| j).collect()
+    }
+
+    /// Line `j` written out.
+    fn line(&self, prefix: &str, mid: &str, j: u32) -> String {
+        let (name, id) = self.parts(j as usize);
+        let mut line = String::with_capacity(prefix.len() + name.len() + mid.len() + id.len() + 1);
+        line.push_str(prefix);
+        line.push_str(name);
+        line.push_str(mid);
+        line.push_str(id);
+        line.push(')');
+        line
     }
 }
 
@@ -132,18 +140,86 @@ impl Regions {
         }
     }
 
-    /// The regions' descriptions, sorted, without repeats.
-    pub(crate) fn finish(self) -> Vec<String> {
-        let mut out = Vec::new();
-        self.tools.finish(TOOL_PREFIX, TOOL_MID, &mut out);
-        self.keys.finish(KEY_PREFIX, KEY_MID, &mut out);
+    /// The regions sorted, without repeats.
+    pub(crate) fn sorted(self) -> Untested {
+        let tool_order = self.tools.order(TOOL_MID);
+        let key_order = self.keys.order(KEY_MID);
+        Untested { tools: self.tools, tool_order, keys: self.keys, key_order }
+    }
+}
+
+/// The untested regions in order ([`Regions::sorted`]), not written out yet:
+/// as strings ([`Untested::into_strings`], `Evidence::untested_regions`) or
+/// straight into `verify`'s JSON answer ([`crate::ir::StrList`]), which
+/// then makes no string of its own for each.
+pub(crate) struct Untested {
+    tools: Lines,
+    tool_order: Vec<u32>,
+    keys: Lines,
+    key_order: Vec<u32>,
+}
+
+impl Untested {
+    /// How many regions.
+    pub(crate) fn len(&self) -> usize {
+        self.tool_order.len() + self.key_order.len()
+    }
+
+    /// Each kind's lines, prefix, middle and order.
+    fn kinds(&self) -> [(&Lines, &'static str, &'static str, &[u32]); 2] {
+        [(&self.tools, TOOL_PREFIX, TOOL_MID, &self.tool_order), (&self.keys, KEY_PREFIX, KEY_MID, &self.key_order)]
+    }
+
+    /// The regions as `Evidence::untested_regions` lists them.
+    pub(crate) fn into_strings(self) -> Vec<String> {
+        let mut out = Vec::with_capacity(self.len());
+        for (lines, prefix, mid, order) in self.kinds() {
+            out.extend(order.iter().map(|&j| lines.line(prefix, mid, j)));
+        }
         out
     }
 }
 
+impl crate::ir::StrList for Untested {
+    fn json_bytes(&self) -> usize {
+        // Each line's name and id (repeats included), its constant parts,
+        // its quotes and its comma.
+        self.kinds()
+            .iter()
+            .map(|(lines, prefix, mid, order)| lines.text.len() + order.len() * (prefix.len() + mid.len() + 4))
+            .sum::<usize>()
+            + 2
+    }
+
+    fn write_json(&self, out: &mut String) {
+        // The prefix and middle need no escape: each line is escaped as its
+        // name and id are.
+        out.push('[');
+        let mut first = true;
+        for (lines, prefix, mid, order) in self.kinds() {
+            for &j in order {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                let (name, id) = lines.parts(j as usize);
+                out.push('"');
+                out.push_str(prefix);
+                crate::ir::str_contents(out, name);
+                out.push_str(mid);
+                crate::ir::str_contents(out, id);
+                out.push_str(")\"");
+            }
+        }
+        out.push(']');
+    }
+}
+
+/// The evidence, but for its `untested_regions`, left empty: `untested` is
+/// how many there are (the caller writes them, [`Untested`]).
 pub(crate) fn build(
     ctx: &Context,
-    regions: Regions,
+    untested: usize,
     f: &Findings,
     issues: &[VerificationIssue],
     conflicts: usize,
@@ -252,7 +328,6 @@ pub(crate) fn build(
     if has_tool_calls && !ctx.schemas_supplied {
         assumptions.push("tool_call parameters are well-formed (no schemas supplied to check them)".to_string());
     }
-    let untested = regions.finish();
     let warnings = issues.iter().filter(|i| i.severity == Severity::Warning).count();
     let mut risks = Vec::new();
     if conflicts > 0 {
@@ -261,7 +336,7 @@ pub(crate) fn build(
     if warnings > 0 {
         risks.push(format!("{warnings} warning(s) not blocking the verdict"));
     }
-    if !untested.is_empty() {
+    if untested > 0 {
         risks.push("outcomes depending on runtime tool output or runtime-set state are unverified".to_string());
     }
 
@@ -272,11 +347,11 @@ pub(crate) fn build(
     if has_tool_calls && !ctx.schemas_supplied {
         confidence -= NO_SCHEMAS_PENALTY;
     }
-    confidence -= (UNTESTED_PENALTY * untested.len() as f64).min(UNTESTED_CAP);
+    confidence -= (UNTESTED_PENALTY * untested as f64).min(UNTESTED_CAP);
     confidence -= (WARNING_PENALTY * warnings as f64).min(WARNING_CAP);
     let confidence = confidence.clamp(0.0, 1.0);
 
-    Evidence { checks, assumptions, untested_regions: untested, residual_risks: risks, confidence }
+    Evidence { checks, assumptions, untested_regions: Vec::new(), residual_risks: risks, confidence }
 }
 
 #[cfg(test)]
@@ -301,7 +376,11 @@ mod tests {
         for a in &actions {
             regions.add(a);
         }
-        let got = regions.finish();
+        let untested = regions.sorted();
+        let mut json = String::new();
+        crate::ir::StrList::write_json(&untested, &mut json);
+        let got = untested.into_strings();
+        assert_eq!(json, serde_json::to_string(&got).unwrap());
         let mut want: Vec<String> = actions
             .iter()
             .flat_map(|a| {

@@ -19,6 +19,7 @@
 //! and simulate treat blocked actions differently").
 
 mod evidence;
+pub(crate) use evidence::Untested;
 mod precondition;
 mod reach;
 mod schema;
@@ -333,6 +334,15 @@ pub(crate) fn write_conflicts(actions: &[Action], dag: &Dag) -> Vec<(usize, usiz
 
 /// Checks a proposal without running it. See the spec's "What verify detects".
 pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationResult {
+    let (mut r, untested) = verify_parts(proposal, opts);
+    r.evidence.untested_regions = untested.into_strings();
+    r
+}
+
+/// [`verify`], its evidence's `untested_regions` left empty and given apart,
+/// not yet written out: the JSON facade writes them straight into its
+/// answer (`ir::verification_to_json`).
+pub(crate) fn verify_parts(proposal: &ActionProposal, opts: &VerifyOptions) -> (VerificationResult, Untested) {
     let actions = &proposal.actions;
     let n = actions.len();
     // What the checks below need from every action's strings is gathered in
@@ -532,9 +542,10 @@ pub fn verify(proposal: &ActionProposal, opts: &VerifyOptions) -> VerificationRe
         compensation_ran: registry.is_some() || compensation_checkable,
         explicit_deps_ran: uses_explicit_deps || !dag.cyclic().is_empty(),
     };
-    let evidence = evidence::build(&ctx, regions, &f, &issues, conflicts.len());
+    let untested = regions.sorted();
+    let evidence = evidence::build(&ctx, untested.len(), &f, &issues, conflicts.len());
     let valid = !issues.iter().any(|i| i.severity == Severity::Error);
-    VerificationResult { valid, issues, simulated_state: state, execution_levels, conflicts, evidence }
+    (VerificationResult { valid, issues, simulated_state: state, execution_levels, conflicts, evidence }, untested)
 }
 
 /// The state the executor would leave behind: the layered walk of [`verify`],

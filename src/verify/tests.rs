@@ -270,3 +270,46 @@ fn optimize_in_place_prunes_as_optimize_does_and_keeps_order_and_duplicates() {
     super::optimize_in_place(&mut wide);
     assert_eq!(wide, before);
 }
+
+mod facade_text {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Names and ids from pieces that escape, sort around the lines' fixed
+    /// middles (`'`, ` `, `(`, `)`), or are not ASCII.
+    fn name() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec!["t", "k", "'", " (", ")", "\"", "\\", "\n", "\u{1}", "é", "a1", "'x", ""]),
+            0..4,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The JSON facade writes the untested regions from their names and
+        /// ids; its answer is the typed result as serde writes it.
+        #[test]
+        fn the_facades_answer_is_the_typed_result_as_serde_writes_it(
+            actions in prop::collection::vec((name(), name(), prop::collection::vec(name(), 0..3), any::<bool>()), 0..12)
+        ) {
+            let actions: Vec<Value> = actions
+                .into_iter()
+                .map(|(id, tool, keys, call)| {
+                    let effects: Map<String, Value> = keys.into_iter().map(|k| (k, json!(1))).collect();
+                    if call {
+                        json!({"id": id, "type": "tool_call", "tool": tool, "expected_effects": effects})
+                    } else {
+                        json!({"id": id, "type": "state_write", "parameters": {"key": tool, "value": 2}, "expected_effects": effects})
+                    }
+                })
+                .collect();
+            let text = json!({"id": "p", "actions": actions}).to_string();
+            let typed = verify(&crate::ir::parse_proposal(&text).unwrap(), &VerifyOptions::default());
+            let got = crate::api::verify::verify(&text, None, None, None, None).unwrap();
+            prop_assert_eq!(got, serde_json::to_string(&typed).unwrap());
+        }
+    }
+}
