@@ -131,3 +131,21 @@ test('permission classification, shell matching, dry run, hashes, presets', () =
   assert.deepEqual(JSON.parse(car.compilePermissionPreset('open')), { deny: [], ask: [] });
   assert.throws(() => car.compilePermissionPreset('lenient'), (err) => typeof err.code === 'string');
 });
+
+test('large answers dropped in a loop are collected as they pile up, not held until V8 fills its own heap', () => {
+  // An answer handed over as an external string is a small header in V8's
+  // heap: unless its size is reported as external memory, V8 does not
+  // collect such answers while its own heap stays small, and a loop of calls
+  // holds every answer it dropped (about 340 MB here for 300 MB of answers).
+  const actions = [];
+  for (let i = 0; i < 3000; i++) actions.push({ id: `a${i}`, type: 'tool_call', tool: `t${i % 9}`, expected_effects: { [`k${i}`]: i } });
+  const text = JSON.stringify({ id: 'm', timestamp: '2026-01-02T03:04:05Z', actions });
+  // verify's answer holds an em dash: handed over as UTF-16, two bytes a unit.
+  const bytes = 2 * car.verify(text).length;
+  assert.ok(bytes > 2 * 64 * 1024, `answer of ${bytes} bytes`);
+  const calls = 400;
+  const before = process.memoryUsage().rss;
+  for (let i = 0; i < calls; i++) car.verify(text);
+  const grew = process.memoryUsage().rss - before;
+  assert.ok(grew < (calls * bytes) / 2, `resident memory grew by ${grew} bytes over ${calls} answers of ${bytes} bytes dropped`);
+});
