@@ -131,3 +131,24 @@ async fn execute_proposal_with_scope_and_reentrant_tool() {
     let v = parse(&rt.verify_proposal(r#"{"actions":[{"type":"tool_call","tool":"missing"}]}"#).unwrap());
     assert_eq!(v["valid"], false);
 }
+
+#[test]
+fn the_runtimes_verify_answers_serdes_text_of_its_result() {
+    // Untested regions whose names and ids escape or are not ASCII, a state
+    // the runtime holds, an unknown field's warning: the text is exactly
+    // what serde writes for the result it holds.
+    let rt = CarRuntime::new();
+    rt.register_tool("t\"q").unwrap();
+    rt.state_set("k\\1", "{\"a\":1}", None).unwrap();
+    let text = json!({"actions": [
+        {"id": "a\n1", "type": "tool_call", "tool": "t\"q", "expected_effects": {"k\\1": 2, "é'(x": [1.5]}, "extra": 1},
+        {"id": "b", "type": "tool_call", "tool": "t\"q", "state_dependencies": ["k\\1"]},
+        {"id": "b", "type": "tool_call", "tool": "t'"}
+    ]})
+    .to_string();
+    let out = rt.verify_proposal(&text).unwrap();
+    let result: car_runtime::ir::VerificationResult = serde_json::from_str(&out).unwrap();
+    assert!(result.evidence.untested_regions.len() >= 4, "{out}");
+    assert!(result.issues.iter().any(|i| i.message.contains("unknown field")), "{out}");
+    assert_eq!(out, serde_json::to_string(&result).unwrap());
+}

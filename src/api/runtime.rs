@@ -476,8 +476,11 @@ impl CarRuntime {
             max_actions: self.rt.options().cost_budget.as_ref().and_then(|b| b.max_actions),
             tool_schemas: Some(self.rt.list_tools()),
         };
-        let result = crate::api::verify::with_unknown(crate::verify::verify(&p, &opts), &unknown);
-        Ok(serde_json::to_string(&result).unwrap_or_else(|_| "{}".into()))
+        // Written as the pure `verify` writes its answer (the same text as
+        // serde's, the untested regions from their parts).
+        let (result, untested) = crate::verify::verify_parts(&p, &opts);
+        let result = crate::api::verify::with_unknown(result, &unknown);
+        Ok(crate::ir::verification_to_json(&result, Some(&untested)))
     }
 
     /// Executes a proposal with the host's executor; the ProposalResult as
