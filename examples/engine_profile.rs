@@ -65,8 +65,10 @@ fn main() {
         let (text, n) = match std::env::var_os("TEXT") {
             Some(path) => {
                 let text = std::fs::read_to_string(&path).unwrap();
-                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-                let held = v["actions"].as_array().map_or(0, Vec::len);
+                let held = car_runtime::api::parse_proposal(&text)
+                    .unwrap_or_else(|e| panic!("{}: not a proposal: {e}", path.display()))
+                    .actions
+                    .len();
                 assert!(held > 0, "{}: no actions", path.display());
                 (text, held)
             }

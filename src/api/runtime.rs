@@ -476,11 +476,7 @@ impl CarRuntime {
             max_actions: self.rt.options().cost_budget.as_ref().and_then(|b| b.max_actions),
             tool_schemas: Some(self.rt.list_tools()),
         };
-        // Written as the pure `verify` writes its answer (the same text as
-        // serde's, the untested regions from their parts).
-        let (result, untested) = crate::verify::verify_parts(&p, &opts);
-        let result = crate::api::verify::with_unknown(result, &unknown);
-        Ok(crate::ir::verification_to_json(&result, Some(&untested)))
+        Ok(crate::api::verify::answer(&p, &opts, &unknown))
     }
 
     /// Executes a proposal with the host's executor; the ProposalResult as

@@ -65,11 +65,16 @@ pub fn verify(
     let (p, unknown) = crate::ir::parse_proposal_reporting_transient(proposal_json)?;
     let state = parse_arg("initial_state", initial_state_json)?;
     let schemas = parse_arg("tool_schemas", tool_schemas_json)?;
-    // The untested regions (two lines an action of a wide proposal) are
-    // written from their names and ids, no string made for each.
-    let (r, untested) = verify::verify_parts(&p, &options(state, tool_names, max_actions, schemas));
-    let r = with_unknown(r, &unknown);
-    Ok(crate::ir::verification_to_json(&r, Some(&untested)))
+    Ok(answer(&p, &options(state, tool_names, max_actions, schemas), &unknown))
+}
+
+/// `verify`'s answer as JSON text, with a warning for each unknown field:
+/// what the pure `verify` and a runtime's `verify_proposal` return. The
+/// untested regions (two lines an action of a wide proposal) are written
+/// from their names and ids, no string made for each.
+pub(crate) fn answer(p: &ActionProposal, opts: &VerifyOptions, unknown: &[crate::ir::UnknownField]) -> String {
+    let (r, untested) = verify::verify_parts(p, opts);
+    crate::ir::verification_to_json(&with_unknown(r, unknown), Some(&untested))
 }
 
 /// A verification result with a `warning` for each unknown field of the

@@ -22,18 +22,14 @@ use super::{Action, ActionProposal, Precondition, VerificationIssue, Verificatio
 /// characters below 0x20; a string containing one of those takes
 /// serde_json's own path, any other is copied whole.
 pub(crate) fn str(out: &mut String, s: &str) {
-    if escapes(s) {
-        serde_into(out, s);
-    } else {
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-    }
+    out.reserve(s.len() + 2);
+    out.push('"');
+    str_contents(out, s);
+    out.push('"');
 }
 
-/// The inside of a JSON string (no quotes): `s` as serde_json escapes it,
-/// for a string written in pieces.
+/// The inside of a JSON string (no quotes): `s` as serde_json escapes it
+/// ([`str`] quotes it; a string written in pieces writes each piece so).
 pub(crate) fn str_contents(out: &mut String, s: &str) {
     if escapes(s) {
         let quoted = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
